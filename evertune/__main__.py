@@ -1,0 +1,5 @@
+import sys
+
+from evertune.cli import main
+
+sys.exit(main())

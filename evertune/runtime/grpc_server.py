@@ -1,0 +1,73 @@
+"""gRPC servers for services: the service's own servicers plus standard health and reflection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from evertune.errors import Unavailable
+
+#: Largest request or response a server accepts (bytes).
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class GrpcServer:
+    """An asyncio gRPC server with health and reflection. `await start()`, `.address`, `await stop()`."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        add_servicers: Sequence[Callable[[grpc.aio.Server], None]] = (),
+        service_names: Sequence[str] = (),
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._add_servicers = add_servicers
+        self._service_names = list(service_names)
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self.port}"
+
+    async def start(self) -> None:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        for add in self._add_servicers:
+            add(server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        names = [
+            *self._service_names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ]
+        reflection.enable_server_reflection(names, server)
+        try:
+            self.port = server.add_insecure_port(f"{self._host}:{self._port}")
+        except RuntimeError as err:
+            raise Unavailable(f"cannot listen on {self._host}:{self._port}: {err}") from None
+        if self.port == 0:
+            raise Unavailable(f"cannot listen on {self._host}:{self._port} (port in use?)")
+        await server.start()
+        self._server = server
+        for name in ["", *self._service_names]:
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace_s: float) -> None:
+        """Report NOT_SERVING, let in-flight calls finish within `grace_s`, then close."""
+        if self._server is None:
+            return
+        await self._health.enter_graceful_shutdown()
+        await self._server.stop(grace_s)
+        self._server = None

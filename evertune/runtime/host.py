@@ -1,0 +1,73 @@
+"""Hosting services: connect, declare, open the store, start, wait for stop, shut down in order.
+
+Shutdown order (each step bounded by the shared shutdown timeout):
+    stop event set -> each service stops taking work and finishes in flight (reverse start order)
+    -> micro registrations withdrawn -> NATS drained (pending publishes flushed) -> store closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+
+from nats.micro.service import Service as MicroService
+
+from evertune.bus import connect, declare, load_definitions
+from evertune.logging import get_logger
+from evertune.runtime.micro import register
+from evertune.runtime.service import Service, ServiceContext
+from evertune.settings import SharedSettings
+from evertune.store import Store, migrate, open_store
+
+log = get_logger("evertune.host")
+
+ReadyCallback = Callable[[Sequence[Service]], None]
+
+
+async def host_services(
+    services: Sequence[Service],
+    *,
+    shared: SharedSettings,
+    nats_url: str,
+    stop: asyncio.Event,
+    on_ready: ReadyCallback | None = None,
+    client_name: str = "evertune",
+) -> None:
+    """Run `services` until `stop` is set, then shut them down cleanly.
+
+    Startup errors (NATS unreachable, store locked, a port taken) propagate as `EvertuneError`s
+    after whatever had started is stopped again.
+    """
+    nc = await connect(nats_url, name=client_name, connect_timeout_s=shared.connect_timeout_s)
+    store: Store | None = None
+    started: list[tuple[Service, MicroService]] = []
+    try:
+        js = nc.jetstream()
+        report = await declare(js, load_definitions(), replicas=shared.nats_replicas)
+        log.info("jetstream declared", created=report.created, updated=report.updated)
+        if any(s.needs_store for s in services):
+            store = await open_store(shared.store_url, database=shared.clickhouse_database)
+            applied = await migrate(store)
+            log.info("store ready", url=shared.store_url, migrations_applied=applied)
+        ctx = ServiceContext(shared=shared, nc=nc, js=js, store=store)
+        for service in services:
+            await service.start(ctx)
+            started.append((service, await register(nc, service)))
+            log.info("service running", service=service.name, listen=service.listen())
+        if on_ready is not None:
+            on_ready(services)
+        await stop.wait()
+        log.info("stopping", services=[s.name for s, _ in started])
+    finally:
+        for service, micro in reversed(started):
+            await service.stop(shared.shutdown_timeout_s)
+            with contextlib.suppress(Exception):
+                await micro.stop()
+        for service in services:  # started but never registered, or failed half way
+            if service.state in ("starting", "running", "failed"):
+                await service.stop(shared.shutdown_timeout_s)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.drain(), shared.shutdown_timeout_s)
+        if store is not None:
+            await store.close()

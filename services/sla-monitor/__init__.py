@@ -1,0 +1,14 @@
+"""The sla-monitor service. `create` builds it from its settings (`EVERTUNE_SLA_MONITOR_*`)."""
+
+from evertune.sla_monitor.service import SlaMonitorService
+from evertune.sla_monitor.settings import SlaMonitorSettings
+
+from evertune.settings import load_settings
+
+
+def create() -> SlaMonitorService:
+    """Build the service from the environment; invalid settings raise a one-line SettingsError."""
+    return SlaMonitorService(load_settings(SlaMonitorSettings))
+
+
+__all__ = ["SlaMonitorService", "SlaMonitorSettings", "create"]

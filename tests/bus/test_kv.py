@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from nats.js import JetStreamContext
+
+from evertune.bus import Bucket
+from evertune.errors import AlreadyExists, ConflictError, NotFound
+
+
+@pytest.fixture
+async def bucket(js: JetStreamContext) -> Bucket:
+    return await Bucket.open(js, "endpoints")
+
+
+async def test_create_then_compare_and_set(bucket: Bucket) -> None:
+    key = f"ep-{uuid.uuid4().hex[:8]}"
+    revision = await bucket.create(key, b"v1")
+    with pytest.raises(AlreadyExists):
+        await bucket.create(key, b"again")
+
+    newer = await bucket.update(key, b"v2", revision=revision)
+    with pytest.raises(ConflictError, match=f"since revision {revision}"):
+        await bucket.update(key, b"stale write", revision=revision)
+    entry = await bucket.get(key)
+    assert entry is not None and entry.value == b"v2" and entry.revision == newer
+
+    await bucket.delete(key)
+    assert await bucket.get(key) is None
+    with pytest.raises(NotFound):
+        await bucket.delete(key)
+
+
+async def test_concurrent_mutations_lose_no_update(bucket: Bucket) -> None:
+    key = f"counter-{uuid.uuid4().hex[:8]}"
+
+    def increment(current: bytes | None) -> bytes:
+        count = json.loads(current) if current else 0
+        return json.dumps(count + 1).encode()
+
+    await asyncio.gather(*(bucket.mutate(key, increment, attempts=50) for _ in range(12)))
+    entry = await bucket.get(key)
+    assert entry is not None and json.loads(entry.value) == 12

