@@ -28,19 +28,21 @@ async def connect(urls: str, *, name: str, connect_timeout_s: float = 5.0) -> Cl
     raised. After that the client reconnects forever, buffering publishes while it is away.
     """
     servers = parse_servers(urls)
+    client = Client()
 
     async def on_error(err: Exception) -> None:
         log.warning("nats error", error=str(err) or type(err).__name__)
 
     async def on_disconnect() -> None:
-        log.warning("nats disconnected")
+        if not (client.is_closed or client.is_draining):  # closing on purpose is not news
+            log.warning("nats disconnected")
 
     async def on_reconnect() -> None:
         log.info("nats reconnected")
 
     try:
-        return await asyncio.wait_for(
-            nats.connect(
+        await asyncio.wait_for(
+            client.connect(
                 servers,
                 name=name,
                 connect_timeout=max(1, round(connect_timeout_s)),
@@ -56,3 +58,4 @@ async def connect(urls: str, *, name: str, connect_timeout_s: float = 5.0) -> Cl
     except (TimeoutError, OSError, nats.errors.Error) as err:
         detail = str(err) or type(err).__name__
         raise BusUnavailable(f"cannot reach NATS at {','.join(servers)}: {detail}") from None
+    return client

@@ -42,6 +42,9 @@ class GrpcServer:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                # gRPC sets SO_REUSEPORT by default, so a second server on a taken port would
+                # silently share it; a taken port must be an error instead.
+                ("grpc.so_reuseport", 0),
             ]
         )
         for add in self._add_servicers:

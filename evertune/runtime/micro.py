@@ -71,7 +71,8 @@ async def discover(nc: Client, *, wait_s: float = 1.0, expect: int | None = None
     replies: asyncio.Queue[bytes] = asyncio.Queue()
 
     async def collect(msg: Any) -> None:
-        await replies.put(msg.data)
+        if msg.data:  # an empty reply is the server's "no responders" status, not a service
+            await replies.put(msg.data)
 
     sub = await nc.subscribe(inbox, cb=collect)
     try:
