@@ -13,7 +13,6 @@ import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from evertune.benchmarks import Figures
@@ -112,7 +111,7 @@ async def _measure(store: Store, quick: bool) -> Figures:
 
 async def run(quick: bool) -> Figures:
     with tempfile.TemporaryDirectory(prefix="evertune-bench-") as tmp:
-        store = await open_store(f"chdb://{Path(tmp).resolve()}/clickhouse", database="bench")
+        store = await open_store(f"chdb://{tmp}/clickhouse", database="bench")
         try:
             await migrate(store)
             return await _measure(store, quick)
