@@ -17,12 +17,18 @@ import structlog
 _configured = False
 
 
-def configure_logging(fmt: Literal["json", "console"] = "json", level: str = "info") -> None:
-    """Configure structlog and the standard library's root logger. Later calls change nothing."""
+def configure_logging(fmt: Literal["auto", "json", "console"] = "auto", level: str = "info") -> None:
+    """Configure structlog and the standard library's root logger. Later calls change nothing.
+
+    `auto` renders for people when stderr is a terminal and JSON lines otherwise (services under a
+    supervisor, CI, log shippers).
+    """
     global _configured
     if _configured:
         return
     _configured = True
+    if fmt == "auto":
+        fmt = "console" if sys.stderr.isatty() else "json"
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if fmt == "json"

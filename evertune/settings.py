@@ -33,8 +33,8 @@ class SharedSettings(BaseSettings):
     clickhouse_url: str = ""
     #: ClickHouse database that holds evertune's tables.
     clickhouse_database: str = "evertune"
-    #: `json` lines (services) or `console` (people).
-    log_format: Literal["json", "console"] = "json"
+    #: `json` lines (services), `console` (people), or `auto`: console when stderr is a terminal.
+    log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: Seconds a stopping service waits for in-flight work before it gives up on it.
     shutdown_timeout_s: float = Field(default=10.0, gt=0, le=300)

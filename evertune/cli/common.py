@@ -13,7 +13,7 @@ from evertune.settings import SharedSettings, load_settings
 
 
 def shared_settings(
-    data_dir: Path | None, *, log_format: Literal["json", "console"] | None = None
+    data_dir: Path | None, *, log_format: Literal["auto", "json", "console"] | None = None
 ) -> SharedSettings:
     """Shared settings from the environment, `--data-dir` taking precedence; logging configured."""
     overrides: dict[str, object] = {}
