@@ -1,6 +1,6 @@
 """The service runtime: one lifecycle, micro-service API, gRPC servers, hosting."""
 
-from evertune.runtime.grpc_server import GrpcServer
+from evertune.runtime.grpc_server import GrpcServer, GrpcService
 from evertune.runtime.service import Service, ServiceContext
 
-__all__ = ["GrpcServer", "Service", "ServiceContext"]
+__all__ = ["GrpcServer", "GrpcService", "Service", "ServiceContext"]

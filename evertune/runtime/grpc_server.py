@@ -9,6 +9,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from evertune.errors import Unavailable
+from evertune.runtime.service import Service, ServiceContext
 
 #: Largest request or response a server accepts (bytes).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -74,3 +75,34 @@ class GrpcServer:
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace_s)
         self._server = None
+
+
+class GrpcService(Service):
+    """A service whose face is one gRPC server: started with the service, stopped with grace.
+
+    Subclasses pass their servicers (functions adding them to the server) and the full names of
+    their gRPC services (for health and reflection).
+    """
+
+    #: Seconds in-flight calls get to finish at stop.
+    grace_s: float = 5.0
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        add_servicers: Sequence[Callable[[grpc.aio.Server], None]] = (),
+        service_names: Sequence[str] = (),
+    ) -> None:
+        super().__init__()
+        self.grpc = GrpcServer(host=host, port=port, add_servicers=add_servicers, service_names=service_names)
+
+    async def on_start(self, ctx: ServiceContext) -> None:
+        await self.grpc.start()
+
+    async def on_stop(self) -> None:
+        await self.grpc.stop(grace_s=self.grace_s)
+
+    def listen(self) -> dict[str, str]:
+        return {"grpc": self.grpc.address} if self.grpc.port else {}

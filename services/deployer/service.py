@@ -8,23 +8,13 @@ from typing import ClassVar
 
 from evertune.deployer.settings import DeployerSettings
 
-from evertune.runtime import GrpcServer, Service, ServiceContext
+from evertune.runtime import GrpcService
 
 
-class DeployerService(Service):
+class DeployerService(GrpcService):
     name: ClassVar[str] = "deployer"
     description: ClassVar[str] = "Endpoints and deployments, progressive rollout, rollback"
 
     def __init__(self, settings: DeployerSettings) -> None:
-        super().__init__()
+        super().__init__(host=settings.grpc_host, port=settings.grpc_port)
         self.settings = settings
-        self._grpc = GrpcServer(host=settings.grpc_host, port=settings.grpc_port)
-
-    async def on_start(self, ctx: ServiceContext) -> None:
-        await self._grpc.start()
-
-    async def on_stop(self) -> None:
-        await self._grpc.stop(grace_s=5.0)
-
-    def listen(self) -> dict[str, str]:
-        return {"grpc": self._grpc.address} if self._grpc.port else {}

@@ -16,7 +16,7 @@ from nats.aio.client import Client
 
 from evertune.errors import Unavailable
 from evertune.nats_server import EmbeddedNats
-from evertune.runtime import GrpcServer, Service, ServiceContext
+from evertune.runtime import GrpcService, Service, ServiceContext
 from evertune.runtime.host import host_services
 from evertune.runtime.micro import discover
 from evertune.settings import SharedSettings, load_settings
@@ -57,22 +57,13 @@ class Worker(Service):
         return {"done": len(self.done)}
 
 
-class Api(Service):
+class Api(GrpcService):
     name: ClassVar[str] = "test-api"
     description: ClassVar[str] = "test gRPC service"
+    grace_s = 1.0
 
     def __init__(self, port: int = 0) -> None:
-        super().__init__()
-        self.grpc = GrpcServer(host="127.0.0.1", port=port)
-
-    async def on_start(self, ctx: ServiceContext) -> None:
-        await self.grpc.start()
-
-    async def on_stop(self) -> None:
-        await self.grpc.stop(grace_s=1.0)
-
-    def listen(self) -> dict[str, str]:
-        return {"grpc": self.grpc.address}
+        super().__init__(host="127.0.0.1", port=port)
 
 
 @pytest.fixture
