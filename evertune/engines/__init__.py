@@ -1,1 +1,46 @@
-"""evertune.engines"""
+"""evertune.engines: the engine backend shared by the runner and the deployer.
+
+- `config`: `EngineSpec`, the validated engine config, and its one conversion from/to the wire.
+- `hardware`: `HardwareProfile`s (this machine, named accelerators) for validation.
+- `vllm_args`: pure mapping of knobs to vLLM's arguments and environment, and refusal rules.
+- `vllm`: `VllmEngine` / `EngineGroup`, the process shell (start, ready, health, stop, metrics).
+- `metrics`: the /metrics parser, `EngineMetrics`, and `delta` between two scrapes.
+"""
+
+from evertune.engines.config import EngineSpec, SpeculativeSpec
+from evertune.engines.errors import (
+    EngineNotRunning,
+    EngineStartFailed,
+    InvalidEngineConfig,
+    KnobRefused,
+    MetricsUnavailable,
+)
+from evertune.engines.hardware import NAMED_PROFILES, HardwareProfile, detect_local, get_profile
+from evertune.engines.metrics import EngineMetrics, Histogram, MetricsDelta, delta, parse_metrics
+from evertune.engines.vllm import EngineGroup, VllmEngine
+from evertune.engines.vllm_args import knob_args, refuse_reasons, server_command, validate
+
+__all__ = [
+    "NAMED_PROFILES",
+    "EngineGroup",
+    "EngineMetrics",
+    "EngineNotRunning",
+    "EngineSpec",
+    "EngineStartFailed",
+    "HardwareProfile",
+    "Histogram",
+    "InvalidEngineConfig",
+    "KnobRefused",
+    "MetricsDelta",
+    "MetricsUnavailable",
+    "SpeculativeSpec",
+    "VllmEngine",
+    "delta",
+    "detect_local",
+    "get_profile",
+    "knob_args",
+    "parse_metrics",
+    "refuse_reasons",
+    "server_command",
+    "validate",
+]

@@ -1,1 +1,47 @@
-"""evertune.replay"""
+"""evertune.replay: the open-loop replay client, its summaries, goodput search, progress and tables.
+
+See docs/replay.md for what is measured and how.
+"""
+
+from evertune.replay.client import (
+    ModelNotServed,
+    TargetIncompatible,
+    TargetUnauthorized,
+    TargetUnreachable,
+    list_models,
+    replay,
+)
+from evertune.replay.goodput import GoodputResult, Probe, find_goodput
+from evertune.replay.lag import LagReport
+from evertune.replay.percentiles import Percentiles, percentile
+from evertune.replay.progress import Progress
+from evertune.replay.results import ReplayRun, RequestResult
+from evertune.replay.schedule import due_offsets, plan_rps
+from evertune.replay.summary import Slo, Summary, summarize, summarize_run
+from evertune.replay.table import render_goodput, render_summary
+
+__all__ = [
+    "GoodputResult",
+    "LagReport",
+    "ModelNotServed",
+    "Percentiles",
+    "Probe",
+    "Progress",
+    "ReplayRun",
+    "RequestResult",
+    "Slo",
+    "Summary",
+    "TargetIncompatible",
+    "TargetUnauthorized",
+    "TargetUnreachable",
+    "due_offsets",
+    "find_goodput",
+    "list_models",
+    "percentile",
+    "plan_rps",
+    "render_goodput",
+    "render_summary",
+    "replay",
+    "summarize",
+    "summarize_run",
+]

@@ -1,0 +1,52 @@
+"""Percentiles by linear interpolation between closest ranks, on a plain sorted list (pure).
+
+The same definition as numpy's default (`method="linear"`, R type 7): for q in [0, 100] over n sorted
+values, the rank is `q / 100 * (n - 1)`, and a fractional rank interpolates between its neighbours.
+No numpy: the core package does not depend on it, and the lists here are small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+NAN = float("nan")
+
+
+def percentile_sorted(values: Sequence[float], q: float) -> float:
+    """The q-th percentile of values already sorted ascending; NaN for no values."""
+    if not values:
+        return NAN
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile {q} outside [0, 100]")
+    rank = q / 100.0 * (len(values) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(values) - 1)
+    fraction = rank - low
+    return values[low] + (values[high] - values[low]) * fraction
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The q-th percentile (0..100, linear interpolation) of values in any order; NaN for none."""
+    return percentile_sorted(sorted(values), q)
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """p50/p90/p99 of one measure, in its unit (NaN when there was nothing to measure)."""
+
+    p50: float  #: median
+    p90: float  #: 90th percentile
+    p99: float  #: 99th percentile
+    count: int  #: how many values they were computed from
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Percentiles:
+        ordered = sorted(values)
+        return cls(
+            p50=percentile_sorted(ordered, 50),
+            p90=percentile_sorted(ordered, 90),
+            p99=percentile_sorted(ordered, 99),
+            count=len(ordered),
+        )

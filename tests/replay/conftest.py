@@ -1,0 +1,42 @@
+"""The fake OpenAI server (`fake_openai.py`) in its own process, shared by the session."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evertune.nats_server import free_port
+
+SERVER = Path(__file__).with_name("fake_openai.py")
+
+
+@pytest.fixture(scope="session")
+def fake_url() -> Iterator[str]:
+    """Base URL of the fake server (a separate process, so its timing is its own)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port)])
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=1):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the fake OpenAI server did not start") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
