@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 DEMO_ARGS ?= --duration 60
+PYTEST_ARGS ?=
 
 .PHONY: install demo test lint proto clean
 
@@ -27,7 +28,7 @@ demo: $(STAMP)
 	$(VENV)/bin/evertune up --demo $(DEMO_ARGS)
 
 test: $(STAMP) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # mypy cannot follow the services/<name> -> evertune.<name> mapping of the editable install, so it
 # checks a tree of symlinks laid out as the package imports (build/typecheck/evertune/...).

@@ -66,7 +66,7 @@ async def run(quick: bool) -> Figures:
     spec = EngineSpec(
         model=str(model_dir), kv_cache_space_gib=KV_CACHE_GIB, enforce_eager=True if quick else None
     )
-    duration_s, max_runs = (30.0, 3) if quick else (90.0, 5)
+    duration_s, max_runs = (30.0, 3) if quick else (90.0, 6)
     voice = VoiceWorkload(duration_s=duration_s, seed=1, curve=DailyCurve(shape="flat"), peak_calls_per_s=0.4)
     plan = plan_voice(voice, text=CorpusText())
     base_rps = plan_rps(plan)
@@ -119,6 +119,8 @@ async def run(quick: bool) -> Figures:
         "slo_itl_ms": BENCH_SLO.itl_ms,
         "goodput_rps": round(goodput.goodput_rps, 2),
         "goodput_is_lower_bound": goodput.failing_rps is None,
+        "goodput_converged": goodput.converged,
+        "goodput_client_limited": goodput.client_limited,
         "goodput_probes": [
             {
                 "rps": round(p.rps, 2),
