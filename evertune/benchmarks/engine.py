@@ -126,6 +126,7 @@ async def run(quick: bool) -> Figures:
                 "rps": round(p.rps, 2),
                 "attainment": round(p.attainment, 3),
                 "ttft_p99_ms": round(p.ttft_p99_ms, 1),
+                "client_fell_behind": p.fell_behind,
             }
             for p in goodput.probes
         ],
