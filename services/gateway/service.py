@@ -1,16 +1,33 @@
 """The gateway service: the OpenAI-compatible streaming proxy in front of an endpoint's deployments.
 
-Today it runs the shared lifecycle and answers the micro-service API; the proxy, client-observed
-timing and telemetry publishing arrive with the record/watch work (see docs/services/gateway.md).
+At start it loads the prefix-hash tokenizer, reads the `routes` KV bucket (then keeps watching it),
+starts the telemetry publisher and binds the HTTP server. At stop the HTTP server stops taking
+requests and lets in-flight ones finish, then the publisher flushes (to NATS or the spool).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any, ClassVar
 
+from aiohttp import web
+from evertune.gateway.proxy import Proxy
+from evertune.gateway.publisher import Publisher, Spool
+from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import GatewaySettings
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+from tokenizers import Tokenizer
 
-from evertune.runtime import Service
+from evertune.bus import publish
+from evertune.errors import EvertuneError
+from evertune.model import ensure_model, load_tokenizer
+from evertune.runtime import Service, ServiceContext
+from evertune.v1 import telemetry_pb2
+
+KV_DELETES = ("DEL", "PURGE")  #: KV operations that remove a key
 
 
 class GatewayService(Service):
@@ -20,3 +37,128 @@ class GatewayService(Service):
     def __init__(self, settings: GatewaySettings) -> None:
         super().__init__()
         self.settings = settings
+        self.book = RouteBook()
+        self.publisher: Publisher | None = None
+        self.proxy: Proxy | None = None
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._watcher: KeyValue.KeyWatcher | None = None
+        self._http_closed = asyncio.Event()
+
+    async def on_start(self, ctx: ServiceContext) -> None:
+        settings = self.settings
+        tokenizer = await asyncio.to_thread(self._tokenizer, ctx.shared.data_dir)
+        js = ctx.js
+        timeout_s = settings.publish_timeout_s
+
+        async def send(subject: str, batch: telemetry_pb2.RequestRecordBatch) -> None:
+            await publish(js, subject, batch, msg_id=batch.batch_id, timeout_s=timeout_s)
+
+        spool_path = settings.spool_path or ctx.shared.data_dir.expanduser() / "gateway" / "spool.bin"
+        self.publisher = Publisher(
+            send,
+            Spool(spool_path),
+            tokenizer=tokenizer,
+            secret=settings.prefix_secret.get_secret_value().encode(),
+            block_tokens=settings.prefix_block_tokens,
+            queue_records=settings.queue_records,
+            batch_records=settings.batch_records,
+            batch_ms=settings.batch_ms,
+            retry_s=settings.spool_retry_s,
+        )
+        self.spawn(self.publisher.run(self._http_closed), name="publisher")
+        await self._watch_routes(js)
+        self.proxy = Proxy(settings, self.book, self.publisher.offer)
+        # In-flight requests get most of the shutdown time; the rest is the publisher's final flush.
+        self._runner = web.AppRunner(
+            self.proxy.app,
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=ctx.shared.shutdown_timeout_s * 0.7,
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, settings.host, settings.port, reuse_port=False)
+        await site.start()
+        sockets = [
+            s for server in [site._server] if server is not None for s in getattr(server, "sockets", [])
+        ]
+        self.port = sockets[0].getsockname()[1] if sockets else settings.port
+        self.spawn(self._serve_until_stopped(), name="http")
+        self.log.info(
+            "gateway listening", address=f"{settings.host}:{self.port}", endpoints=len(self.book.tables)
+        )
+
+    def _tokenizer(self, data_dir: Path) -> Tokenizer:
+        folder = self.settings.tokenizer_dir or ensure_model(data_dir.expanduser())
+        return load_tokenizer(folder)
+
+    async def _watch_routes(self, js: JetStreamContext) -> None:
+        """Load every route table, then keep following the bucket in a loop."""
+        kv = await js.key_value(self.settings.routes_bucket)
+        self._watcher = watcher = await kv.watchall()
+        while True:
+            entry = await watcher.updates(timeout=10.0)  # type: ignore[no-untyped-call]
+            if entry is None:  # the initial values are all in
+                break
+            self._apply(entry)
+        self.spawn(self._follow_routes(watcher), name="routes")
+
+    def _apply(self, entry: KeyValue.Entry) -> None:
+        try:
+            self.book.put(entry.key, None if entry.operation in KV_DELETES else (entry.value or b""))
+        except EvertuneError as err:
+            self.log.warning("route table ignored", key=entry.key, error=str(err))
+
+    async def _follow_routes(self, watcher: KeyValue.KeyWatcher) -> None:
+        stopping = asyncio.create_task(self.stopping.wait())
+        try:
+            while not self.stopping.is_set():
+                nxt = asyncio.ensure_future(watcher.__anext__())  # type: ignore[no-untyped-call]
+                done, _ = await asyncio.wait({nxt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:
+                    nxt.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await nxt
+                    break
+                try:
+                    entry = nxt.result()
+                except StopAsyncIteration:
+                    break
+                if entry is not None:
+                    self._apply(entry)
+        finally:
+            stopping.cancel()
+
+    async def _serve_until_stopped(self) -> None:
+        """Serve until stop; then refuse new connections, let in-flight requests end, close."""
+        try:
+            await self.stopping.wait()
+        finally:
+            if self._runner is not None:
+                await self._runner.cleanup()
+            self._http_closed.set()
+
+    async def on_stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._http_closed.set()
+        if self._watcher is not None:
+            with contextlib.suppress(Exception):
+                await self._watcher.stop()  # type: ignore[no-untyped-call]
+
+    def listen(self) -> dict[str, str]:
+        return {"http": f"{self.settings.host}:{self.port}"} if self.port else {}
+
+    def details(self) -> dict[str, Any]:
+        figures: dict[str, Any] = {"endpoints": len(self.book.tables)}
+        if self.proxy is not None:
+            figures["in_flight"] = self.proxy.in_flight
+        if self.publisher is not None:
+            stats = self.publisher.stats
+            figures |= {
+                "published_records": stats.published_records,
+                "spooled_records": stats.spooled_records,
+                "drained_records": stats.drained_records,
+                "queue_depth": stats.queue_depth,
+            }
+        return figures

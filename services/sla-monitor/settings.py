@@ -2,10 +2,62 @@
 
 from __future__ import annotations
 
+from evertune.sla_monitor.burn_rate import DEFAULT_RULES, BurnRateRule
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class SlaMonitorSettings(BaseSettings):
-    """Settings of the sla-monitor service; loaded once at start and passed down."""
+    """Settings of the sla-monitor service; loaded once at start and passed down.
+
+    Window lengths (`slot_s`, `sketch_history_s`, `resolve_hold_s` and every rule's windows) are
+    multiplied by `time_scale`: 1/60 turns hours into minutes for demos and tests.
+    """
 
     model_config = SettingsConfigDict(env_prefix="EVERTUNE_SLA_MONITOR_", extra="ignore")
+
+    #: durable consumer name on TELEMETRY; instances sharing it share the telemetry
+    durable: str = "sla-monitor"
+    #: seconds between two evaluations of every rule
+    evaluate_interval_s: float = Field(default=1.0, gt=0)
+    #: time slot of sketches and counts, in seconds (before time_scale)
+    slot_s: float = Field(default=10.0, gt=0)
+    #: seconds of percentile sketches kept (before time_scale); longer windows report p99 over this
+    sketch_history_s: float = Field(default=3600.0, gt=0)
+    #: live percentile window shown in the status, in seconds (before time_scale)
+    status_window_s: float = Field(default=300.0, gt=0)
+    #: a breach resolves once its condition stayed clear this long, in seconds (before time_scale)
+    resolve_hold_s: float = Field(default=300.0, ge=0)
+    #: requests the long window needs before a rule may fire
+    min_requests: int = Field(default=10, ge=1)
+    #: alert per deployment while an endpoint has more than one (a canary beside the stable one)
+    deployment_alerts: bool = True
+    #: multiplies every window length (1 = real time, 1/60 = hours become minutes)
+    time_scale: float = Field(default=1.0, gt=0)
+    #: burn-rate rules (JSON list of {name, long_window_s, short_window_s, burn_rate, severity})
+    rules: list[BurnRateRule] = Field(default_factory=lambda: list(DEFAULT_RULES))
+    #: default SLO until the endpoint registry exists: per-request TTFT target, in milliseconds
+    ttft_p99_ms: float = Field(default=500.0, gt=0)
+    #: default SLO: per-request p99 inter-token gap target, in milliseconds (0 = none)
+    itl_p99_ms: float = Field(default=100.0, ge=0)
+    #: default SLO: share of requests that must meet both targets (budget = 1 - this)
+    attainment_target: float = Field(default=0.9, gt=0, lt=1)
+    #: batch ids remembered to skip a redelivered telemetry batch
+    dedup_batches: int = Field(default=10000, ge=0)
+
+    @field_validator("rules")
+    @classmethod
+    def _check_rules(cls, rules: list[BurnRateRule]) -> list[BurnRateRule]:
+        names = [r.name for r in rules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"rule names must be unique, got {names}")
+        for rule in rules:
+            if not 0 < rule.short_window_s <= rule.long_window_s:
+                raise ValueError(f"rule {rule.name}: need 0 < short_window_s <= long_window_s")
+            if rule.burn_rate <= 0:
+                raise ValueError(f"rule {rule.name}: burn_rate must be > 0")
+        return rules
+
+    def scaled_rules(self) -> tuple[BurnRateRule, ...]:
+        """The rules with their windows multiplied by `time_scale`."""
+        return tuple(r.scaled(self.time_scale) for r in self.rules)

@@ -16,6 +16,7 @@ def cli_env(**extra: str) -> dict[str, str]:
     env.update(
         EVERTUNE_DEPLOYER_GRPC_PORT="0",
         EVERTUNE_SEARCHER_GRPC_PORT="0",
+        EVERTUNE_GATEWAY_PORT="0",
         EVERTUNE_LOG_LEVEL="warning",
         EVERTUNE_CONNECT_TIMEOUT_S="2",
     )

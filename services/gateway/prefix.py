@@ -1,0 +1,75 @@
+"""Prefix hashes of a prompt (pure): keyed hashes of token-block prefixes, never the text.
+
+The prompt is what the engine would tokenize: a chat's messages rendered in evertune's chat format
+(`<|begin|>` then `<|role|>\\n{content}<|end|>\\n` per message and the assistant marker), or a
+completion's prompt. Its tokens are cut into blocks of `block` tokens; only full blocks count (a
+partial block is never reused from an engine's prefix cache). The chain is
+
+    h_0 = HMAC-SHA256(key, tokens of block 0)[:8]
+    h_i = HMAC-SHA256(key, h_{i-1} || tokens of block i)[:8]
+
+with tokens as little-endian uint32 and `key = HMAC-SHA256(secret, endpoint)`: equal chains mean
+equal token prefixes within one endpoint, and nothing can be compared across endpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+BOS = "<|begin|>"  #: the chat template's first token
+EOS = "<|end|>"  #: the end of one message
+
+
+def endpoint_key(secret: bytes, endpoint: str) -> bytes:
+    """The endpoint's hashing key: HMAC-SHA256(secret, endpoint name)."""
+    return hmac.new(secret, endpoint.encode(), hashlib.sha256).digest()
+
+
+def chain_hashes(key: bytes, token_ids: Sequence[int], block: int) -> list[int]:
+    """The prefix chain over every full block of `block` tokens, as unsigned 64-bit integers."""
+    hashes: list[int] = []
+    previous = b""
+    for start in range(0, len(token_ids) - block + 1, block):
+        data = previous + struct.pack(f"<{block}I", *token_ids[start : start + block])
+        previous = hmac.new(key, data, hashlib.sha256).digest()[:8]
+        hashes.append(int.from_bytes(previous, "big"))
+    return hashes
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts: keep the text ones
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def chat_prompt(messages: Any) -> str | None:
+    """A chat's messages rendered as evertune's chat template renders them; None if not a list."""
+    if not isinstance(messages, list):
+        return None
+    parts = [BOS]
+    for message in messages:
+        if isinstance(message, dict):
+            parts.append(f"<|{message.get('role', '')}|>\n{_content_text(message.get('content'))}{EOS}\n")
+    parts.append("<|assistant|>\n")
+    return "".join(parts)
+
+
+def completion_prompt(prompt: Any) -> str | list[int] | None:
+    """A completion's prompt: its text, its token ids, or the first of a list; None otherwise."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) for t in prompt):
+            return [int(t) for t in prompt]
+        return completion_prompt(prompt[0])
+    return None

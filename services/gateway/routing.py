@@ -1,0 +1,76 @@
+"""Routing (pure): the route tables of the `routes` KV bucket, and the weighted choice of a route.
+
+The bucket holds one serialized `RouteTable` per endpoint, under the endpoint's name. The gateway
+keeps the latest table of each endpoint in `RouteBook`; a change replaces the table object, so a
+request that already chose its route is not affected and new requests use the new weights.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from evertune.errors import InvalidArgument, NotFound, Unavailable
+from evertune.v1 import endpoint_pb2
+
+
+class NoDeployment(Unavailable):
+    """The endpoint exists but no route takes new requests (empty table or all weights 0)."""
+
+
+def choose(table: endpoint_pb2.RouteTable, rng: random.Random) -> endpoint_pb2.Route:
+    """A route picked with probability weight / sum of weights; `NoDeployment` if none has weight."""
+    routes = [r for r in table.routes if r.weight > 0]
+    total = sum(r.weight for r in routes)
+    if total <= 0:
+        raise NoDeployment(f"endpoint {table.endpoint} has no deployment taking requests")
+    point = rng.random() * total
+    for route in routes:
+        point -= route.weight
+        if point < 0:
+            return route
+    return routes[-1]
+
+
+def parse_table(key: str, value: bytes) -> endpoint_pb2.RouteTable:
+    """A RouteTable from its KV value; `InvalidArgument` when it does not decode."""
+    table = endpoint_pb2.RouteTable()
+    try:
+        table.ParseFromString(value)
+    except DecodeError as err:
+        raise InvalidArgument(f"routes/{key}: not a RouteTable: {err}") from None
+    if not table.endpoint:
+        table.endpoint = key
+    return table
+
+
+@dataclass
+class RouteBook:
+    """The latest route table of every endpoint, as the KV watch delivered them."""
+
+    tables: dict[str, endpoint_pb2.RouteTable] = field(default_factory=dict)  #: endpoint -> table
+
+    def put(self, key: str, value: bytes | None) -> None:
+        """Apply one KV update: a value replaces the endpoint's table, None (a delete) removes it."""
+        if value is None:
+            self.tables.pop(key, None)
+        else:
+            self.tables[key] = parse_table(key, value)
+
+    def table(self, endpoint: str) -> endpoint_pb2.RouteTable:
+        """The endpoint's table; `NotFound` for an endpoint the gateway has no table for."""
+        table = self.tables.get(endpoint)
+        if table is None:
+            raise NotFound(f"The model `{endpoint}` does not exist.")
+        return table
+
+    def endpoints(self) -> list[str]:
+        """Names of every endpoint with a table, sorted."""
+        return sorted(self.tables)
+
+
+def upstream_model(route: endpoint_pb2.Route, endpoint: str, mode: str) -> str:
+    """The `model` the upstream receives: the endpoint name, or the deployment id."""
+    return route.deployment_id if mode == "deployment" else endpoint

@@ -1,0 +1,353 @@
+"""The telemetry sink: `RequestRecordBatch` messages from the TELEMETRY stream into `requests` rows.
+
+Pure core: `rows_of` (the one conversion of a record to a row, in `COLUMNS` order), `decode`,
+`group_token`. Thin shell: `TelemetrySink.run(stop)`, a batching durable pull consumer.
+
+How a group of messages reaches the store exactly once:
+- the sink fetches messages and accumulates their rows until `batch_rows` rows or `flush_ms`
+  since the group's first message, then writes the group with ONE `Store.insert` whose dedup
+  token is derived from the group's message ids (`group_token`), and acks the group's messages;
+- an insert that fails (store down, table missing) naks every message of the group with a growing
+  delay; nothing is acked, nothing is lost (the consumer never gives up: `max_deliver` is unlimited);
+- a message delivered more than once (nak'ed, or its earlier instance inserted and died before the
+  ack) may come back in another group, under another token. So rows of redelivered messages are
+  first checked against the table (`endpoint`, `request_id`), and rows already stored are dropped;
+- an undecodable message is terminated at once (`PoisonMessage`) and reported as a
+  `service.poison_message` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from evertune.bus import MSG_ID_HEADER, PoisonMessage, publish_event
+from evertune.events import EventKind, new_event
+from evertune.logging import get_logger
+from evertune.store import Store
+from evertune.v1 import events_pb2, telemetry_pb2
+
+log = get_logger("evertune.profiler.sink")
+
+#: Table the sink writes.
+TABLE = "requests"
+
+#: Columns of `requests` in the order `rows_of` fills them.
+COLUMNS: tuple[str, ...] = (
+    "endpoint",
+    "deployment",
+    "request_id",
+    "ts",
+    "api",
+    "model",
+    "stream",
+    "status_code",
+    "error_class",
+    "ttft_ms",
+    "e2e_ms",
+    "upstream_ttft_ms",
+    "itl_ms",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "prefix_hashes",
+    "client_disconnected",
+)
+
+#: `Api` enum value -> the `api` column.
+API_NAMES: dict[int, str] = {
+    telemetry_pb2.API_UNSPECIFIED: "",
+    telemetry_pb2.API_CHAT: "chat",
+    telemetry_pb2.API_COMPLETIONS: "completions",
+}
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: Longest error text kept in the stats and logs (ClickHouse errors can quote a whole statement).
+_MAX_ERROR = 500
+
+#: Longest list of request ids checked against the table in one query.
+_CHECK_CHUNK = 5000
+
+
+# --- pure core -----------------------------------------------------------------------------------
+
+
+def timestamp_of(unix_ns: int) -> datetime:
+    """Nanoseconds since the epoch -> UTC datetime, truncated to microseconds."""
+    return _EPOCH + timedelta(microseconds=unix_ns // 1000)
+
+
+def rows_of(batch: telemetry_pb2.RequestRecordBatch) -> list[list[Any]]:
+    """The `requests` rows of a batch, one per record, values in `COLUMNS` order. Never any text."""
+    api_names = API_NAMES
+    return [
+        [
+            r.endpoint,
+            r.deployment,
+            r.request_id,
+            timestamp_of(r.start_time_unix_ns),
+            api_names.get(r.api, ""),
+            r.model,
+            r.stream,
+            r.status_code,
+            r.error_class,
+            r.ttft_ms,
+            r.e2e_ms,
+            r.upstream_ttft_ms,
+            list(r.itl_ms),
+            r.prompt_tokens,
+            r.cached_tokens,
+            r.completion_tokens,
+            list(r.prefix_hashes),
+            r.client_disconnected,
+        ]
+        for r in batch.records
+    ]
+
+
+def decode(data: bytes) -> telemetry_pb2.RequestRecordBatch:
+    """Parse a message payload; raise `PoisonMessage` when it is not a `RequestRecordBatch`."""
+    batch = telemetry_pb2.RequestRecordBatch()
+    try:
+        batch.ParseFromString(data)
+    except DecodeError as err:
+        raise PoisonMessage(f"undecodable RequestRecordBatch ({len(data)} bytes): {err}") from None
+    return batch
+
+
+def group_token(msg_ids: Sequence[str]) -> str:
+    """The insert dedup token of a group of messages: a digest of their ids, in order."""
+    digest = hashlib.sha256("\n".join(msg_ids).encode()).hexdigest()
+    return f"sink-{digest[:40]}"
+
+
+def backoff_delay(deliveries: int, backoff_s: Sequence[float]) -> float:
+    """Nak delay after the `deliveries`-th failed delivery (1-based); the last step repeats."""
+    if not backoff_s:
+        return 0.0
+    return backoff_s[min(max(deliveries, 1) - 1, len(backoff_s) - 1)]
+
+
+# --- the shell -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Where the sink reads and how it batches and retries."""
+
+    stream: str = "TELEMETRY"  #: JetStream stream name
+    durable: str = "profiler-sink"  #: durable consumer name; instances sharing it share the work
+    filter_subject: str = "evertune.telemetry.>"  #: subjects read
+    batch_rows: int = 5000  #: rows that trigger an insert
+    flush_ms: float = 200.0  #: longest wait, ms, from a group's first message to its insert
+    fetch_batch: int = 64  #: messages asked for per fetch
+    fetch_timeout_s: float = 5.0  #: longest server wait of one fetch when nothing is pending
+    ack_wait_s: float = 30.0  #: seconds before an unacked message is redelivered
+    backoff_s: tuple[float, ...] = (0.5, 2.0, 5.0, 10.0)  #: nak delay after the 1st, 2nd, ... failure
+    source: str = "profiler"  #: source named in poison reports
+
+
+@dataclass
+class SinkStats:
+    """Counters for the service's status."""
+
+    rows_inserted: int = 0  #: rows written to the store (after redelivery filtering)
+    batches: int = 0  #: inserts done (one per group)
+    messages_acked: int = 0  #: messages whose rows are stored and acked
+    redelivered_rows_skipped: int = 0  #: rows of redelivered messages already in the table
+    rows_pending: int = 0  #: rows taken from the bus and not yet inserted
+    retried: int = 0  #: messages nak'ed after a failed insert
+    poisoned: int = 0  #: undecodable messages terminated
+    last_error: str = field(default="")  #: the most recent insert or poison error
+
+
+def _msg_id(msg: Msg, batch: telemetry_pb2.RequestRecordBatch | None = None) -> str:
+    header = (msg.headers or {}).get(MSG_ID_HEADER, "")
+    if header:
+        return header
+    if batch is not None and batch.batch_id:
+        return batch.batch_id
+    meta = msg.metadata
+    return f"seq:{meta.sequence.stream if meta.sequence else 0}"
+
+
+@dataclass
+class _Group:
+    """Messages in hand and their rows, waiting for one insert."""
+
+    msgs: list[Msg] = field(default_factory=list)  #: messages of the group, in fetch order
+    ids: list[str] = field(default_factory=list)  #: their message ids, same order
+    rows: list[list[Any]] = field(default_factory=list)  #: rows of messages delivered once
+    redelivered: list[list[Any]] = field(default_factory=list)  #: rows of redelivered messages
+    started: float = 0.0  #: monotonic time the first message joined
+
+    def __len__(self) -> int:
+        return len(self.msgs)
+
+
+class TelemetrySink:
+    """Runs the batching durable consumer over TELEMETRY into `store` until a stop event is set."""
+
+    def __init__(self, js: JetStreamContext, store: Store, config: SinkConfig | None = None) -> None:
+        self._js = js
+        self._store = store
+        self.config = config or SinkConfig()
+        self.stats = SinkStats()
+
+    def consumer_config(self) -> ConsumerConfig:
+        """The durable consumer's configuration (created by `run` when missing)."""
+        c = self.config
+        return ConsumerConfig(
+            durable_name=c.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=c.ack_wait_s,
+            max_deliver=-1,
+            filter_subject=c.filter_subject,
+            max_ack_pending=max(1000, 4 * c.fetch_batch),
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set; the group in hand is inserted (or nak'ed) before returning.
+
+        Stopping never waits on a fetch: it is cancelled, and what it would have delivered stays
+        unacked on the server for the next fetch or another instance.
+        """
+        c = self.config
+        sub = await self._js.pull_subscribe(
+            c.filter_subject, durable=c.durable, stream=c.stream, config=self.consumer_config()
+        )
+        stopping = asyncio.create_task(stop.wait())
+        group = _Group()
+        try:
+            while not stop.is_set():
+                if group:
+                    left = c.flush_ms / 1000 - (time.monotonic() - group.started)
+                    if left <= 0:
+                        await self._flush(group)
+                        group = _Group()
+                        continue
+                    timeout = max(left, 0.001)
+                else:
+                    timeout = c.fetch_timeout_s
+                fetching = asyncio.create_task(sub.fetch(c.fetch_batch, timeout=timeout))
+                done, _ = await asyncio.wait({fetching, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if fetching not in done:
+                    fetching.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await fetching
+                    break
+                try:
+                    msgs = fetching.result()
+                except (NatsTimeoutError, TimeoutError):
+                    continue
+                for msg in msgs:
+                    await self._take(group, msg)
+                    if len(group.rows) + len(group.redelivered) >= c.batch_rows:
+                        await self._flush(group)
+                        group = _Group()
+            if group:
+                await self._flush(group)
+        finally:
+            stopping.cancel()
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _take(self, group: _Group, msg: Msg) -> None:
+        """Decode one message into the group; terminate it when it is poison."""
+        try:
+            batch = decode(msg.data)
+        except PoisonMessage as err:
+            await self._poison(msg, str(err))
+            return
+        if not group:
+            group.started = time.monotonic()
+        group.msgs.append(msg)
+        group.ids.append(_msg_id(msg, batch))
+        rows = rows_of(batch)
+        if (msg.metadata.num_delivered or 1) > 1:
+            group.redelivered.extend(rows)
+        else:
+            group.rows.extend(rows)
+        self.stats.rows_pending += len(rows)
+
+    async def _flush(self, group: _Group) -> None:
+        """Insert the group's rows with one insert, then ack; nak everything on failure."""
+        self.stats.rows_pending -= len(group.rows) + len(group.redelivered)
+        try:
+            rows = group.rows
+            if group.redelivered:
+                fresh = await self._not_stored(group.redelivered)
+                self.stats.redelivered_rows_skipped += len(group.redelivered) - len(fresh)
+                rows = rows + fresh
+            await self._store.insert(TABLE, rows, COLUMNS, dedup_token=group_token(group.ids))
+        except Exception as err:  # the store failing in any way must not lose or stop anything
+            await self._nak_all(group, err)
+            return
+        self.stats.rows_inserted += len(rows)
+        self.stats.batches += 1
+        for msg in group.msgs:
+            await msg.ack()
+        self.stats.messages_acked += len(group.msgs)
+
+    async def _not_stored(self, rows: list[list[Any]]) -> list[list[Any]]:
+        """The rows whose (endpoint, request_id) the table does not hold yet."""
+        stored: set[tuple[str, str]] = set()
+        keys = sorted({(row[0], row[2]) for row in rows})
+        for i in range(0, len(keys), _CHECK_CHUNK):
+            chunk = keys[i : i + _CHECK_CHUNK]
+            result = await self._store.query(
+                f"SELECT endpoint, request_id FROM {TABLE} "
+                "WHERE (endpoint, request_id) IN {keys:Array(Tuple(String, String))}",
+                {"keys": chunk},
+            )
+            stored.update((str(e), str(r)) for e, r in result)
+        return [row for row in rows if (row[0], row[2]) not in stored]
+
+    async def _nak_all(self, group: _Group, err: Exception) -> None:
+        text = f"{type(err).__name__}: {err}"[:_MAX_ERROR]
+        self.stats.last_error = text
+        deliveries = max((m.metadata.num_delivered or 1) for m in group.msgs)
+        delay = backoff_delay(deliveries, self.config.backoff_s)
+        log.warning("telemetry insert failed; redelivering", messages=len(group), delay_s=delay, error=text)
+        for msg in group.msgs:
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=delay)
+        self.stats.retried += len(group.msgs)
+
+    async def _poison(self, msg: Msg, error: str) -> None:
+        await msg.term()
+        self.stats.poisoned += 1
+        self.stats.last_error = error[:_MAX_ERROR]
+        meta = msg.metadata
+        log.error("poison telemetry message terminated", subject=msg.subject, error=error)
+        report = events_pb2.ServicePoisonMessage(
+            stream=self.config.stream,
+            consumer=self.config.durable,
+            subject=msg.subject,
+            msg_id=(msg.headers or {}).get(MSG_ID_HEADER, ""),
+            stream_sequence=meta.sequence.stream if meta.sequence else 0,
+            deliveries=meta.num_delivered or 0,
+            error=error[:1000],
+            payload_bytes=len(msg.data),
+        )
+        event = new_event(
+            EventKind.SERVICE_POISON_MESSAGE, endpoint="", source=self.config.source, payload_message=report
+        )
+        try:
+            await publish_event(self._js, event)
+        except Exception as report_err:  # already terminated; the log line above remains
+            log.error("could not report poison message", error=str(report_err))
