@@ -22,7 +22,7 @@ from nats.js.kv import KeyValue
 from tokenizers import Tokenizer
 
 from evertune.bus import publish
-from evertune.errors import EvertuneError
+from evertune.errors import EvertuneError, Unavailable
 from evertune.model import ensure_model, load_tokenizer
 from evertune.runtime import Service, ServiceContext
 from evertune.v1 import telemetry_pb2
@@ -78,7 +78,14 @@ class GatewayService(Service):
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, settings.host, settings.port, reuse_port=False)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as err:
+            await self._runner.cleanup()
+            raise Unavailable(
+                f"gateway cannot listen on {settings.host}:{settings.port}: {err.strerror or err}"
+                " (set EVERTUNE_GATEWAY_PORT, 0 picks a free port)"
+            ) from None
         sockets = [
             s for server in [site._server] if server is not None for s in getattr(server, "sockets", [])
         ]

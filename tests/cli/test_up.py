@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -124,3 +125,13 @@ def test_invalid_setting_is_one_line_naming_it(tmp_path: Path) -> None:
     assert_one_line_error(result, "EVERTUNE_SHUTDOWN_TIMEOUT_S")
     result = evertune("up", "--data-dir", str(tmp_path), env=cli_env(EVERTUNE_RUNNER_HARDWARE="Not A Class"))
     assert_one_line_error(result, "EVERTUNE_RUNNER_HARDWARE")
+
+
+def test_taken_gateway_port_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = evertune("up", "--data-dir", str(tmp_path), env=cli_env(EVERTUNE_GATEWAY_PORT=str(port)))
+    assert_one_line_error(result, f"127.0.0.1:{port}", "EVERTUNE_GATEWAY_PORT")
+    assert processes_mentioning(str(tmp_path)) == []
