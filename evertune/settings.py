@@ -16,6 +16,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from evertune.errors import SettingsError
 
 DEFAULT_DATA_DIR = Path("~/.evertune").expanduser()
+#: URL schemes a NATS server address may have.
+NATS_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
 
 
 class SharedSettings(BaseSettings):
@@ -47,7 +49,7 @@ class SharedSettings(BaseSettings):
     @classmethod
     def _nats_scheme(cls, value: str) -> str:
         for server in filter(None, (s.strip() for s in value.split(","))):
-            if not server.startswith(("nats://", "tls://", "ws://", "wss://")):
+            if not server.startswith(NATS_SCHEMES):
                 raise ValueError(f"{server!r} is not a NATS URL (nats://host:port)")
         return value
 

@@ -7,8 +7,9 @@ import asyncio
 import nats
 from nats.aio.client import Client
 
-from evertune.errors import BusUnavailable
+from evertune.errors import BusUnavailable, InvalidArgument
 from evertune.logging import get_logger
+from evertune.settings import NATS_SCHEMES
 
 log = get_logger("evertune.bus")
 
@@ -18,6 +19,9 @@ def parse_servers(urls: str) -> list[str]:
     servers = [u.strip() for u in urls.split(",") if u.strip()]
     if not servers:
         raise BusUnavailable("no NATS server given (set EVERTUNE_NATS_URL)")
+    for server in servers:
+        if not server.startswith(NATS_SCHEMES):
+            raise InvalidArgument(f"{server!r} is not a NATS URL (nats://host:port)")
     return servers
 
 
