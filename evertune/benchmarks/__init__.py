@@ -33,6 +33,11 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "run",
         "telemetry records through JetStream and the profiler sink into chDB",
     ),
+    "monitor": (
+        "evertune.benchmarks.monitor",
+        "run",
+        "sla-monitor detection delay after a TTFT doubling, and false breaches at a steady level",
+    ),
     "bus": ("evertune.benchmarks.bus", "run", "JetStream publish throughput on the embedded nats-server"),
     "store": (
         "evertune.benchmarks.store",

@@ -4,7 +4,9 @@ A thin shell around the pure core (`monitor.py`): a durable consumer on `evertun
 feeds finished requests into the windows, and an evaluation loop runs every rule each
 `evaluate_interval_s` and publishes the decisions. Decisions wait in an outbox until published;
 their event ids derive from the breach id, so a republished decision is stored once by JetStream.
-Drift detection and alert integrations arrive later (see docs/services/sla-monitor.md).
+Each decision is also queued for the alert receivers (`receivers.py`: Alertmanager, PagerDuty,
+plain webhooks), delivered by tasks of their own. Drift detection arrives later (see
+docs/services/sla-monitor.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, ClassVar
 from evertune.sla_monitor.alerts import Breach, Decision, Resolved
 from evertune.sla_monitor.burn_rate import unreachable_rules
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
+from evertune.sla_monitor.receivers import AlertDispatcher
 from evertune.sla_monitor.settings import SlaMonitorSettings
 from evertune.sla_monitor.window import Observation, Targets, WindowStats, p99_gap
 from google.protobuf.duration_pb2 import Duration
@@ -104,6 +107,13 @@ class SlaMonitorService(Service):
         self._consumer: DurableConsumer | None = None
         self._js: JetStreamContext | None = None
         self._warned_unreachable: set[str] = set()
+        self.alerts = AlertDispatcher(  #: alert receivers (queues and delivery tasks)
+            settings.receivers,
+            policy=settings.retry_policy(),
+            timeout_s=settings.receiver_timeout_s,
+            queue_size=settings.receiver_queue_size,
+            log=self.log,
+        )
 
     # --- SLO lookup --------------------------------------------------------------------------
     def slo_for(self, endpoint: str) -> endpoint_pb2.Slo:
@@ -118,11 +128,15 @@ class SlaMonitorService(Service):
     async def on_start(self, ctx: ServiceContext) -> None:
         self._js = ctx.js
         spec = ConsumerSpec(
-            stream="TELEMETRY", durable=self.settings.durable, filter_subject="evertune.telemetry.>"
+            stream="TELEMETRY", durable=self.settings.durable, filter_subject=self.settings.subject
         )
         self._consumer = DurableConsumer(ctx.js, spec, self._on_batch, source=self.name)
         self.spawn(self._consumer.run(self.stopping), name="telemetry")
         self.spawn(self._evaluate_loop(), name="evaluate")
+        self.alerts.start(self.spawn, self.stopping)
+
+    async def on_stop(self) -> None:
+        await self.alerts.close()
 
     async def _on_batch(self, msg: Msg) -> None:
         try:
@@ -179,6 +193,7 @@ class SlaMonitorService(Service):
         decisions = self.monitor.evaluate(now)
         for decision in decisions:
             self.outbox.append(self._event(decision))
+            self.alerts.enqueue(decision)
         return decisions
 
     async def _flush(self) -> None:
@@ -300,6 +315,7 @@ class SlaMonitorService(Service):
             "resolved": counters.resolved,
             "events_published": self.published,
             "events_pending": len(self.outbox),
+            "receivers": self.alerts.details(),
         }
 
 

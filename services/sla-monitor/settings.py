@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from evertune.sla_monitor.burn_rate import DEFAULT_RULES, BurnRateRule
+from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy, check_receivers
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -18,6 +19,8 @@ class SlaMonitorSettings(BaseSettings):
 
     #: durable consumer name on TELEMETRY; instances sharing it share the telemetry
     durable: str = "sla-monitor"
+    #: telemetry subjects watched (within the TELEMETRY stream); one endpoint's: `evertune.telemetry.<name>`
+    subject: str = Field(default="evertune.telemetry.>", min_length=1)
     #: seconds between two evaluations of every rule
     evaluate_interval_s: float = Field(default=1.0, gt=0)
     #: time slot of sketches and counts, in seconds (before time_scale)
@@ -44,6 +47,19 @@ class SlaMonitorSettings(BaseSettings):
     attainment_target: float = Field(default=0.9, gt=0, lt=1)
     #: batch ids remembered to skip a redelivered telemetry batch
     dedup_batches: int = Field(default=10000, ge=0)
+    #: alert receivers until the endpoint registry exists (JSON list of
+    #: {kind: alertmanager|pagerduty|webhook, url, routing_key?, min_severity?, name?})
+    receivers: list[ReceiverConfig] = Field(default_factory=list)
+    #: seconds one alert POST may take (connect and answer)
+    receiver_timeout_s: float = Field(default=5.0, gt=0)
+    #: an alert not delivered this many seconds after it was decided is dropped
+    alert_max_age_s: float = Field(default=3600.0, gt=0)
+    #: alerts pending per receiver at most; a full queue drops its oldest
+    receiver_queue_size: int = Field(default=1000, ge=1)
+    #: wait before the first retry of a failed delivery, in seconds (doubles each try, jittered)
+    retry_base_s: float = Field(default=0.5, gt=0)
+    #: longest wait between two delivery tries, in seconds
+    retry_cap_s: float = Field(default=60.0, gt=0)
 
     @field_validator("rules")
     @classmethod
@@ -57,6 +73,15 @@ class SlaMonitorSettings(BaseSettings):
             if rule.burn_rate <= 0:
                 raise ValueError(f"rule {rule.name}: burn_rate must be > 0")
         return rules
+
+    @field_validator("receivers")
+    @classmethod
+    def _check_receivers(cls, receivers: list[ReceiverConfig]) -> list[ReceiverConfig]:
+        return check_receivers(receivers)
+
+    def retry_policy(self) -> RetryPolicy:
+        """The delivery retry policy of the settings."""
+        return RetryPolicy(base_s=self.retry_base_s, cap_s=self.retry_cap_s, max_age_s=self.alert_max_age_s)
 
     def scaled_rules(self) -> tuple[BurnRateRule, ...]:
         """The rules with their windows multiplied by `time_scale`."""

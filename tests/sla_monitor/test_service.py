@@ -59,6 +59,7 @@ async def test_ttft_jump_gives_one_breach_then_resolved_with_the_same_id(
     settings = load_settings(
         SlaMonitorSettings,
         durable=f"sla-test-{uuid.uuid4().hex[:10]}",
+        subject=f"evertune.telemetry.{endpoint}",
         evaluate_interval_s=0.2,
         slot_s=0.5,
         sketch_history_s=10,

@@ -1,0 +1,235 @@
+"""Alert integrations, async shell: one bounded queue and one delivery task per receiver.
+
+The monitor only calls `AlertDispatcher.enqueue` (synchronous, never waits): the body is built
+there (pure, `payloads.py`) and appended to the queue of every receiver whose `min_severity` the
+incident meets. Each receiver's task POSTs its queue in order with aiohttp; 429, 5xx and
+connection errors are retried with capped, jittered exponential backoff; other answers (400, ...)
+drop the alert (counted); an alert older than `max_age_s` is dropped; a full queue drops its oldest.
+Tasks wait on their queue or the service's stop event; nothing polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+import structlog
+from evertune.sla_monitor.alerts import Decision
+from evertune.sla_monitor.payloads import (
+    AlertFacts,
+    ReceiverConfig,
+    RetryPolicy,
+    alert_facts,
+    payload_for,
+)
+
+
+class Spawn(Protocol):
+    """A service's `spawn`: runs a coroutine as a named loop for the life of the service."""
+
+    def __call__(self, coro: Coroutine[Any, Any, None], *, name: str) -> None: ...
+
+
+@dataclass
+class PendingAlert:
+    """One body waiting for delivery to one receiver."""
+
+    breach_id: str  #: incident id (for logs)
+    status: str  #: "firing" or "resolved" (for logs)
+    body: dict[str, Any]  #: JSON body POSTed
+    created_at: float  #: when it was enqueued, on the dispatcher's clock
+    attempts: int = 0  #: POSTs tried so far
+
+
+@dataclass
+class ReceiverStats:
+    """Counters of one receiver, shown in the service status."""
+
+    enqueued: int = 0  #: alerts queued for it
+    delivered: int = 0  #: alerts it answered 2xx to
+    retried: int = 0  #: attempts that failed with a retryable error (429, 5xx, connection)
+    dropped: int = 0  #: alerts given up on (rejected + expired + overflow)
+    rejected: int = 0  #: of which answered with a non-retryable code (400, 404, ...)
+    expired: int = 0  #: of which older than max_age_s
+    overflow: int = 0  #: of which pushed out of a full queue (the oldest goes)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ReceiverQueue:
+    """A receiver's pending alerts (oldest first) and its counters."""
+
+    config: ReceiverConfig  #: the receiver
+    maxsize: int  #: pending alerts kept at most
+    pending: deque[PendingAlert] = field(default_factory=deque)  #: oldest first
+    stats: ReceiverStats = field(default_factory=ReceiverStats)  #: counters
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  #: set when something is queued
+
+
+class AlertDispatcher:
+    """Fans decisions out to the receivers and runs one delivery task per receiver."""
+
+    def __init__(
+        self,
+        receivers: list[ReceiverConfig],
+        *,
+        policy: RetryPolicy,
+        timeout_s: float = 5.0,
+        queue_size: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+        log: structlog.stdlib.BoundLogger | None = None,
+    ) -> None:
+        self.policy = policy
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.rand = rand
+        self.log = log or structlog.stdlib.get_logger("evertune.sla-monitor.receivers")
+        self.queues = [ReceiverQueue(config=r, maxsize=max(1, queue_size)) for r in receivers]
+        self._session: aiohttp.ClientSession | None = None
+
+    # --- monitor side (synchronous, never blocks) --------------------------------------------
+    def enqueue(self, decision: Decision) -> int:
+        """Queue `decision` for every receiver that takes its severity; returns how many."""
+        return self.enqueue_facts(alert_facts(decision))
+
+    def enqueue_facts(self, facts: AlertFacts) -> int:
+        now = self.clock()
+        queued = 0
+        for q in self.queues:
+            if not q.config.accepts(facts.severity):
+                continue
+            if len(q.pending) >= q.maxsize:
+                old = q.pending.popleft()
+                q.stats.dropped += 1
+                q.stats.overflow += 1
+                self.log.warning(
+                    "alert queue full; dropped the oldest", receiver=q.config.name, breach_id=old.breach_id
+                )
+            body = payload_for(q.config, facts)
+            q.pending.append(PendingAlert(facts.breach_id, facts.status, body, created_at=now))
+            q.stats.enqueued += 1
+            q.wake.set()
+            queued += 1
+        return queued
+
+    # --- delivery side -----------------------------------------------------------------------
+    def start(self, spawn: Spawn, stopping: asyncio.Event) -> None:
+        """Spawn one delivery task per receiver; they return once `stopping` is set."""
+        if not self.queues:
+            return
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        for q in self.queues:
+            spawn(self._deliver_loop(q, stopping), name=f"alerts:{q.config.name}")
+
+    async def close(self) -> None:
+        """Close the HTTP session (after the delivery tasks have ended)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _deliver_loop(self, q: ReceiverQueue, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            if not q.pending:
+                q.wake.clear()
+                await _wait_either(q.wake, stopping)
+                continue
+            alert = q.pending[0]
+            if self.policy.expired(alert.created_at, self.clock()):
+                self._drop(q, alert, "expired")
+                continue
+            status, error = await self._post(q.config.target, alert.body)
+            alert.attempts += 1
+            outcome = self.policy.outcome(status)
+            if outcome == "delivered":
+                _remove(q, alert)
+                q.stats.delivered += 1
+                self.log.info(
+                    "alert delivered",
+                    receiver=q.config.name,
+                    breach_id=alert.breach_id,
+                    alert_status=alert.status,
+                    attempts=alert.attempts,
+                )
+            elif outcome == "drop":
+                self._drop(q, alert, "rejected", http_status=status, error=error)
+            elif alert not in q.pending:  # pushed out of a full queue while in flight (counted there)
+                continue
+            else:
+                q.stats.retried += 1
+                delay = self.policy.delay(alert.attempts, self.rand())
+                self.log.warning(
+                    "alert delivery failed; will retry",
+                    receiver=q.config.name,
+                    breach_id=alert.breach_id,
+                    http_status=status,
+                    error=error,
+                    attempt=alert.attempts,
+                    retry_in_s=round(delay, 3),
+                )
+                await _wait_either(stopping, timeout_s=delay)
+
+    def _drop(self, q: ReceiverQueue, alert: PendingAlert, why: str, **fields: Any) -> None:
+        if not _remove(q, alert):
+            return  # pushed out of a full queue while in flight: counted as overflow already
+        q.stats.dropped += 1
+        if why == "expired":
+            q.stats.expired += 1
+        else:
+            q.stats.rejected += 1
+        self.log.warning(
+            f"alert dropped ({why})",
+            receiver=q.config.name,
+            breach_id=alert.breach_id,
+            alert_status=alert.status,
+            attempts=alert.attempts,
+            **fields,
+        )
+
+    async def _post(self, url: str, body: dict[str, Any]) -> tuple[int | None, str]:
+        """POST `body`; (status, "") on an answer, (None, error) when none came."""
+        assert self._session is not None, "AlertDispatcher.start was not called"
+        try:
+            async with self._session.post(url, json=body) as resp:
+                text = await resp.text()
+                return resp.status, "" if resp.status < 300 else " ".join(text.split())[:200]
+        except (aiohttp.ClientError, TimeoutError) as err:
+            return None, str(err) or type(err).__name__
+
+    # --- status ------------------------------------------------------------------------------
+    def details(self) -> dict[str, Any]:
+        """Per receiver: kind, pending and the counters."""
+        return {
+            q.config.name: {"kind": q.config.kind, "pending": len(q.pending), **q.stats.as_dict()}
+            for q in self.queues
+        }
+
+
+def _remove(q: ReceiverQueue, alert: PendingAlert) -> bool:
+    """Take `alert` off the head of `q`; False when it is no longer there."""
+    if q.pending and q.pending[0] is alert:
+        q.pending.popleft()
+        return True
+    return False
+
+
+async def _wait_either(
+    first: asyncio.Event, second: asyncio.Event | None = None, *, timeout_s: float | None = None
+) -> None:
+    """Return when either event is set (or after `timeout_s`)."""
+    waits = [asyncio.ensure_future(first.wait())]
+    if second is not None:
+        waits.append(asyncio.ensure_future(second.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
