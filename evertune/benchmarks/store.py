@@ -16,28 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from evertune.benchmarks import Figures
+from evertune.profiler.sink import COLUMNS
 from evertune.store import Store, migrate, open_store
-
-COLUMNS = (
-    "endpoint",
-    "deployment",
-    "request_id",
-    "ts",
-    "api",
-    "model",
-    "stream",
-    "status_code",
-    "error_class",
-    "ttft_ms",
-    "e2e_ms",
-    "upstream_ttft_ms",
-    "itl_ms",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "prefix_hashes",
-    "client_disconnected",
-)
 
 PERCENTILES_SQL = """
 SELECT toStartOfMinute(ts) AS minute, deployment,

@@ -1,7 +1,14 @@
 """The message bus: NATS with JetStream. Connect, declare, publish with ids, consume durably, KV."""
 
 from evertune.bus.connection import connect
-from evertune.bus.consumer import ConsumerSpec, ConsumerStats, DurableConsumer, Handler, PoisonMessage
+from evertune.bus.consumer import (
+    ConsumerSpec,
+    ConsumerStats,
+    DurableConsumer,
+    Handler,
+    PoisonMessage,
+    terminate_poison,
+)
 from evertune.bus.definitions import DeclareReport, Definitions, declare, load_definitions
 from evertune.bus.kv import Bucket, Entry
 from evertune.bus.publish import MSG_ID_HEADER, publish, publish_event
@@ -22,4 +29,5 @@ __all__ = [
     "load_definitions",
     "publish",
     "publish_event",
+    "terminate_poison",
 ]

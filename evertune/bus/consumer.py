@@ -150,24 +150,39 @@ class DurableConsumer:
         self.stats.retried += 1
 
     async def _poison(self, msg: Msg, error: str) -> None:
-        await msg.term()
         self.stats.poisoned += 1
-        meta = msg.metadata
-        log.error("poison message terminated", subject=msg.subject, error=error)
-        report = events_pb2.ServicePoisonMessage(
+        await terminate_poison(
+            self._js,
+            msg,
             stream=self._spec.stream,
             consumer=self._spec.durable,
-            subject=msg.subject,
-            msg_id=(msg.headers or {}).get(MSG_ID_HEADER, ""),
-            stream_sequence=meta.sequence.stream if meta.sequence else 0,
-            deliveries=meta.num_delivered or 0,
-            error=error[:1000],
-            payload_bytes=len(msg.data),
+            source=self._source,
+            error=error,
         )
-        event = new_event(
-            EventKind.SERVICE_POISON_MESSAGE, endpoint="", source=self._source, payload_message=report
-        )
-        try:
-            await publish_event(self._js, event)
-        except Exception as err:  # the message is already terminated; the log line above remains
-            log.error("could not report poison message", error=str(err))
+
+
+async def terminate_poison(
+    js: JetStreamContext, msg: Msg, *, stream: str, consumer: str, source: str, error: str
+) -> None:
+    """Terminate `msg` (no redelivery) and report it as a `service.poison_message` event.
+
+    The report failing to publish is logged, not raised: the message is already terminated.
+    """
+    await msg.term()
+    meta = msg.metadata
+    log.error("poison message terminated", subject=msg.subject, consumer=consumer, error=error)
+    report = events_pb2.ServicePoisonMessage(
+        stream=stream,
+        consumer=consumer,
+        subject=msg.subject,
+        msg_id=(msg.headers or {}).get(MSG_ID_HEADER, ""),
+        stream_sequence=meta.sequence.stream if meta.sequence else 0,
+        deliveries=meta.num_delivered or 0,
+        error=error[:1000],
+        payload_bytes=len(msg.data),
+    )
+    event = new_event(EventKind.SERVICE_POISON_MESSAGE, endpoint="", source=source, payload_message=report)
+    try:
+        await publish_event(js, event)
+    except Exception as err:
+        log.error("could not report poison message", error=str(err))

@@ -33,11 +33,10 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from evertune.bus import MSG_ID_HEADER, PoisonMessage, publish_event
-from evertune.events import EventKind, new_event
+from evertune.bus import MSG_ID_HEADER, PoisonMessage, terminate_poison
 from evertune.logging import get_logger
 from evertune.store import Store
-from evertune.v1 import events_pb2, telemetry_pb2
+from evertune.v1 import telemetry_pb2
 
 log = get_logger("evertune.profiler.sink")
 
@@ -329,25 +328,13 @@ class TelemetrySink:
         self.stats.retried += len(group.msgs)
 
     async def _poison(self, msg: Msg, error: str) -> None:
-        await msg.term()
         self.stats.poisoned += 1
         self.stats.last_error = error[:_MAX_ERROR]
-        meta = msg.metadata
-        log.error("poison telemetry message terminated", subject=msg.subject, error=error)
-        report = events_pb2.ServicePoisonMessage(
+        await terminate_poison(
+            self._js,
+            msg,
             stream=self.config.stream,
             consumer=self.config.durable,
-            subject=msg.subject,
-            msg_id=(msg.headers or {}).get(MSG_ID_HEADER, ""),
-            stream_sequence=meta.sequence.stream if meta.sequence else 0,
-            deliveries=meta.num_delivered or 0,
-            error=error[:1000],
-            payload_bytes=len(msg.data),
+            source=self.config.source,
+            error=error,
         )
-        event = new_event(
-            EventKind.SERVICE_POISON_MESSAGE, endpoint="", source=self.config.source, payload_message=report
-        )
-        try:
-            await publish_event(self._js, event)
-        except Exception as report_err:  # already terminated; the log line above remains
-            log.error("could not report poison message", error=str(report_err))
