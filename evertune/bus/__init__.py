@@ -7,6 +7,7 @@ from evertune.bus.consumer import (
     DurableConsumer,
     Handler,
     PoisonMessage,
+    fetch_unless_stopped,
     terminate_poison,
 )
 from evertune.bus.definitions import DeclareReport, Definitions, declare, load_definitions
@@ -26,6 +27,7 @@ __all__ = [
     "PoisonMessage",
     "connect",
     "declare",
+    "fetch_unless_stopped",
     "load_definitions",
     "publish",
     "publish_event",

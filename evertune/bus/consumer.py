@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -96,17 +97,11 @@ class DurableConsumer:
         stopping = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
-                fetching = asyncio.create_task(sub.fetch(spec.batch, timeout=spec.fetch_timeout_s))
-                done, _ = await asyncio.wait({fetching, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if fetching not in done:
-                    fetching.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await fetching
+                msgs = await fetch_unless_stopped(
+                    sub, batch=spec.batch, timeout_s=spec.fetch_timeout_s, stopping=stopping
+                )
+                if msgs is None:
                     break
-                try:
-                    msgs = fetching.result()
-                except (NatsTimeoutError, TimeoutError):
-                    continue
                 for msg in msgs:
                     await self._handle(msg)
         finally:
@@ -159,6 +154,25 @@ class DurableConsumer:
             source=self._source,
             error=error,
         )
+
+
+async def fetch_unless_stopped(
+    sub: JetStreamContext.PullSubscription, *, batch: int, timeout_s: float, stopping: asyncio.Task[Any]
+) -> list[Msg] | None:
+    """One fetch raced against `stopping`: the messages ([] when the fetch timed out empty), or None
+    when stop came first. A fetch cut short leaves its messages unacked on the server, for the
+    next fetch or another instance."""
+    fetching = asyncio.create_task(sub.fetch(batch, timeout=timeout_s))
+    done, _ = await asyncio.wait({fetching, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if fetching not in done:
+        fetching.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await fetching
+        return None
+    try:
+        return fetching.result()
+    except (NatsTimeoutError, TimeoutError):
+        return []
 
 
 async def terminate_poison(

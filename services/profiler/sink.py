@@ -29,11 +29,10 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from evertune.bus import MSG_ID_HEADER, PoisonMessage, terminate_poison
+from evertune.bus import MSG_ID_HEADER, PoisonMessage, fetch_unless_stopped, terminate_poison
 from evertune.logging import get_logger
 from evertune.store import Store
 from evertune.v1 import telemetry_pb2
@@ -242,17 +241,11 @@ class TelemetrySink:
                     timeout = max(left, 0.001)
                 else:
                     timeout = c.fetch_timeout_s
-                fetching = asyncio.create_task(sub.fetch(c.fetch_batch, timeout=timeout))
-                done, _ = await asyncio.wait({fetching, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if fetching not in done:
-                    fetching.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await fetching
+                msgs = await fetch_unless_stopped(
+                    sub, batch=c.fetch_batch, timeout_s=timeout, stopping=stopping
+                )
+                if msgs is None:
                     break
-                try:
-                    msgs = fetching.result()
-                except (NatsTimeoutError, TimeoutError):
-                    continue
                 for msg in msgs:
                     await self._take(group, msg)
                     if len(group.rows) + len(group.redelivered) >= c.batch_rows:
