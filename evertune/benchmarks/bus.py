@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from nats.js import JetStreamContext
 
 from evertune.benchmarks import Figures
-from evertune.bus import connect, declare, load_definitions, publish
-from evertune.nats_server import EmbeddedNats
+from evertune.benchmarks.scratch import scratch_bus
+from evertune.bus import publish
 
 PAYLOAD = b"x" * 300  # about one telemetry record
 BATCH_RECORDS = 500
@@ -54,21 +52,12 @@ async def _batched(js: JetStreamContext, messages: int) -> float:
 
 async def run(quick: bool) -> Figures:
     n, repeats = (500, 3) if quick else (3000, 5)
-    with tempfile.TemporaryDirectory(prefix="evertune-bench-") as tmp:
-        server = EmbeddedNats(Path(tmp) / "nats")
-        await server.start()
-        try:
-            nc = await connect(server.url, name="evertune-bench")
-            js = nc.jetstream()
-            await declare(js, load_definitions())
-            awaited, in_flight, batched = [], [], []
-            for _ in range(repeats):
-                awaited.append(await _awaited(js, n))
-                in_flight.append(await _in_flight(js, n * 2))
-                batched.append(await _batched(js, max(20, n // 25)))
-            await nc.close()
-        finally:
-            await server.stop()
+    async with scratch_bus("evertune-bench-bus") as bus:
+        awaited, in_flight, batched = [], [], []
+        for _ in range(repeats):
+            awaited.append(await _awaited(bus.js, n))
+            in_flight.append(await _in_flight(bus.js, n * 2))
+            batched.append(await _batched(bus.js, max(20, n // 25)))
     figures: Figures = {
         "benchmark": "bus",
         "repeats": repeats,

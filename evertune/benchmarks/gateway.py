@@ -14,12 +14,11 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
-from pathlib import Path
 
 from evertune.benchmarks import Figures
-from evertune.bus import Bucket, connect, declare, load_definitions
-from evertune.nats_server import EmbeddedNats, free_port
+from evertune.benchmarks.scratch import scratch_bus
+from evertune.bus import Bucket
+from evertune.nats_server import free_port
 from evertune.replay.percentiles import percentile
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings
@@ -102,21 +101,17 @@ async def run(quick: bool) -> Figures:
         str(port),
     )
     upstream_url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory(prefix="evertune-bench-") as tmp:
-        server = EmbeddedNats(Path(tmp) / "nats")
-        await server.start()
-        nc = await connect(server.url, name="evertune-bench")
-        gateway = GatewayService(GatewaySettings(port=0, spool_path=Path(tmp) / "spool.bin"))
+    async with scratch_bus("evertune-bench-gateway") as bus:
+        js = bus.js
+        gateway = GatewayService(GatewaySettings(port=0, spool_path=bus.folder / "spool.bin"))
         try:
-            js = nc.jetstream()
-            await declare(js, load_definitions())
             table = endpoint_pb2.RouteTable(
                 endpoint="bench",
                 routes=[endpoint_pb2.Route(deployment_id="d", upstream_url=upstream_url, weight=1)],
             )
             await (await Bucket.open(js, "routes")).mutate("bench", lambda _: table.SerializeToString())
             await gateway.start(
-                ServiceContext(shared=SharedSettings(data_dir=Path(tmp)), nc=nc, js=js, store=None)
+                ServiceContext(shared=SharedSettings(data_dir=bus.folder), nc=bus.nc, js=js, store=None)
             )
             assert gateway.proxy is not None and gateway.publisher is not None
             records: list[telemetry_pb2.RequestRecord] = []
@@ -141,8 +136,6 @@ async def run(quick: bool) -> Figures:
                 via += await _round(gateway_url, "bench", per_stream)
         finally:
             await gateway.stop(5.0)
-            await nc.close()
-            await server.stop()
             upstream.terminate()
             await upstream.wait()
     own = [r.ttft_ms - r.upstream_ttft_ms for r in records if r.upstream_ttft_ms > 0]

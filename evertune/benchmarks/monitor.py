@@ -39,7 +39,6 @@ import contextlib
 import math
 import random
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -51,8 +50,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from evertune.benchmarks import Figures
-from evertune.bus import connect, declare, load_definitions, publish
-from evertune.nats_server import EmbeddedNats
+from evertune.benchmarks.scratch import scratch_bus
+from evertune.bus import publish
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings
 from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
@@ -368,17 +367,6 @@ def _same_window(rule: BurnRateRule, plan: Plan, window_ms: int) -> bool:
 
 
 async def run(quick: bool) -> Figures:
-    with tempfile.TemporaryDirectory(prefix="evertune-bench-") as tmp:
-        server = EmbeddedNats(Path(tmp) / "nats")
-        await server.start()
-        try:
-            nc = await connect(server.url, name="evertune-bench-monitor")
-            try:
-                js = nc.jetstream()
-                await declare(js, load_definitions())
-                plan = Plan(endpoints=1 if quick else FULL_ENDPOINTS)
-                return await measure(nc, js, plan, Path(tmp))
-            finally:
-                await nc.close()
-        finally:
-            await server.stop()
+    async with scratch_bus("evertune-bench-monitor") as bus:
+        plan = Plan(endpoints=1 if quick else FULL_ENDPOINTS)
+        return await measure(bus.nc, bus.js, plan, bus.folder)

@@ -18,17 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 from nats.js import JetStreamContext
 
 from evertune.benchmarks import Figures
-from evertune.bus import connect, declare, load_definitions, publish
-from evertune.nats_server import EmbeddedNats
+from evertune.benchmarks.scratch import scratch_bus
+from evertune.bus import publish
 from evertune.profiler.sink import COLUMNS, TABLE, SinkConfig, TelemetrySink, decode, group_token, rows_of
 from evertune.store import Store, migrate, open_store
 from evertune.v1 import telemetry_pb2
@@ -160,21 +158,10 @@ async def _measure(js: JetStreamContext, store: Store, quick: bool) -> Figures:
 
 
 async def run(quick: bool) -> Figures:
-    with tempfile.TemporaryDirectory(prefix="evertune-bench-") as tmp:
-        server = EmbeddedNats(Path(tmp) / "nats")
-        await server.start()
+    async with scratch_bus("evertune-bench-telemetry") as bus:
+        store = await open_store(f"chdb://{bus.folder}/clickhouse", database="bench")
         try:
-            nc = await connect(server.url, name="evertune-bench-telemetry")
-            try:
-                js = nc.jetstream()
-                await declare(js, load_definitions())
-                store = await open_store(f"chdb://{tmp}/clickhouse", database="bench")
-                try:
-                    await migrate(store)
-                    return await _measure(js, store, quick)
-                finally:
-                    await store.close()
-            finally:
-                await nc.close()
+            await migrate(store)
+            return await _measure(bus.js, store, quick)
         finally:
-            await server.stop()
+            await store.close()

@@ -20,6 +20,7 @@ import re
 import signal
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -129,7 +130,30 @@ async def _group_gone(pgid: int, timeout_s: float) -> bool:
     return not process_group_pids(pgid)
 
 
-class VllmEngine:
+class _ServedInBlock(ABC):
+    """`async with engine:` starts it, waits until it is ready, and stops it on the way out."""
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def wait_ready(self, timeout_s: float = 300.0) -> None: ...
+
+    @abstractmethod
+    async def stop(self, timeout_s: float = 20.0) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        await self.wait_ready()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+class VllmEngine(_ServedInBlock):
     """One vLLM OpenAI-compatible server for an `EngineSpec`.
 
     `await start()`, `await wait_ready()`, use `base_url`, `await stop()`; or `async with` for all
@@ -332,18 +356,8 @@ class VllmEngine:
             raise EngineNotRunning(f"engine on port {self.port} is not started")
         return self._proc
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        await self.wait_ready()
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
-
-class EngineGroup:
+class EngineGroup(_ServedInBlock):
     """`spec.replicas` identical vLLM servers on their own ports (load balancing is the gateway's).
 
     Each replica gets the spec's KV cache space. On CPU, each replica is bound to its own share of
@@ -426,16 +440,6 @@ class EngineGroup:
     async def stop(self, timeout_s: float = 20.0) -> None:
         """Stop every replica (see `VllmEngine.stop`)."""
         await asyncio.gather(*(replica.stop(timeout_s) for replica in self.replicas))
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        await self.wait_ready()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
 
 def _cpu_binds(replicas: int) -> list[str | None]:
