@@ -23,6 +23,8 @@ class AlertRouteKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ALERT_ROUTE_KIND_UNSPECIFIED: _ClassVar[AlertRouteKind]
     ALERT_ROUTE_KIND_WEBHOOK: _ClassVar[AlertRouteKind]
     ALERT_ROUTE_KIND_LOG: _ClassVar[AlertRouteKind]
+    ALERT_ROUTE_KIND_ALERTMANAGER: _ClassVar[AlertRouteKind]
+    ALERT_ROUTE_KIND_PAGERDUTY: _ClassVar[AlertRouteKind]
 
 class EndpointState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -59,6 +61,8 @@ SEARCH_POLICY_OFF: SearchPolicy
 ALERT_ROUTE_KIND_UNSPECIFIED: AlertRouteKind
 ALERT_ROUTE_KIND_WEBHOOK: AlertRouteKind
 ALERT_ROUTE_KIND_LOG: AlertRouteKind
+ALERT_ROUTE_KIND_ALERTMANAGER: AlertRouteKind
+ALERT_ROUTE_KIND_PAGERDUTY: AlertRouteKind
 ENDPOINT_STATE_UNSPECIFIED: EndpointState
 ENDPOINT_STATE_PROVISIONING: EndpointState
 ENDPOINT_STATE_READY: EndpointState
@@ -101,18 +105,20 @@ class HardwarePool(_message.Message):
     def __init__(self, hardware_class: _Optional[str] = ..., max_replicas: _Optional[int] = ...) -> None: ...
 
 class AlertRoute(_message.Message):
-    __slots__ = ("name", "kind", "url", "min_severity", "event_kinds")
+    __slots__ = ("name", "kind", "url", "min_severity", "event_kinds", "routing_key")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
     MIN_SEVERITY_FIELD_NUMBER: _ClassVar[int]
     EVENT_KINDS_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: AlertRouteKind
     url: str
     min_severity: _common_pb2.Severity
     event_kinds: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[AlertRouteKind, str]] = ..., url: _Optional[str] = ..., min_severity: _Optional[_Union[_common_pb2.Severity, str]] = ..., event_kinds: _Optional[_Iterable[str]] = ...) -> None: ...
+    routing_key: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[AlertRouteKind, str]] = ..., url: _Optional[str] = ..., min_severity: _Optional[_Union[_common_pb2.Severity, str]] = ..., event_kinds: _Optional[_Iterable[str]] = ..., routing_key: _Optional[str] = ...) -> None: ...
 
 class SpeculativeConfig(_message.Message):
     __slots__ = ("method", "num_speculative_tokens", "draft_model", "prompt_lookup_max")
