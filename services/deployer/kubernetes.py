@@ -1,0 +1,366 @@
+"""The `kubernetes` serving backend: manifests for a deployment and its traffic split, and applying them.
+
+Pure rendering first: `deployment_manifests` gives an apps/v1 Deployment and a v1 Service for one
+evertune deployment (its vLLM servers), `route_manifest` gives the endpoint's traffic split as a
+Gateway API `HTTPRoute` whose backend weights are the route table's. `validate_manifest` checks a
+manifest against the Kubernetes OpenAPI schemas (kubernetes-validate) or, for the HTTPRoute, against
+the schema of the Gateway API v1 fields evertune writes (`infra/kubernetes/schemas/`).
+`write_manifests` is the dry run: the manifests as YAML files. `KubernetesApplier` sends them to a
+cluster with server-side apply through the Kubernetes client (kubernetes_asyncio).
+
+No cluster runs on the development machines: the tests render and validate, and check the applier's
+requests against a small local HTTP server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from evertune.engines import EngineSpec, HardwareProfile, server_command
+from evertune.errors import InvalidArgument, Unavailable
+
+Manifest = dict[str, Any]
+
+#: Port the vLLM server listens on inside its pod, and the Service's port.
+SERVER_PORT = 8000
+#: Field manager named in server-side apply: the owner of the fields evertune sets.
+FIELD_MANAGER = "evertune"
+#: Label keys on everything evertune renders.
+LABEL_ENDPOINT = "evertune.dev/endpoint"
+LABEL_DEPLOYMENT = "evertune.dev/deployment"
+_SCHEMA_DIR = Path(__file__).resolve().parents[2] / "infra" / "kubernetes" / "schemas"
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class InvalidManifest(InvalidArgument):
+    """A rendered manifest does not satisfy its schema (a bug or an impossible target setting)."""
+
+
+class KubernetesUnavailable(Unavailable):
+    """The Kubernetes API server refused or could not be reached."""
+
+
+class KubernetesTarget(BaseModel):
+    """Where and how deployments run on a cluster (the deployer's `kubernetes` backend settings)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Namespace of every rendered object.
+    namespace: str = Field(default="evertune", pattern=_DNS_LABEL.pattern, max_length=63)
+    #: Container image of the vLLM OpenAI-compatible server.
+    image: str = Field(default="vllm/vllm-openai:v0.32.0", min_length=1)
+    #: Gateway (Gateway API) the HTTPRoutes attach to.
+    gateway_name: str = Field(default="evertune", min_length=1)
+    #: Namespace of that Gateway (None = the target namespace).
+    gateway_namespace: str | None = None
+    #: Host name the route answers for (None = every host of the Gateway's listener).
+    hostname: str | None = None
+    #: Kubernetes version whose schemas manifests are checked against.
+    kubernetes_version: str = "1.33"
+    #: Extended resource of one accelerator device ("nvidia.com/gpu", "amd.com/gpu").
+    accelerator_resource: str = "nvidia.com/gpu"
+    #: PersistentVolumeClaim holding the model weights, mounted read-only at `model_mount_path`
+    #: (None = the image or the node provides the model path; nothing is downloaded by evertune).
+    model_volume_claim: str | None = None
+    #: Where the model volume is mounted in the container.
+    model_mount_path: str = "/models"
+    #: Seconds a pod may take to finish its streams after it is told to stop.
+    termination_grace_s: int = Field(default=120, ge=1)
+    #: Seconds a new pod may take to load the model before Kubernetes restarts it.
+    startup_timeout_s: int = Field(default=1800, ge=10)
+    #: CPU cores and memory (GiB) requested per replica on a CPU hardware class.
+    cpu_cores: int = Field(default=8, ge=1)
+    cpu_memory_gib: int = Field(default=32, ge=1)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One weighted backend of an endpoint's HTTPRoute."""
+
+    deployment_id: str  #: evertune deployment id
+    weight: int  #: relative weight, as in the route table (basis points summing to 10000)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The manifests of one deployment: what `apply` sends, in order."""
+
+    deployment: Manifest  #: apps/v1 Deployment running the vLLM replicas
+    service: Manifest  #: v1 Service in front of them
+    upstream_url: str  #: in-cluster base URL of the Service (for the gateway's route table)
+    extra: list[Manifest] = field(default_factory=list)  #: reserved for per-deployment extras
+
+
+def object_name(endpoint: str, deployment_id: str) -> str:
+    """The DNS-1035 name of a deployment's Deployment and Service: `<endpoint>-<deployment id>`."""
+    name = f"{endpoint}-{deployment_id}".lower()
+    name = re.sub(r"[^-a-z0-9]", "-", name)
+    if not name[:1].isalpha():
+        name = f"e-{name}"
+    if len(name) > 63:
+        name = name[:63]
+    name = name.rstrip("-")
+    if not _DNS_LABEL.match(name):
+        raise InvalidArgument(f"cannot make a Kubernetes name of {endpoint!r} and {deployment_id!r}")
+    return name
+
+
+def _labels(endpoint: str, deployment_id: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/managed-by": "evertune",
+        LABEL_ENDPOINT: endpoint,
+        LABEL_DEPLOYMENT: deployment_id,
+    }
+
+
+def _resources(spec: EngineSpec, hardware: HardwareProfile, target: KubernetesTarget) -> dict[str, Any]:
+    if hardware.is_cpu:
+        amount = {"cpu": str(target.cpu_cores), "memory": f"{target.cpu_memory_gib}Gi"}
+        return {"requests": dict(amount), "limits": dict(amount)}
+    devices = str(spec.tensor_parallel_size or 1)
+    return {
+        "requests": {target.accelerator_resource: devices},
+        "limits": {target.accelerator_resource: devices},
+    }
+
+
+def _container(
+    spec: EngineSpec, *, endpoint: str, hardware: HardwareProfile, target: KubernetesTarget
+) -> dict[str, Any]:
+    argv, env = server_command(
+        spec,
+        hardware=hardware,
+        python="python3",
+        host="0.0.0.0",
+        port=SERVER_PORT,
+        served_model_name=endpoint,
+    )
+    probe = {"httpGet": {"path": "/health", "port": SERVER_PORT}}
+    mounts: list[dict[str, Any]] = [{"name": "shm", "mountPath": "/dev/shm"}]
+    if target.model_volume_claim:
+        mounts.append({"name": "model", "mountPath": target.model_mount_path, "readOnly": True})
+    return {
+        "name": "vllm",
+        "image": target.image,
+        "command": argv,
+        "env": [{"name": key, "value": value} for key, value in sorted(env.items())],
+        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
+        "resources": _resources(spec, hardware, target),
+        "startupProbe": {
+            **probe,
+            "periodSeconds": 10,
+            "failureThreshold": -(-target.startup_timeout_s // 10),
+        },
+        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 2},
+        "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
+        "volumeMounts": mounts,
+    }
+
+
+def deployment_manifests(
+    *,
+    endpoint: str,
+    deployment_id: str,
+    spec: EngineSpec,
+    hardware: HardwareProfile,
+    target: KubernetesTarget,
+) -> Rendered:
+    """The Deployment and Service of one evertune deployment (`spec.replica_count` vLLM pods)."""
+    name = object_name(endpoint, deployment_id)
+    labels = _labels(endpoint, deployment_id)
+    volumes: list[dict[str, Any]] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
+    if target.model_volume_claim:
+        volumes.append(
+            {
+                "name": "model",
+                "persistentVolumeClaim": {"claimName": target.model_volume_claim, "readOnly": True},
+            }
+        )
+    deployment: Manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": target.namespace, "labels": labels},
+        "spec": {
+            "replicas": spec.replica_count,
+            "selector": {"matchLabels": {LABEL_DEPLOYMENT: deployment_id}},
+            # A new pod must be ready before an old one goes: streams in flight are never cut.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": target.termination_grace_s,
+                    "containers": [_container(spec, endpoint=endpoint, hardware=hardware, target=target)],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+    service: Manifest = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": target.namespace, "labels": labels},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {LABEL_DEPLOYMENT: deployment_id},
+            "ports": [{"name": "http", "port": SERVER_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    url = f"http://{name}.{target.namespace}.svc.cluster.local:{SERVER_PORT}"
+    return Rendered(deployment=deployment, service=service, upstream_url=url)
+
+
+def route_manifest(*, endpoint: str, backends: Sequence[Backend], target: KubernetesTarget) -> Manifest:
+    """The endpoint's HTTPRoute: OpenAI paths to the deployments' Services by their route weights.
+
+    Backends of weight 0 stay listed (no new requests; streams in flight finish on their pods).
+    """
+    if not 1 <= len(backends) <= 16:
+        raise InvalidArgument(f"an HTTPRoute rule takes 1 to 16 backends, got {len(backends)}")
+    parent: dict[str, Any] = {
+        "group": "gateway.networking.k8s.io",
+        "kind": "Gateway",
+        "name": target.gateway_name,
+    }
+    if target.gateway_namespace:
+        parent["namespace"] = target.gateway_namespace
+    spec: dict[str, Any] = {
+        "parentRefs": [parent],
+        "rules": [
+            {
+                "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+                "backendRefs": [
+                    {
+                        "group": "",
+                        "kind": "Service",
+                        "name": object_name(endpoint, b.deployment_id),
+                        "port": SERVER_PORT,
+                        "weight": b.weight,
+                    }
+                    for b in backends
+                ],
+            }
+        ],
+    }
+    if target.hostname:
+        spec["hostnames"] = [target.hostname]
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": object_name(endpoint, "route"),
+            "namespace": target.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "evertune", LABEL_ENDPOINT: endpoint},
+        },
+        "spec": spec,
+    }
+
+
+@cache
+def _local_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    path = _SCHEMA_DIR / f"{kind.lower()}-{api_version.replace('/', '-').replace('.', '-')}.json"
+    if not path.is_file():
+        return None
+    loaded: dict[str, Any] = json.loads(path.read_text())
+    return loaded
+
+
+def validate_manifest(manifest: Manifest, *, kubernetes_version: str) -> None:
+    """Raise `InvalidManifest` (one line: kind, name, the failing path and why) unless it is valid."""
+    kind, name = manifest.get("kind", "?"), manifest.get("metadata", {}).get("name", "?")
+    local = _local_schema(str(manifest.get("apiVersion", "")), str(kind))
+    try:
+        if local is not None:
+            jsonschema.Draft202012Validator(local).validate(manifest)
+        else:
+            kubernetes_validate.validate(manifest, kubernetes_version, strict=True)
+    except jsonschema.ValidationError as err:
+        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
+        raise InvalidManifest(f"{kind} {name}: {where}: {err.message}") from None
+    except kubernetes_validate.SchemaNotFoundError as err:
+        raise InvalidManifest(f"{kind} {name}: no schema: {err.message}") from None
+
+
+def write_manifests(manifests: Sequence[Manifest], folder: Path) -> list[Path]:
+    """The dry run: each manifest as `<kind>-<name>.yaml` in `folder` (created); returns the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for manifest in manifests:
+        path = folder / f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        paths.append(path)
+    return paths
+
+
+class KubernetesApplier:
+    """Server-side apply of rendered manifests (Deployment, Service, HTTPRoute) to one cluster.
+
+    `api_client` is a `kubernetes_asyncio.client.ApiClient` configured for the cluster (kubeconfig
+    or in-cluster); the applier does not own it.
+    """
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes_asyncio import client
+
+        self._apps = client.AppsV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        """Create or update `manifest` (server-side apply, evertune's field manager, forced)."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        kind, meta = manifest["kind"], manifest["metadata"]
+        options: dict[str, Any] = {
+            "field_manager": FIELD_MANAGER,
+            "force": True,
+            "_content_type": "application/apply-patch+yaml",
+        }
+        try:
+            if kind == "Deployment":
+                await self._apps.patch_namespaced_deployment(
+                    meta["name"], meta["namespace"], manifest, **options
+                )
+            elif kind == "Service":
+                await self._core.patch_namespaced_service(
+                    meta["name"], meta["namespace"], manifest, **options
+                )
+            elif kind == "HTTPRoute":
+                group, version = manifest["apiVersion"].split("/")
+                await self._custom.patch_namespaced_custom_object(
+                    group, version, meta["namespace"], "httproutes", meta["name"], manifest, **options
+                )
+            else:
+                raise InvalidArgument(f"the kubernetes backend does not apply kind {kind!r}")
+        except ApiException as err:
+            raise KubernetesUnavailable(
+                f"applying {kind} {meta['name']} failed: HTTP {err.status} {err.reason}"
+            ) from None
+
+    async def delete(self, *, kind: str, name: str, namespace: str) -> None:
+        """Delete one object; an object already gone is not an error."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            if kind == "Deployment":
+                await self._apps.delete_namespaced_deployment(name, namespace)
+            elif kind == "Service":
+                await self._core.delete_namespaced_service(name, namespace)
+            else:
+                raise InvalidArgument(f"the kubernetes backend does not delete kind {kind!r}")
+        except ApiException as err:
+            if err.status != 404:
+                raise KubernetesUnavailable(
+                    f"deleting {kind} {name} failed: HTTP {err.status} {err.reason}"
+                ) from None
