@@ -1,0 +1,204 @@
+"""Canary analysis: is the canary no worse than the stable deployment? (pure: no I/O, no clock)
+
+At each step of a rollout the deployer gathers, from telemetry, what each arm served over the step
+(`ArmWindow`: per-request TTFT and per-request p99 inter-token gap, requests and errors) and asks
+`analyse` for a verdict:
+
+- HOLD while either arm has fewer than `min_requests` requests: too little to tell.
+- ROLL_BACK when any check fails:
+  - TTFT p50 and TTFT tail (p99 from `tail_min_requests` canary requests on, p90 below that): the
+    canary's figure exceeds the stable one by more than the relative tolerance AND the absolute
+    slack, AND a one-sided Mann-Whitney U test says canary TTFTs are larger (p < `p_value`). The
+    test keeps noise from rolling back a good canary; the tolerance keeps a real but trivial shift
+    on thousands of requests from doing so.
+  - inter-token: the canary's p99 of per-request p99 gaps exceeds the stable one by more than its
+    tolerance and slack;
+  - errors: the canary's error share exceeds the stable one by more than `max_error_share_increase`;
+  - SLO: the canary's attainment is below the target while the stable one meets it.
+- PROCEED otherwise.
+
+The checks and their thresholds are those of `CanaryPolicy` (the endpoint's rollout settings), in the
+spirit of Argo Rollouts' analysis and Flagger's metric checks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evertune.replay.percentiles import percentile
+
+
+class Verdict(Enum):
+    """What the analysis concluded (the wire's CanaryVerdict)."""
+
+    PROCEED = "proceed"  #: no worse: go to the next step
+    HOLD = "hold"  #: not enough requests yet: stay at this weight
+    ROLL_BACK = "roll_back"  #: worse: take the canary out
+
+
+class CanaryPolicy(BaseModel):
+    """Thresholds of the canary checks; every field can be set per endpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: requests each arm must have served in the step before it is judged
+    min_requests: int = Field(default=30, ge=1)
+    #: canary requests from which the tail check uses p99 (below: p90)
+    tail_min_requests: int = Field(default=200, ge=1)
+    #: allowed relative TTFT regression of p50 and of the tail (0.10 = 10% slower)
+    max_ttft_regression: float = Field(default=0.10, ge=0)
+    #: and allowed absolute TTFT regression, in ms (a regression must exceed both to fail)
+    ttft_slack_ms: float = Field(default=5.0, ge=0)
+    #: allowed relative regression of the p99 inter-token gap
+    max_itl_regression: float = Field(default=0.20, ge=0)
+    #: and allowed absolute inter-token regression, in ms
+    itl_slack_ms: float = Field(default=2.0, ge=0)
+    #: allowed increase of the error share (absolute, 0.01 = one point)
+    max_error_share_increase: float = Field(default=0.01, ge=0, le=1)
+    #: significance of the one-sided Mann-Whitney U test on TTFT
+    p_value: float = Field(default=0.01, gt=0, lt=1)
+
+
+@dataclass(frozen=True)
+class ArmWindow:
+    """What one arm (canary or stable) served during the step."""
+
+    ttft_ms: Sequence[float]  #: TTFT of each request that got a first token, in ms
+    itl_p99_ms: Sequence[float]  #: p99 inter-token gap of each streamed request, in ms
+    requests: int  #: requests finished in the step, errors included
+    errors: int  #: requests that failed (5xx, upstream error, timeout)
+    attainment: float | None = None  #: share meeting the SLO (None = no SLO known)
+
+    @property
+    def error_share(self) -> float:
+        """Failed share of the requests (0 for none)."""
+        return self.errors / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of an analysis."""
+
+    name: str  #: "ttft_p50", "ttft_p99" / "ttft_p90", "itl_p99", "error_share", "attainment"
+    canary: float  #: the canary's figure
+    stable: float  #: the stable deployment's figure
+    passed: bool  #: whether the canary is no worse by this check
+    detail: str = ""  #: one line for a person (thresholds, test result)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The verdict of one step and the evidence behind it."""
+
+    verdict: Verdict  #: what to do
+    checks: list[Check] = field(default_factory=list)  #: every check run (empty on HOLD)
+    reason: str = ""  #: one line: the first failed check, or why it holds
+
+    @property
+    def failed(self) -> list[Check]:
+        """The checks that failed."""
+        return [c for c in self.checks if not c.passed]
+
+
+def mann_whitney_greater_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """One-sided p-value that values of `a` tend to be larger than those of `b` (Mann-Whitney U,
+    normal approximation with tie correction and continuity correction). 1.0 when either is empty."""
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    ranks_a = 0.0
+    tie_term = 0.0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        mid_rank = (i + j) / 2 + 1  # ranks are 1-based
+        ties = j - i + 1
+        tie_term += ties**3 - ties
+        ranks_a += mid_rank * sum(1 for k in range(i, j + 1) if pooled[k][1] == 0)
+        i = j + 1
+    u = ranks_a - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
+    if variance <= 0:
+        return 1.0
+    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _regressed(canary: float, stable: float, *, relative: float, slack: float) -> bool:
+    return canary > stable * (1 + relative) and canary - stable > slack
+
+
+def _ttft_checks(canary: ArmWindow, stable: ArmWindow, policy: CanaryPolicy) -> list[Check]:
+    p = mann_whitney_greater_p(canary.ttft_ms, stable.ttft_ms)
+    shifted = p < policy.p_value
+    tail_q = 99.0 if len(canary.ttft_ms) >= policy.tail_min_requests else 90.0
+    checks = []
+    for name, q in (("ttft_p50", 50.0), (f"ttft_p{int(tail_q)}", tail_q)):
+        c, s = percentile(canary.ttft_ms, q), percentile(stable.ttft_ms, q)
+        worse = _regressed(c, s, relative=policy.max_ttft_regression, slack=policy.ttft_slack_ms)
+        checks.append(
+            Check(
+                name=name,
+                canary=c,
+                stable=s,
+                passed=not (worse and shifted),
+                detail=(
+                    f"canary {c:.1f} ms vs stable {s:.1f} ms (allowed +{policy.max_ttft_regression:.0%} "
+                    f"and +{policy.ttft_slack_ms:g} ms); Mann-Whitney p={p:.3g}"
+                ),
+            )
+        )
+    return checks
+
+
+def analyse(
+    *, canary: ArmWindow, stable: ArmWindow, policy: CanaryPolicy, attainment_target: float
+) -> Analysis:
+    """The verdict of one canary step (see the module docstring for the checks)."""
+    for arm, window in (("canary", canary), ("stable", stable)):
+        if window.requests < policy.min_requests:
+            return Analysis(
+                verdict=Verdict.HOLD,
+                reason=f"{arm} served {window.requests} requests, {policy.min_requests} needed to judge",
+            )
+    checks = _ttft_checks(canary, stable, policy)
+    if canary.itl_p99_ms and stable.itl_p99_ms:
+        c, s = percentile(canary.itl_p99_ms, 99.0), percentile(stable.itl_p99_ms, 99.0)
+        worse = _regressed(c, s, relative=policy.max_itl_regression, slack=policy.itl_slack_ms)
+        checks.append(Check("itl_p99", c, s, not worse, f"canary {c:.1f} ms vs stable {s:.1f} ms"))
+    increase = canary.error_share - stable.error_share
+    checks.append(
+        Check(
+            "error_share",
+            canary.error_share,
+            stable.error_share,
+            increase <= policy.max_error_share_increase,
+            f"canary {canary.error_share:.2%} vs stable {stable.error_share:.2%}",
+        )
+    )
+    if canary.attainment is not None and stable.attainment is not None:
+        missed = canary.attainment < attainment_target <= stable.attainment
+        checks.append(
+            Check(
+                "attainment",
+                canary.attainment,
+                stable.attainment,
+                not missed,
+                f"canary {canary.attainment:.1%} vs target {attainment_target:.1%}",
+            )
+        )
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        return Analysis(
+            verdict=Verdict.ROLL_BACK, checks=checks, reason=f"{failed[0].name}: {failed[0].detail}"
+        )
+    return Analysis(verdict=Verdict.PROCEED, checks=checks, reason="canary no worse on every check")
