@@ -1,0 +1,150 @@
+"""The candidate space of a search: engine configurations a hardware class can run (pure).
+
+The space is the product of each knob's values (`SpaceLimits`, set in the searcher's settings)
+around a base configuration (the live one), filtered by the engines' own refusal rules for the
+hardware (`evertune.engines.refuse_reasons`) and by vLLM's constraints between knobs:
+
+- `max_num_batched_tokens >= max_num_seqs` (vLLM refuses a step budget below its sequence limit);
+- chunked prefill off needs a step budget that holds a whole prompt: `max_num_batched_tokens >=
+  max_model_len` (when the model length is not set, the step budget must be at least 8192);
+- replicas x tensor-parallel devices fit the node (accelerators) and `max_replicas`.
+
+Knobs that change outputs (quantization, speculative decoding, a different kernel set) make a
+candidate `lossy`: the correctness gate then asks for the endpoint's agreement threshold instead of
+token-for-token equality.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from evertune.engines import EngineSpec, HardwareProfile, SpeculativeSpec, refuse_reasons
+
+#: Step budget below which chunked prefill cannot be turned off when `max_model_len` is unknown.
+UNCHUNKED_MIN_BUDGET = 8192
+
+
+class SpaceLimits(BaseModel):
+    """Values each knob may take in a search (`None` in a tuple = leave the knob to vLLM)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: `--max-num-seqs` values
+    max_num_seqs: tuple[int, ...] = (16, 32, 64, 128, 256)
+    #: `--max-num-batched-tokens` values
+    max_num_batched_tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+    #: chunked prefill on/off
+    enable_chunked_prefill: tuple[bool, ...] = (True, False)
+    #: prefix caching on/off
+    enable_prefix_caching: tuple[bool, ...] = (True, False)
+    #: tensor-parallel degrees tried on accelerators (CPU: 1)
+    tensor_parallel_size: tuple[int, ...] = (1, 2, 4, 8)
+    #: try evertune's Triton kernels where the hardware has them
+    try_evertune_kernels: bool = True
+    #: try n-gram speculative decoding on accelerators (lossy)
+    try_speculative_ngram: bool = True
+    #: quantization methods tried on accelerators when the hardware supports them (lossy)
+    quantization: tuple[str, ...] = ("fp8",)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration of the space."""
+
+    spec: EngineSpec  #: the full engine configuration (base knobs plus the searched ones)
+    key: str  #: stable id of the configuration (12 hex of a hash of its knobs)
+    lossy: bool  #: changes outputs beyond batching effects (agreement threshold applies)
+    devices: int  #: accelerators it occupies (replicas x tensor-parallel; 0 on CPU)
+
+
+def config_key(spec: EngineSpec) -> str:
+    """A stable 12-hex id of a configuration's knobs."""
+    blob = json.dumps(spec.model_dump(mode="json", exclude_none=True), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def is_lossy(spec: EngineSpec, base: EngineSpec) -> bool:
+    """Whether `spec` may answer differently from `base` beyond batching (quantization, dtype,
+    speculative method, kernels)."""
+    return (
+        spec.quantization != base.quantization
+        or spec.dtype != base.dtype
+        or spec.speculative != base.speculative
+        or (spec.kernels or "vllm") != (base.kernels or "vllm")
+    )
+
+
+def _accelerator_options(
+    hardware: HardwareProfile, limits: SpaceLimits, base: EngineSpec
+) -> list[dict[str, object]]:
+    """Combinations of the lossy and parallelism knobs for the hardware (one dict of knobs each)."""
+    if hardware.is_cpu:
+        return [{}]
+    tps = [tp for tp in limits.tensor_parallel_size if tp <= hardware.devices] or [1]
+    kernels: list[str | None] = [base.kernels]
+    if limits.try_evertune_kernels and "evertune" in hardware.kernels and base.kernels != "evertune":
+        kernels.append("evertune")
+    speculative: list[SpeculativeSpec | None] = [base.speculative]
+    if limits.try_speculative_ngram and base.speculative is None:
+        speculative.append(SpeculativeSpec(method="ngram", num_speculative_tokens=3, prompt_lookup_max=4))
+    quantization: list[str | None] = [base.quantization]
+    quantization += [
+        q for q in limits.quantization if q in hardware.supported_quantization and q != base.quantization
+    ]
+    return [
+        {"tensor_parallel_size": tp, "kernels": k, "speculative": s, "quantization": q}
+        for tp, k, s, q in itertools.product(tps, kernels, speculative, quantization)
+    ]
+
+
+def candidate_space(
+    *, base: EngineSpec, hardware: HardwareProfile, limits: SpaceLimits, max_replicas: int
+) -> list[Candidate]:
+    """Every configuration of the space that the hardware can run, the base's own first if valid.
+
+    Ordered deterministically (by knob values), no duplicates.
+    """
+    seen: set[str] = set()
+    out: list[Candidate] = []
+
+    def add(spec: EngineSpec) -> None:
+        key = config_key(spec)
+        # The knobs are judged as a vLLM engine's, also for a `sim` base (the model of one).
+        as_vllm = spec.model_copy(update={"kind": "vllm"})
+        if key in seen or refuse_reasons(as_vllm, hardware, path_exists=lambda _path: True):
+            return
+        seen.add(key)
+        devices = 0 if hardware.is_cpu else (spec.tensor_parallel_size or 1) * spec.replica_count
+        out.append(Candidate(spec=spec, key=key, lossy=is_lossy(spec, base), devices=devices))
+
+    add(base)
+    for options in _accelerator_options(hardware, limits, base):
+        tp = int(options.get("tensor_parallel_size") or 1)  # type: ignore[call-overload]
+        for seqs, budget, chunked, caching, replicas in itertools.product(
+            limits.max_num_seqs,
+            limits.max_num_batched_tokens,
+            limits.enable_chunked_prefill,
+            limits.enable_prefix_caching,
+            range(1, max_replicas + 1),
+        ):
+            if budget < seqs:
+                continue
+            if not chunked and budget < (base.max_model_len or UNCHUNKED_MIN_BUDGET):
+                continue
+            if not hardware.is_cpu and tp * replicas > hardware.devices:
+                continue
+            knobs = {
+                **options,
+                "max_num_seqs": seqs,
+                "max_num_batched_tokens": budget,
+                "enable_chunked_prefill": chunked,
+                "enable_prefix_caching": caching,
+                "replicas": replicas,
+            }
+            add(base.model_copy(update=knobs))
+    return out

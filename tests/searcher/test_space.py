@@ -1,0 +1,71 @@
+"""The candidate space: the base first, knob constraints honoured, hardware refusals filtered, no
+duplicates, and lossy knobs marked."""
+
+from __future__ import annotations
+
+from evertune.searcher.space import SpaceLimits, candidate_space, config_key, is_lossy
+
+from evertune.engines import EngineSpec, get_profile, refuse_reasons
+from evertune.engines.hardware import cpu_profile
+
+CPU = cpu_profile(cores=2, memory_gib=11.5)
+BASE = EngineSpec(model="/models/tiny", kv_cache_space_gib=2)
+
+
+def test_cpu_space_respects_vllm_constraints_and_starts_with_the_base() -> None:
+    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert space[0].spec == BASE and not space[0].lossy
+    for c in space[1:]:
+        spec = c.spec
+        assert spec.max_num_batched_tokens is not None and spec.max_num_seqs is not None
+        assert spec.max_num_batched_tokens >= spec.max_num_seqs
+        if spec.enable_chunked_prefill is False:
+            assert spec.max_num_batched_tokens >= 8192
+        assert spec.kv_cache_space_gib == 2 and spec.replica_count == 1
+        assert not c.lossy and c.devices == 0
+        assert refuse_reasons(spec, CPU, path_exists=lambda _p: True) == []
+    assert len({c.key for c in space}) == len(space)
+    # 5 seq limits x 5 budgets (every budget >= every limit) x 2 caching, chunked on; plus chunked off
+    # at budget 8192 (5 seq limits x 2 caching); plus the base
+    assert len(space) == 1 + 25 * 2 + 5 * 2
+
+
+def test_max_model_len_decides_when_chunking_can_be_off() -> None:
+    base = BASE.model_copy(update={"max_model_len": 2048})
+    space = candidate_space(base=base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    unchunked = [c.spec for c in space if c.spec.enable_chunked_prefill is False]
+    assert unchunked and min(s.max_num_batched_tokens or 0 for s in unchunked) == 2048
+
+
+def test_gpu_space_fits_the_node_and_marks_lossy_knobs() -> None:
+    h200 = get_profile("h200")
+    limits = SpaceLimits(
+        max_num_seqs=(64,),
+        max_num_batched_tokens=(4096,),
+        enable_chunked_prefill=(True,),
+        enable_prefix_caching=(True,),
+    )
+    base = EngineSpec(model="/models/llama")
+    space = candidate_space(base=base, hardware=h200, limits=limits, max_replicas=8)
+    for c in space:
+        tp = c.spec.tensor_parallel_size or 1
+        assert tp * c.spec.replica_count <= h200.devices == 8
+        assert c.devices == tp * c.spec.replica_count
+        assert c.lossy == (c.spec.quantization is not None or c.spec.speculative is not None)
+    assert any(c.spec.quantization == "fp8" for c in space)
+    assert any(c.spec.speculative is not None and c.spec.speculative.method == "ngram" for c in space)
+    assert {(c.spec.tensor_parallel_size, c.spec.replicas) for c in space} >= {(8, 1), (1, 8), (2, 4)}
+
+
+def test_a_sim_base_is_searched_like_vllm() -> None:
+    base = BASE.model_copy(update={"kind": "sim"})
+    space = candidate_space(base=base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert len(space) > 1 and all(c.spec.kind == "sim" for c in space)
+
+
+def test_keys_are_stable_and_lossiness_follows_outputs() -> None:
+    assert config_key(BASE) == config_key(EngineSpec(model="/models/tiny", kv_cache_space_gib=2.0))
+    assert config_key(BASE) != config_key(BASE.model_copy(update={"max_num_seqs": 8}))
+    assert not is_lossy(BASE.model_copy(update={"max_num_seqs": 8, "replicas": 2}), BASE)
+    assert is_lossy(BASE.model_copy(update={"dtype": "float16"}), BASE)
+    assert is_lossy(BASE.model_copy(update={"kernels": "evertune"}), BASE)

@@ -1,0 +1,120 @@
+"""Successive halving over the model's ranking: budget never exceeded, the best survives, the
+baseline is trialled every round, no winner unless it beats the baseline, re-ranking swaps in a
+better-predicted candidate."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from evertune.searcher.space import Candidate, config_key
+from evertune.searcher.strategy import Figures, Objective, SuccessiveHalving, score
+
+from evertune.engines import EngineSpec
+
+
+def _candidates(n: int) -> list[Candidate]:
+    out = []
+    for i in range(n):
+        spec = EngineSpec(model="/m", max_num_seqs=i + 1)
+        out.append(Candidate(spec=spec, key=config_key(spec), lossy=False, devices=1))
+    return out
+
+
+def _run(search: SuccessiveHalving, truth: dict[str, float], rng: random.Random, noise: float) -> int:
+    trials = 0
+    while True:
+        batch = search.next_round()
+        if not batch:
+            return trials
+        assert batch[0].baseline and sum(r.baseline for r in batch) == 1
+        for request in batch:
+            trials += 1
+            value = truth[request.candidate.key]
+            search.report(request, value + rng.gauss(0, noise) if value > -math.inf else value)
+
+
+@pytest.mark.parametrize("budget", [2, 3, 5, 8, 13, 20])
+def test_budget_is_never_exceeded_and_each_candidate_runs_once_per_fidelity(budget: int) -> None:
+    cands = _candidates(40)
+    rng = random.Random(budget)
+    truth = {c.key: rng.uniform(1, 10) for c in cands}
+    search = SuccessiveHalving(baseline=cands[0], predicted=truth, candidates=cands, budget=budget)
+    trials = _run(search, truth, rng, noise=0.1)
+    assert trials == search.started <= budget
+    seen = [(r.candidate.key, r.fidelity) for rnd in search.rounds for r in rnd.requests]
+    assert len(seen) == len(set(seen))
+    fidelities = [rnd.fidelity for rnd in search.rounds]
+    assert fidelities == [2**i for i in range(len(fidelities))]
+
+
+def test_finds_the_true_best_when_the_model_ranks_it_into_the_first_round() -> None:
+    cands = _candidates(60)
+    rng = random.Random(1)
+    truth = {c.key: float(i) for i, c in enumerate(cands)}  # the last is best
+    # the model is biased (noise of +-8 on a 0..59 scale) but the truth's best stays in its top 8
+    predicted = {k: v + rng.uniform(-8, 8) for k, v in truth.items()}
+    search = SuccessiveHalving(baseline=cands[0], predicted=predicted, candidates=cands, budget=16)
+    _run(search, truth, rng, noise=0.5)
+    result = search.winner()
+    assert result is not None
+    winner, best, base = result
+    assert winner.key in {c.key for c in cands[-3:]}
+    assert best > base
+
+
+def test_no_winner_when_nothing_beats_the_baseline_by_the_margin() -> None:
+    cands = _candidates(10)
+    truth = {c.key: 10.0 for c in cands}
+    truth[cands[0].key] = 10.2  # the baseline is already the best
+    search = SuccessiveHalving(baseline=cands[0], predicted=truth, candidates=cands, budget=8)
+    _run(search, truth, random.Random(2), noise=0.0)
+    assert search.winner() is None
+
+
+def test_failed_candidates_never_win_and_infeasible_predictions_are_not_tried() -> None:
+    cands = _candidates(6)
+    truth = {c.key: -math.inf for c in cands}
+    truth[cands[0].key] = 1.0
+    predicted = {c.key: 5.0 for c in cands}
+    predicted[cands[5].key] = -math.inf  # the model says it misses the SLO
+    search = SuccessiveHalving(baseline=cands[0], predicted=predicted, candidates=cands, budget=10)
+    _run(search, truth, random.Random(3), noise=0.0)
+    assert search.winner() is None
+    tried = {r.candidate.key for rnd in search.rounds for r in rnd.requests}
+    assert cands[5].key not in tried
+
+
+def test_rerank_swaps_in_a_better_predicted_untried_candidate() -> None:
+    cands = _candidates(10)
+    predicted = {c.key: float(10 - i) for i, c in enumerate(cands)}  # cands[1] best by the model
+    search = SuccessiveHalving(
+        baseline=cands[0], predicted=predicted, candidates=cands, budget=12, first_round=4
+    )
+    first = search.next_round()
+    assert [r.candidate.key for r in first[1:]] == [c.key for c in cands[1:5]]
+    for request in first:
+        search.report(request, 1.0 if request.baseline else float(request.candidate.spec.max_num_seqs or 0))
+    # after calibration the model thinks cands[9] (never tried) is far better than anything
+    search.rerank({cands[9].key: 100.0})
+    second = search.next_round()
+    assert cands[9].key in {r.candidate.key for r in second}
+    assert all(r.fidelity == 2 for r in second)
+
+
+def test_score_by_objective() -> None:
+    good = Figures(goodput_rps=20.0, ttft_p50_ms=80.0, meets_slo=True)
+    assert score(good, objective=Objective.GOODPUT, devices=2) == 20.0
+    assert score(good, objective=Objective.P50_TTFT, devices=2) == -80.0
+    assert score(good, objective=Objective.COST, devices=4) == 5.0
+    assert score(good, objective=Objective.COST, devices=0) == 20.0
+    assert score(Figures(20.0, 80.0, meets_slo=False), objective=Objective.GOODPUT, devices=1) == -math.inf
+    failed = Figures(20.0, 80.0, meets_slo=True, gates_passed=False)
+    assert score(failed, objective=Objective.GOODPUT, devices=1) == -math.inf
+
+
+def test_bad_budgets_are_refused() -> None:
+    cands = _candidates(3)
+    with pytest.raises(ValueError, match="at least 2"):
+        SuccessiveHalving(baseline=cands[0], predicted={}, candidates=cands, budget=1)
