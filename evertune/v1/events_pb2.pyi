@@ -144,7 +144,7 @@ class Bottleneck(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., share: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class WorkloadSummary(_message.Message):
-    __slots__ = ("rate_rps", "peak_rate_rps", "prompt_tokens_p50", "prompt_tokens_p99", "completion_tokens_p50", "completion_tokens_p99", "prefix_reuse_share", "cached_share", "ttft_p50_ms", "ttft_p99_ms", "itl_p99_ms", "attainment")
+    __slots__ = ("rate_rps", "peak_rate_rps", "prompt_tokens_p50", "prompt_tokens_p99", "completion_tokens_p50", "completion_tokens_p99", "prefix_reuse_share", "cached_share", "ttft_p50_ms", "ttft_p99_ms", "itl_p99_ms", "attainment", "peak_p95_rate_rps", "gap_cv", "concurrency_p50", "concurrency_p99", "conversations", "turns_per_conversation", "prefix_horizon_s", "prefix_block_tokens")
     RATE_RPS_FIELD_NUMBER: _ClassVar[int]
     PEAK_RATE_RPS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_P50_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,14 @@ class WorkloadSummary(_message.Message):
     TTFT_P99_MS_FIELD_NUMBER: _ClassVar[int]
     ITL_P99_MS_FIELD_NUMBER: _ClassVar[int]
     ATTAINMENT_FIELD_NUMBER: _ClassVar[int]
+    PEAK_P95_RATE_RPS_FIELD_NUMBER: _ClassVar[int]
+    GAP_CV_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_P50_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_P99_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_PER_CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HORIZON_S_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_BLOCK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     rate_rps: float
     peak_rate_rps: float
     prompt_tokens_p50: float
@@ -169,10 +177,18 @@ class WorkloadSummary(_message.Message):
     ttft_p99_ms: float
     itl_p99_ms: float
     attainment: float
-    def __init__(self, rate_rps: _Optional[float] = ..., peak_rate_rps: _Optional[float] = ..., prompt_tokens_p50: _Optional[float] = ..., prompt_tokens_p99: _Optional[float] = ..., completion_tokens_p50: _Optional[float] = ..., completion_tokens_p99: _Optional[float] = ..., prefix_reuse_share: _Optional[float] = ..., cached_share: _Optional[float] = ..., ttft_p50_ms: _Optional[float] = ..., ttft_p99_ms: _Optional[float] = ..., itl_p99_ms: _Optional[float] = ..., attainment: _Optional[float] = ...) -> None: ...
+    peak_p95_rate_rps: float
+    gap_cv: float
+    concurrency_p50: float
+    concurrency_p99: float
+    conversations: int
+    turns_per_conversation: float
+    prefix_horizon_s: float
+    prefix_block_tokens: int
+    def __init__(self, rate_rps: _Optional[float] = ..., peak_rate_rps: _Optional[float] = ..., prompt_tokens_p50: _Optional[float] = ..., prompt_tokens_p99: _Optional[float] = ..., completion_tokens_p50: _Optional[float] = ..., completion_tokens_p99: _Optional[float] = ..., prefix_reuse_share: _Optional[float] = ..., cached_share: _Optional[float] = ..., ttft_p50_ms: _Optional[float] = ..., ttft_p99_ms: _Optional[float] = ..., itl_p99_ms: _Optional[float] = ..., attainment: _Optional[float] = ..., peak_p95_rate_rps: _Optional[float] = ..., gap_cv: _Optional[float] = ..., concurrency_p50: _Optional[float] = ..., concurrency_p99: _Optional[float] = ..., conversations: _Optional[int] = ..., turns_per_conversation: _Optional[float] = ..., prefix_horizon_s: _Optional[float] = ..., prefix_block_tokens: _Optional[int] = ...) -> None: ...
 
 class ProfileReady(_message.Message):
-    __slots__ = ("profile_id", "window_start", "window_end", "request_count", "summary", "bottlenecks", "trace_uri", "trace_sha256", "trigger")
+    __slots__ = ("profile_id", "window_start", "window_end", "request_count", "summary", "bottlenecks", "trace_uri", "trace_sha256", "trigger", "version", "bottleneck_verdict", "bottleneck_source", "bottleneck_evidence", "empty_reason")
     PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +198,11 @@ class ProfileReady(_message.Message):
     TRACE_URI_FIELD_NUMBER: _ClassVar[int]
     TRACE_SHA256_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BOTTLENECK_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    BOTTLENECK_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    BOTTLENECK_EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_REASON_FIELD_NUMBER: _ClassVar[int]
     profile_id: str
     window_start: _timestamp_pb2.Timestamp
     window_end: _timestamp_pb2.Timestamp
@@ -191,7 +212,12 @@ class ProfileReady(_message.Message):
     trace_uri: str
     trace_sha256: str
     trigger: str
-    def __init__(self, profile_id: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_count: _Optional[int] = ..., summary: _Optional[_Union[WorkloadSummary, _Mapping]] = ..., bottlenecks: _Optional[_Iterable[_Union[Bottleneck, _Mapping]]] = ..., trace_uri: _Optional[str] = ..., trace_sha256: _Optional[str] = ..., trigger: _Optional[str] = ...) -> None: ...
+    version: int
+    bottleneck_verdict: str
+    bottleneck_source: str
+    bottleneck_evidence: _containers.RepeatedScalarFieldContainer[str]
+    empty_reason: str
+    def __init__(self, profile_id: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_count: _Optional[int] = ..., summary: _Optional[_Union[WorkloadSummary, _Mapping]] = ..., bottlenecks: _Optional[_Iterable[_Union[Bottleneck, _Mapping]]] = ..., trace_uri: _Optional[str] = ..., trace_sha256: _Optional[str] = ..., trigger: _Optional[str] = ..., version: _Optional[int] = ..., bottleneck_verdict: _Optional[str] = ..., bottleneck_source: _Optional[str] = ..., bottleneck_evidence: _Optional[_Iterable[str]] = ..., empty_reason: _Optional[str] = ...) -> None: ...
 
 class SlaBreach(_message.Message):
     __slots__ = ("breach_id", "deployment", "metric", "window", "short_window", "burn_rate", "short_burn_rate", "burn_rate_threshold", "observed_ttft_p99_ms", "target_ttft_p99_ms", "observed_itl_p99_ms", "target_itl_p99_ms", "observed_attainment", "attainment_target", "request_count", "since")
@@ -250,20 +276,36 @@ class SlaResolved(_message.Message):
     def __init__(self, breach_id: _Optional[str] = ..., deployment: _Optional[str] = ..., metric: _Optional[_Union[SloMetric, str]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., burn_rate: _Optional[float] = ..., observed_ttft_p99_ms: _Optional[float] = ..., observed_attainment: _Optional[float] = ...) -> None: ...
 
 class DriftSignal(_message.Message):
-    __slots__ = ("feature", "statistic", "score", "threshold", "reference_value", "current_value")
+    __slots__ = ("feature", "statistic", "score", "threshold", "reference_value", "current_value", "measure", "p_value", "p_value_threshold", "relative_change", "min_change", "current_requests", "reference_requests", "current_window")
     FEATURE_FIELD_NUMBER: _ClassVar[int]
     STATISTIC_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_VALUE_FIELD_NUMBER: _ClassVar[int]
     CURRENT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    MEASURE_FIELD_NUMBER: _ClassVar[int]
+    P_VALUE_FIELD_NUMBER: _ClassVar[int]
+    P_VALUE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    RELATIVE_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    MIN_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_WINDOW_FIELD_NUMBER: _ClassVar[int]
     feature: str
     statistic: str
     score: float
     threshold: float
     reference_value: float
     current_value: float
-    def __init__(self, feature: _Optional[str] = ..., statistic: _Optional[str] = ..., score: _Optional[float] = ..., threshold: _Optional[float] = ..., reference_value: _Optional[float] = ..., current_value: _Optional[float] = ...) -> None: ...
+    measure: str
+    p_value: float
+    p_value_threshold: float
+    relative_change: float
+    min_change: float
+    current_requests: int
+    reference_requests: int
+    current_window: _duration_pb2.Duration
+    def __init__(self, feature: _Optional[str] = ..., statistic: _Optional[str] = ..., score: _Optional[float] = ..., threshold: _Optional[float] = ..., reference_value: _Optional[float] = ..., current_value: _Optional[float] = ..., measure: _Optional[str] = ..., p_value: _Optional[float] = ..., p_value_threshold: _Optional[float] = ..., relative_change: _Optional[float] = ..., min_change: _Optional[float] = ..., current_requests: _Optional[int] = ..., reference_requests: _Optional[int] = ..., current_window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class DriftDetected(_message.Message):
     __slots__ = ("reference_profile_id", "reference_window", "current_window", "signals")

@@ -1,7 +1,8 @@
 """Read-side queries over the `requests` table, for profiles, reports and the watch work.
 
 Every function takes a `Store` and a window `[since, until)` (UTC datetimes) and optionally one
-endpoint (None: all endpoints). Percentiles use ClickHouse's `quantiles` (reservoir sampling, exact
+endpoint (None: all endpoints); the profile queries (`window_aggregates`, `request_samples`) take
+one endpoint. Percentiles use ClickHouse's `quantiles` (reservoir sampling, exact
 up to 8192 values per group, linear interpolation between values); ITL percentiles are over every
 inter-token gap of the group's requests (the `-Array` combinator). Latencies are ms.
 """
@@ -11,6 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from evertune.profiler.profile import (
+    EMPTY_AGGREGATES,
+    HISTOGRAM_BINS,
+    Distribution,
+    RequestSample,
+    WindowAggregates,
+    nice_width,
+)
 
 from evertune.store import Store
 
@@ -175,3 +185,140 @@ async def error_counts(
     """
     result = await store.query(sql, _params(since, until, endpoint))
     return [ErrorCount(str(ep), str(dep), str(cls), int(n)) for ep, dep, cls, n in result]
+
+
+# --- workload profiles ------------------------------------------------------------------------
+
+_ONE_ENDPOINT = "endpoint = {endpoint:String} AND " + _WINDOW
+
+
+def _distribution(
+    quantile_values: Any, mean: Any, largest: Any, count: int, width: float, bins: Any
+) -> Distribution:
+    levels = Percentiles.of(quantile_values)
+    counts = {int(b): int(n) for b, n in bins}
+    return Distribution(
+        count=count,
+        mean=float(mean) if count else 0.0,
+        p50=levels.p50,
+        p90=levels.p90,
+        p99=levels.p99,
+        max=float(largest) if count else 0.0,
+        bin_width=width,
+        histogram=tuple(counts.get(k, 0) for k in range(max(counts) + 1)) if counts else (),
+    )
+
+
+async def window_aggregates(
+    store: Store, endpoint: str, since: datetime, until: datetime, *, bins: int = HISTOGRAM_BINS
+) -> WindowAggregates:
+    """Figures over every request of one endpoint in `[since, until)`, aggregated in ClickHouse.
+
+    Quantiles are `quantiles` (exact up to 8192 values, then a reservoir sample); histograms count
+    exactly, in bins of `nice_width(max)`.
+    """
+    params = {"since": since, "until": until, "endpoint": endpoint}
+    sql = f"""
+        SELECT count(), toUnixTimestamp64Micro(min(ts)), toUnixTimestamp64Micro(max(ts)),
+               countIf(error_class != ''),
+               quantiles({_Q})(prompt_tokens), avg(prompt_tokens), max(prompt_tokens),
+               quantiles({_Q})(completion_tokens), avg(completion_tokens), max(completion_tokens),
+               sum(cached_tokens), sum(prompt_tokens),
+               quantilesIf(0.5, 0.99)(ttft_ms, ttft_ms > 0), quantilesArray(0.99)(itl_ms)
+        FROM requests WHERE {_ONE_ENDPOINT}
+    """
+    row = (await store.query(sql, params))[0]
+    n = int(row[0])
+    if n == 0:
+        return EMPTY_AGGREGATES
+    (_, first_us, last_us, errors, pq, pmean, pmax, cq, cmean, cmax, cached, prompt, ttft, itl) = row
+    prompt_width, completion_width = nice_width(float(pmax), bins), nice_width(float(cmax), bins)
+    histograms = await store.query(
+        f"""
+        SELECT 'p', intDiv(prompt_tokens, {{pw:UInt32}}) AS b, count() FROM requests
+        WHERE {_ONE_ENDPOINT} GROUP BY b
+        UNION ALL
+        SELECT 'c', intDiv(completion_tokens, {{cw:UInt32}}) AS b, count() FROM requests
+        WHERE {_ONE_ENDPOINT} GROUP BY b
+        """,
+        {**params, "pw": int(prompt_width), "cw": int(completion_width)},
+    )
+    minutes = await store.query(
+        f"""
+        SELECT intDiv(toUnixTimestamp64Micro(ts) - {{first:Int64}}, 60000000) AS k, count() FROM requests
+        WHERE {_ONE_ENDPOINT} GROUP BY k ORDER BY k
+        """,
+        {**params, "first": int(first_us)},
+    )
+    per_minute = {int(k): int(c) for k, c in minutes}
+    ttft_values = [0.0 if v != v else float(v) for v in ttft]
+    itl_values = [0.0 if v != v else float(v) for v in itl]
+    return WindowAggregates(
+        requests=n,
+        first_s=int(first_us) / 1e6,
+        last_s=int(last_us) / 1e6,
+        minute_counts=tuple(per_minute.get(k, 0) for k in range(max(per_minute) + 1)),
+        prompt_tokens=_distribution(
+            pq, pmean, pmax, n, prompt_width, [(b, c) for kind, b, c in histograms if kind == "p"]
+        ),
+        completion_tokens=_distribution(
+            cq, cmean, cmax, n, completion_width, [(b, c) for kind, b, c in histograms if kind == "c"]
+        ),
+        cached_share=int(cached) / int(prompt) if int(prompt) else 0.0,
+        errors=int(errors),
+        ttft_p50_ms=ttft_values[0],
+        ttft_p99_ms=ttft_values[1],
+        itl_p99_ms=itl_values[0],
+    )
+
+
+async def request_samples(
+    store: Store, endpoint: str, since: datetime, until: datetime, *, limit: int
+) -> list[RequestSample]:
+    """The most recent `limit` requests of one endpoint in `[since, until)`, oldest first, with their
+    prefix chains (a contiguous span, so conversations and cache reuse within it stay whole)."""
+    sql = f"""
+        SELECT request_id, toUnixTimestamp64Micro(ts), e2e_ms, ttft_ms, upstream_ttft_ms,
+               prompt_tokens, cached_tokens, completion_tokens,
+               if(length(itl_ms) > 0, arrayAvg(itl_ms), 0), api, prefix_hashes, error_class != ''
+        FROM requests WHERE {_ONE_ENDPOINT}
+        ORDER BY ts DESC, request_id DESC LIMIT {{limit:UInt64}}
+    """
+    result = await store.query(sql, {"since": since, "until": until, "endpoint": endpoint, "limit": limit})
+    samples = [
+        RequestSample(
+            request_id=str(rid),
+            start_s=int(us) / 1e6,
+            e2e_ms=float(e2e),
+            ttft_ms=float(ttft),
+            upstream_ttft_ms=float(upstream),
+            prompt_tokens=int(prompt),
+            cached_tokens=int(cached),
+            completion_tokens=int(completion),
+            itl_mean_ms=float(itl),
+            api=str(api),
+            prefix_hashes=tuple(int(h) for h in hashes),
+            failed=bool(failed),
+        )
+        for rid, us, e2e, ttft, upstream, prompt, cached, completion, itl, api, hashes, failed in result
+    ]
+    samples.reverse()
+    return samples
+
+
+async def endpoint_seen(store: Store, endpoint: str) -> bool:
+    """Whether the `requests` table holds any request of `endpoint` (at any time)."""
+    result = await store.query(
+        "SELECT count() > 0 FROM (SELECT 1 FROM requests WHERE endpoint = {endpoint:String} LIMIT 1)",
+        {"endpoint": endpoint},
+    )
+    return bool(result.scalar())
+
+
+async def active_endpoints(store: Store, since: datetime, until: datetime) -> list[str]:
+    """Endpoints with at least one request in `[since, until)`, by name."""
+    result = await store.query(
+        f"SELECT DISTINCT endpoint FROM requests WHERE {_WINDOW} ORDER BY endpoint",
+        {"since": since, "until": until},
+    )
+    return [str(e) for (e,) in result]

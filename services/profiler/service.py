@@ -1,21 +1,58 @@
 """The profiler service: telemetry sink into ClickHouse, workload profiles, bottleneck reports.
 
-It owns the store: the host opens and migrates it before the profiler starts. `on_start` spawns the
-telemetry sink (`evertune.profiler.sink`), a batching durable consumer of the TELEMETRY stream;
-its status shows the rows and batches inserted and the last error. The profiles arrive with the
-profile work (see docs/services/profiler.md).
+It owns the store: the host opens and migrates it before the profiler starts. `on_start` spawns
+
+- the telemetry sink (`evertune.profiler.sink`), a batching durable consumer of TELEMETRY;
+- the drift consumer: a durable consumer of EVENTS filtered to `drift.detected`; each event builds
+  a profile of its endpoint over the event's current window (trigger "drift", cause = the event);
+  a redelivered event finds its stored profile (`catalog.by_cause`) and announces it again under
+  the same event id (JetStream drops the repeat) instead of building another;
+- the schedule: every `schedule_interval_s`, a profile of every endpoint with telemetry in the
+  last `window_s` (trigger "schedule");
+- the request subject `request_subject` (core NATS request/reply, JSON, queue group "profiler"):
+  `{"endpoint": E, "action": "latest"|"build", "window_s": s, "build_if_missing": true}` answers
+  `{"ok": true, "built": bool, "stored": {...}}` or `{"ok": false, "code": ..., "error": ...}`.
+
+Every build is stored (`profiles` table) before its `profile.ready` event is published; the
+event's id derives from the profile id. Builds run one at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
 from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
+import aiohttp
+from evertune.profiler import catalog
+from evertune.profiler.bottleneck import EngineFigures, engine_figures
+from evertune.profiler.builder import CreateRequest, create_profile
+from evertune.profiler.profile import ProfileConfig, to_jsonable
+from evertune.profiler.queries import active_endpoints, endpoint_seen
 from evertune.profiler.settings import ProfilerSettings
 from evertune.profiler.sink import SinkConfig, TelemetrySink
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import DecodeError
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
 
+from evertune.bus import Bucket, ConsumerSpec, DurableConsumer, PoisonMessage, publish_event
+from evertune.engines.errors import MetricsUnavailable
+from evertune.engines.metrics import EMPTY_HISTOGRAM, EngineMetrics, delta, fetch_metrics
+from evertune.errors import EvertuneError, InvalidArgument, NotFound
+from evertune.events import EventKind, new_event
 from evertune.runtime import Service, ServiceContext
 from evertune.store import Store
+from evertune.v1 import endpoint_pb2, events_pb2
+
+#: Error codes of the request subject's replies.
+ERROR_CODES = {NotFound: "not_found", InvalidArgument: "invalid_argument"}
 
 
 def sink_config(settings: ProfilerSettings, *, source: str = "profiler") -> SinkConfig:
@@ -30,6 +67,33 @@ def sink_config(settings: ProfilerSettings, *, source: str = "profiler") -> Sink
     )
 
 
+def profile_config(settings: ProfilerSettings) -> ProfileConfig:
+    """How profiles are measured, from the settings."""
+    return ProfileConfig(block_tokens=settings.prefix_block_tokens, horizon_s=settings.prefix_horizon_s)
+
+
+def event_id_of(profile_id: str) -> str:
+    """The `profile.ready` event id of a profile (fixed, so a republish is stored once)."""
+    return hashlib.sha256(f"profile.ready\n{profile_id}".encode()).hexdigest()[:32]
+
+
+def stored_reply(stored: catalog.StoredProfile) -> dict[str, Any]:
+    """A stored profile as the request subject answers it (without the trace's lines)."""
+    return {
+        "endpoint": stored.endpoint,
+        "version": stored.version,
+        "profile_id": stored.profile_id,
+        "created": stored.created.isoformat(),
+        "trigger": stored.trigger,
+        "cause_id": stored.cause_id,
+        "trace_uri": stored.ready.trace_uri,
+        "trace_sha256": stored.trace_sha256,
+        "trace_lines": stored.trace_jsonl.count("\n"),
+        "ready": MessageToDict(stored.ready),
+        "profile": to_jsonable(stored.profile),
+    }
+
+
 class ProfilerService(Service):
     name: ClassVar[str] = "profiler"
     description: ClassVar[str] = "Telemetry sink into ClickHouse; workload profiles; bottleneck reports"
@@ -40,15 +104,247 @@ class ProfilerService(Service):
         self.settings = settings
         self._store: Store | None = None
         self._store_url = ""
+        self._js: JetStreamContext | None = None
         self.sink: TelemetrySink | None = None
+        self.drift: DurableConsumer | None = None
+        self._requests: Subscription | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._build_lock = asyncio.Lock()
+        self._scrapes: dict[str, EngineMetrics] = {}  # upstream URL -> last scrape
+        self.built = 0  #: profiles built
+        self.published = 0  #: profile.ready events published
+        self.last_error = ""  #: most recent build or publish error
 
     async def on_start(self, ctx: ServiceContext) -> None:
         assert ctx.store is not None, "the host opens the store for services with needs_store"
         self._store = ctx.store
         self._store_url = ctx.shared.store_url
+        self._js = ctx.js
         self.sink = TelemetrySink(ctx.js, ctx.store, sink_config(self.settings, source=self.name))
         self.spawn(self.sink.run(self.stopping), name="telemetry-sink")
+        spec = ConsumerSpec(
+            stream="EVENTS",
+            durable=self.settings.drift_durable,
+            filter_subject=self.settings.drift_subject,
+            ack_wait_s=60.0,
+        )
+        self.drift = DurableConsumer(ctx.js, spec, self._on_drift, source=self.name)
+        self.spawn(self.drift.run(self.stopping), name="drift")
+        if self.settings.schedule_interval_s > 0:
+            self.spawn(self._schedule(), name="schedule")
+        self._requests = await ctx.nc.subscribe(
+            self.settings.request_subject, queue="profiler", cb=self._on_request
+        )
+
+    async def on_stop(self) -> None:
+        if self._requests is not None:
+            with contextlib.suppress(Exception):
+                await self._requests.unsubscribe()
+        if self._http is not None:
+            await self._http.close()
 
     def details(self) -> dict[str, Any]:
         sink = asdict(self.sink.stats) if self.sink else {}
-        return {"store": self._store_url, "sink": sink}
+        return {
+            "store": self._store_url,
+            "sink": sink,
+            "profiles": {"built": self.built, "published": self.published, "last_error": self.last_error},
+        }
+
+    # --- building --------------------------------------------------------------------------
+    async def build(
+        self,
+        endpoint: str,
+        *,
+        trigger: str,
+        cause_id: str = "",
+        window_s: float | None = None,
+        now: datetime | None = None,
+    ) -> catalog.StoredProfile:
+        """Build, store and announce a profile of `endpoint` over the window ending `now`."""
+        assert self._store is not None and self._js is not None, "the service is not started"
+        until = now or datetime.now(UTC)
+        since = until - timedelta(seconds=window_s or self.settings.window_s)
+        async with self._build_lock:
+            engine, notes = await self._engine_figures(endpoint)
+            stored = await create_profile(
+                self._store,
+                CreateRequest(
+                    endpoint=endpoint,
+                    since=since,
+                    until=until,
+                    trigger=trigger,
+                    created=datetime.now(UTC),
+                    cause_id=cause_id,
+                    engine=engine,
+                    notes=notes,
+                ),
+                config=profile_config(self.settings),
+                max_samples=self.settings.max_samples,
+            )
+            self.built += 1
+        self.log.info(
+            "profile built",
+            endpoint=endpoint,
+            version=stored.version,
+            requests=stored.profile.requests,
+            trigger=trigger,
+            verdict=stored.ready.bottleneck_verdict,
+        )
+        await self.announce(stored)
+        return stored
+
+    async def announce(self, stored: catalog.StoredProfile) -> None:
+        """Publish `profile.ready` for a stored profile (its event id is fixed by the profile id)."""
+        assert self._js is not None
+        event = new_event(
+            EventKind.PROFILE_READY,
+            endpoint=stored.endpoint,
+            source=self.name,
+            payload_message=stored.ready,
+            cause_id=stored.cause_id,
+        )
+        event.id = event_id_of(stored.profile_id)
+        await publish_event(self._js, event)
+        self.published += 1
+
+    async def _engine_figures(self, endpoint: str) -> tuple[EngineFigures | None, dict[str, str]]:
+        """The engine's figures since the last scrape of each of the endpoint's deployments."""
+        if not self.settings.scrape_engines or self._js is None:
+            return None, {}
+        try:
+            bucket = await Bucket.open(self._js, self.settings.deployments_bucket)
+            keys = [k for k in await bucket.keys() if k.startswith(f"{endpoint}.")]
+        except Exception as err:  # no bucket, NATS trouble: the report falls back to telemetry
+            return None, {"engine_metrics": f"deployments not readable: {err}"}
+        urls: list[str] = []
+        for key in keys:
+            entry = await bucket.get(key)
+            if entry is None:
+                continue
+            try:
+                deployment = endpoint_pb2.Deployment.FromString(entry.value)
+            except DecodeError:
+                continue
+            if deployment.upstream_url:
+                urls.append(deployment.upstream_url)
+        if not urls:
+            return None, {"engine_metrics": "no deployment with an upstream URL"}
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        deltas = []
+        problems = []
+        for url in urls:
+            try:
+                after = await fetch_metrics(
+                    self._http, url, timeout_s=self.settings.scrape_timeout_s, scraped_at=time.time()
+                )
+            except MetricsUnavailable as err:
+                problems.append(str(err))
+                continue
+            before = self._scrapes.get(url)
+            self._scrapes[url] = after
+            deltas.append(delta(before, after) if before is not None else delta(_EMPTY_SCRAPE, after))
+        notes = {"engine_metrics_errors": "; ".join(problems)} if problems else {}
+        return engine_figures(deltas), notes
+
+    # --- triggers --------------------------------------------------------------------------
+    async def _on_drift(self, msg: Msg) -> None:
+        try:
+            event = events_pb2.Event.FromString(msg.data)
+        except DecodeError as err:
+            raise PoisonMessage(f"undecodable Event on {msg.subject}: {err}") from None
+        if event.WhichOneof("payload") != "drift_detected" or not event.endpoint:
+            return
+        assert self._store is not None
+        existing = await catalog.by_cause(self._store, event.endpoint, event.id)
+        if existing is not None:
+            await self.announce(existing)
+            return
+        window = event.drift_detected.current_window.ToTimedelta().total_seconds()
+        await self.build(event.endpoint, trigger="drift", cause_id=event.id, window_s=window or None)
+
+    async def _schedule(self) -> None:
+        interval = self.settings.schedule_interval_s
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), interval)
+            if self.stopping.is_set():
+                return
+            await self.scheduled_round(datetime.now(UTC))
+
+    async def scheduled_round(self, now: datetime) -> list[catalog.StoredProfile]:
+        """One scheduled round: a profile of every endpoint with telemetry in the window."""
+        assert self._store is not None
+        built = []
+        since = now - timedelta(seconds=self.settings.window_s)
+        for endpoint in await active_endpoints(self._store, since, now):
+            try:
+                built.append(await self.build(endpoint, trigger="schedule", now=now))
+            except Exception as err:  # one endpoint failing must not stop the others
+                self.last_error = f"{type(err).__name__}: {err}"
+                self.log.warning("scheduled profile failed", endpoint=endpoint, error=self.last_error)
+        return built
+
+    async def _on_request(self, msg: Msg) -> None:
+        try:
+            reply = await self.handle_request(msg.data)
+        except EvertuneError as err:
+            code = next((c for kind, c in ERROR_CODES.items() if isinstance(err, kind)), "failed")
+            reply = {"ok": False, "code": code, "error": str(err)}
+        except Exception as err:  # the asker gets a line, the log the details
+            self.last_error = f"{type(err).__name__}: {err}"
+            self.log.error("profile request failed", error=self.last_error)
+            reply = {"ok": False, "code": "internal", "error": f"profile build failed: {self.last_error}"}
+        if msg.reply:
+            await msg.respond(json.dumps(reply).encode())
+
+    async def handle_request(self, data: bytes) -> dict[str, Any]:
+        """Answer one request of the request subject (see the module doc)."""
+        assert self._store is not None
+        try:
+            request = json.loads(data or b"{}")
+        except ValueError:
+            raise InvalidArgument("profile request is not JSON") from None
+        if not isinstance(request, dict):
+            raise InvalidArgument("profile request must be a JSON object")
+        endpoint = request.get("endpoint")
+        if not isinstance(endpoint, str) or not endpoint:
+            raise InvalidArgument("profile request needs an endpoint name")
+        action = request.get("action", "latest")
+        if action not in ("latest", "build"):
+            raise InvalidArgument(f"unknown profile action {action!r}; use latest or build")
+        window_s = request.get("window_s")
+        if window_s is not None and (not isinstance(window_s, int | float) or not window_s > 0):
+            raise InvalidArgument(f"window_s must be a positive number of seconds, not {window_s!r}")
+        if action == "latest":
+            stored = await catalog.latest(self._store, endpoint)
+            if stored is not None:
+                return {"ok": True, "built": False, "stored": stored_reply(stored)}
+            if not request.get("build_if_missing", True):
+                raise NotFound(f"no profile of endpoint {endpoint!r} is stored")
+        if not await endpoint_seen(self._store, endpoint) and not await catalog.known_endpoint(
+            self._store, endpoint
+        ):
+            raise NotFound(f"unknown endpoint {endpoint!r}: no telemetry and no profile of it")
+        stored = await self.build(endpoint, trigger="api", window_s=window_s)
+        return {"ok": True, "built": True, "stored": stored_reply(stored)}
+
+
+_EMPTY_SCRAPE = EngineMetrics(
+    scraped_at=0.0,
+    queue_time=EMPTY_HISTOGRAM,
+    prefill_time=EMPTY_HISTOGRAM,
+    decode_time=EMPTY_HISTOGRAM,
+    ttft=EMPTY_HISTOGRAM,
+    inter_token_latency=EMPTY_HISTOGRAM,
+    preemptions=0.0,
+    prefix_cache_hits=0.0,
+    prefix_cache_queries=0.0,
+    prompt_tokens=0.0,
+    generation_tokens=0.0,
+    requests_succeeded=0.0,
+    kv_cache_usage=0.0,
+    requests_waiting=0.0,
+    requests_running=0.0,
+)
