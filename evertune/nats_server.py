@@ -126,6 +126,24 @@ class EmbeddedNats:
             return "no log"
         return lines[-1] if lines else "empty log"
 
+    async def restart(self, *, ready_timeout_s: float = 15.0) -> None:
+        """Start again on the same port and store dir (after `stop` or `kill`): clients that were
+        connected reconnect to it, and JetStream recovers its streams and consumers from the store."""
+        if self._proc is not None and self._proc.returncode is None:
+            raise BusUnavailable(f"embedded nats-server on port {self.port} is still running")
+        if not self.port:
+            raise BusUnavailable("embedded nats-server was never started: nothing to restart")
+        self._wanted_port = self.port
+        await self.start(ready_timeout_s=ready_timeout_s)
+
+    async def kill(self) -> None:
+        """SIGKILL the server (a crash: no shutdown, no flush) and reap it. Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        proc.kill()
+        await proc.wait()
+
     async def stop(self, *, timeout_s: float = 10.0) -> None:
         """SIGTERM, wait, then SIGKILL. Safe to call twice."""
         proc, self._proc = self._proc, None

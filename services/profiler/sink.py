@@ -8,10 +8,17 @@ How a group of messages reaches the store exactly once:
   since the group's first message, then writes the group with ONE `Store.insert` whose dedup
   token is derived from the group's message ids (`group_token`), and acks the group's messages;
 - an insert that fails (store down, table missing) naks every message of the group with a growing
-  delay; nothing is acked, nothing is lost (the consumer never gives up: `max_deliver` is unlimited);
+  delay, and the consumer itself rests that long before it fetches again (the delay grows with the
+  failures in a row and resets at the first success), so a store that is down costs one insert
+  attempt per backoff step, not one per arriving message; nothing is acked, nothing is lost (the
+  consumer never gives up: `max_deliver` is unlimited);
 - a message delivered more than once (nak'ed, or its earlier instance inserted and died before the
   ack) may come back in another group, under another token. So rows of redelivered messages are
   first checked against the table (`endpoint`, `request_id`), and rows already stored are dropped;
+- a nats-server that crashes can lose its latest consumer state (deliveries and acks not yet
+  written): it then delivers messages this sink has already inserted again, as FIRST deliveries.
+  So the sink remembers the ids of the messages it inserted (the last `remember_messages`) and
+  acks such a message again without inserting its rows (`known_messages_skipped`);
 - an undecodable message is terminated at once (`PoisonMessage`) and reported as a
   `service.poison_message` event.
 """
@@ -156,6 +163,7 @@ class SinkConfig:
     ack_wait_s: float = 30.0  #: seconds before an unacked message is redelivered
     backoff_s: tuple[float, ...] = (0.5, 2.0, 5.0, 10.0)  #: nak delay after the 1st, 2nd, ... failure
     source: str = "profiler"  #: source named in poison reports
+    remember_messages: int = 100_000  #: ids of inserted messages kept, to skip them when they return
 
 
 @dataclass
@@ -166,8 +174,10 @@ class SinkStats:
     batches: int = 0  #: inserts done (one per group)
     messages_acked: int = 0  #: messages whose rows are stored and acked
     redelivered_rows_skipped: int = 0  #: rows of redelivered messages already in the table
+    known_messages_skipped: int = 0  #: messages delivered again after this sink inserted them
     rows_pending: int = 0  #: rows taken from the bus and not yet inserted
     retried: int = 0  #: messages nak'ed after a failed insert
+    failed_inserts: int = 0  #: insert attempts that failed (each followed by a backoff pause)
     poisoned: int = 0  #: undecodable messages terminated
     last_error: str = field(default="")  #: the most recent insert or poison error
 
@@ -188,12 +198,36 @@ class _Group:
 
     msgs: list[Msg] = field(default_factory=list)  #: messages of the group, in fetch order
     ids: list[str] = field(default_factory=list)  #: their message ids, same order
+    id_set: set[str] = field(default_factory=set)  #: the same ids, for lookups
     rows: list[list[Any]] = field(default_factory=list)  #: rows of messages delivered once
     redelivered: list[list[Any]] = field(default_factory=list)  #: rows of redelivered messages
     started: float = 0.0  #: monotonic time the first message joined
+    skipped: int = 0  #: messages of the group whose rows are stored or in hand already
 
     def __len__(self) -> int:
         return len(self.msgs)
+
+
+class RecentIds:
+    """A bounded set of message ids, oldest forgotten first."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._ids: dict[str, None] = {}
+
+    def __contains__(self, msg_id: object) -> bool:
+        return msg_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add_all(self, msg_ids: Sequence[str]) -> None:
+        ids = self._ids
+        for msg_id in msg_ids:
+            ids.pop(msg_id, None)
+            ids[msg_id] = None
+        while len(ids) > self._capacity:
+            del ids[next(iter(ids))]
 
 
 class TelemetrySink:
@@ -204,6 +238,8 @@ class TelemetrySink:
         self._store = store
         self.config = config or SinkConfig()
         self.stats = SinkStats()
+        self._inserted = RecentIds(self.config.remember_messages)
+        self._failures = 0  #: inserts failed in a row (reset by a success)
 
     def consumer_config(self) -> ConsumerConfig:
         """The durable consumer's configuration (created by `run` when missing)."""
@@ -230,12 +266,17 @@ class TelemetrySink:
         )
         stopping = asyncio.create_task(stop.wait())
         group = _Group()
+        pause = 0.0  # after a failed insert: how long the consumer rests before it tries again
         try:
             while not stop.is_set():
+                if pause > 0:
+                    await asyncio.wait({stopping}, timeout=pause)
+                    pause = 0.0
+                    continue
                 if group:
                     left = c.flush_ms / 1000 - (time.monotonic() - group.started)
                     if left <= 0:
-                        await self._flush(group)
+                        pause = await self._flush(group)
                         group = _Group()
                         continue
                     timeout = max(left, 0.001)
@@ -246,11 +287,14 @@ class TelemetrySink:
                 )
                 if msgs is None:
                     break
-                for msg in msgs:
+                for i, msg in enumerate(msgs):
                     await self._take(group, msg)
                     if len(group.rows) + len(group.redelivered) >= c.batch_rows:
-                        await self._flush(group)
+                        pause = await self._flush(group)
                         group = _Group()
+                        if pause > 0:  # the rest of this fetch waits out the pause on the server
+                            await self._nak(msgs[i + 1 :], pause)
+                            break
             if group:
                 await self._flush(group)
         finally:
@@ -267,8 +311,14 @@ class TelemetrySink:
             return
         if not group:
             group.started = time.monotonic()
+        msg_id = _msg_id(msg, batch)
+        known = msg_id in self._inserted or msg_id in group.id_set
         group.msgs.append(msg)
-        group.ids.append(_msg_id(msg, batch))
+        group.ids.append(msg_id)
+        group.id_set.add(msg_id)
+        if known:  # inserted by this sink already, or in hand: acked with the group, no rows
+            group.skipped += 1
+            return
         rows = rows_of(batch)
         if (msg.metadata.num_delivered or 1) > 1:
             group.redelivered.extend(rows)
@@ -276,8 +326,9 @@ class TelemetrySink:
             group.rows.extend(rows)
         self.stats.rows_pending += len(rows)
 
-    async def _flush(self, group: _Group) -> None:
-        """Insert the group's rows with one insert, then ack; nak everything on failure."""
+    async def _flush(self, group: _Group) -> float:
+        """Insert the group's rows with one insert, then ack: returns 0. On failure nak every message
+        of the group and return the delay before the next try (the consumer rests meanwhile)."""
         self.stats.rows_pending -= len(group.rows) + len(group.redelivered)
         try:
             rows = group.rows
@@ -287,13 +338,16 @@ class TelemetrySink:
                 rows = rows + fresh
             await self._store.insert(TABLE, rows, COLUMNS, dedup_token=group_token(group.ids))
         except Exception as err:  # the store failing in any way must not lose or stop anything
-            await self._nak_all(group, err)
-            return
+            return await self._nak_all(group, err)
+        self._inserted.add_all(group.ids)
         self.stats.rows_inserted += len(rows)
         self.stats.batches += 1
+        self.stats.known_messages_skipped += group.skipped
+        self._failures = 0
         for msg in group.msgs:
             await msg.ack()
         self.stats.messages_acked += len(group.msgs)
+        return 0.0
 
     async def _not_stored(self, rows: list[list[Any]]) -> list[list[Any]]:
         """The rows whose (endpoint, request_id) the table does not hold yet."""
@@ -309,16 +363,29 @@ class TelemetrySink:
             stored.update((str(e), str(r)) for e, r in result)
         return [row for row in rows if (row[0], row[2]) not in stored]
 
-    async def _nak_all(self, group: _Group, err: Exception) -> None:
+    async def _nak_all(self, group: _Group, err: Exception) -> float:
+        """A failed insert: nak the group with the next backoff step; return that delay."""
         text = f"{type(err).__name__}: {err}"[:_MAX_ERROR]
         self.stats.last_error = text
+        self.stats.failed_inserts += 1
+        self._failures += 1
         deliveries = max((m.metadata.num_delivered or 1) for m in group.msgs)
-        delay = backoff_delay(deliveries, self.config.backoff_s)
-        log.warning("telemetry insert failed; redelivering", messages=len(group), delay_s=delay, error=text)
-        for msg in group.msgs:
+        delay = backoff_delay(max(deliveries, self._failures), self.config.backoff_s)
+        log.warning(
+            "telemetry insert failed; resting, then redelivering",
+            messages=len(group),
+            failures=self._failures,
+            delay_s=delay,
+            error=text,
+        )
+        await self._nak(group.msgs, delay)
+        return delay
+
+    async def _nak(self, msgs: Sequence[Msg], delay: float) -> None:
+        for msg in msgs:
             with contextlib.suppress(Exception):
                 await msg.nak(delay=delay)
-        self.stats.retried += len(group.msgs)
+        self.stats.retried += len(msgs)
 
     async def _poison(self, msg: Msg, error: str) -> None:
         self.stats.poisoned += 1
