@@ -13,6 +13,7 @@ from evertune.profiler import ProfilerService, ProfilerSettings
 from evertune.profiler.sink import COLUMNS, TABLE, SinkConfig, TelemetrySink, decode, group_token, rows_of
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerInfo
 
 from evertune.bus import publish
 from evertune.runtime import ServiceContext
@@ -135,6 +136,17 @@ async def test_redelivery_after_insert_without_ack_adds_nothing(js: JetStreamCon
         await asyncio.wait_for(task, 10)
 
 
+async def settled_info(js: JetStreamContext, stream: str, durable: str) -> ConsumerInfo:
+    """The consumer's info once no ack is pending (or after 5 s). The sink does not await its acks
+    and JetStream applies them asynchronously, so an immediate consumer_info can lag behind."""
+    deadline = time.monotonic() + 5
+    while True:
+        info = await js.consumer_info(stream, durable)
+        if info.num_ack_pending == 0 or time.monotonic() > deadline:
+            return info
+        await asyncio.sleep(0.05)
+
+
 async def test_poison_message_is_terminated_and_reported(
     nc: Client, js: JetStreamContext, db: Store, running: Running
 ) -> None:
@@ -149,7 +161,7 @@ async def test_poison_message_is_terminated_and_reported(
         assert event.service_poison_message.consumer == running.sink.config.durable
         assert "undecodable" in event.service_poison_message.error
         assert await counts(db) == (5, 5)
-        info = await js.consumer_info(running.sink.config.stream, running.sink.config.durable)
+        info = await settled_info(js, running.sink.config.stream, running.sink.config.durable)
         assert info.num_ack_pending == 0 and info.num_redelivered == 0
     finally:
         await reports.unsubscribe()
@@ -173,7 +185,7 @@ async def test_stop_inserts_the_group_in_hand(js: JetStreamContext, db: Store) -
     run.stop.set()
     await asyncio.wait_for(run.task, 5)
     assert await counts(db) == (40, 40)
-    info = await js.consumer_info(cfg.stream, cfg.durable)
+    info = await settled_info(js, cfg.stream, cfg.durable)
     assert info.num_ack_pending == 0 and info.num_pending == 0
 
 
