@@ -24,12 +24,23 @@ Per endpoint (one in quick mode, `FULL_ENDPOINTS` in parallel in full mode):
 
 Healthy TTFT is lognormal around `HEALTHY_TTFT_MS` (p99 ~ 425 ms against a 500 ms target, ~0.03%
 bad); doubled, ~89% of requests miss the target (burn rate 8.9 with a 0.9 attainment target).
-A burn-rate rule whose long window is full of healthy traffic cannot fire before the long window's
-bad share passes threshold x budget: delay ~ long_window x (threshold x budget - b0) / (b1 - b0)
-(`predicted_delay_s`), so the figure is set by the rules, not by the monitor's speed. With the 2x
-1 h / 5 min rule that is ~810 simulated seconds (13.5 min); the 6x 6 h / 30 min one needs ~4 h. The
-issue's goal of 15 s is missed by design of the rules (`detection_goal_met` = 0): meeting it with a
-2x threshold would take a long window of ~65 s, a threshold alert rather than a burn-rate one.
+
+The monitor runs its default rules (`DEFAULT_RULES`): the fast-burn rule `page-fast` (2x over 30 s
+confirmed by 5 s, at least 5 bad requests) and the SRE workbook's pairs. A rule whose long window is
+full of healthy traffic fires once the long window's bad share passes threshold x budget: delay ~
+long_window x (threshold x budget - b0) / (b1 - b0) (`predicted_delay_s`): ~7 s for `page-fast`,
+~4 h for `page-6h`; the workbook's `page-1h` (14.4x) cannot fire at a 0.9 target. What the benchmark
+adds on top of the prediction is what the real service adds: batching, the bus, slot rounding and
+the evaluation interval, all measured on the compressed clock (so every wall millisecond of latency
+counts as 60 simulated ones: the figure errs on the slow side).
+
+Honesty of the clock: records are published every `PUBLISH_INTERVAL_S` wall (0.6 simulated s, more
+than the gateway's 50 ms batches) and the monitor evaluates every `EVALUATE_INTERVAL_S` wall (0.6
+simulated s; the service's default is 1 s). The backfill covers the page rules' longest window
+(6 h, `BACKFILL_CAP_S`); the 3-day ticket window is not filled (at 1x it cannot fire on healthy
+traffic either way). Drift detection is off here: request durations are real milliseconds while
+the clock is compressed, so arrival times (start = end - e2e) smear across a compressed rate window;
+its false-alarm bound is shown on a long stationary stream by the pure core's tests instead.
 """
 
 from __future__ import annotations
@@ -55,7 +66,7 @@ from evertune.bus import publish
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings
 from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
-from evertune.sla_monitor.burn_rate import BurnRateRule
+from evertune.sla_monitor.burn_rate import DEFAULT_RULES, BurnRateRule
 from evertune.v1 import events_pb2, telemetry_pb2
 
 #: 1 wall second = 60 simulated seconds.
@@ -73,28 +84,25 @@ TTFT_SIGMA = 0.15
 REGRESSION_FACTOR = 2.0
 #: Simulated seconds of the stationary (healthy) phase: 30 minutes.
 STATIONARY_S = 1800.0
-#: Wall seconds between two published batches (6 simulated seconds at 1/60).
-PUBLISH_INTERVAL_S = 0.1
-#: Wall seconds between two evaluations of the monitor (3 simulated seconds at 1/60).
-EVALUATE_INTERVAL_S = 0.05
+#: Wall seconds between two published batches (0.6 simulated seconds at 1/60).
+PUBLISH_INTERVAL_S = 0.01
+#: Wall seconds between two evaluations of the monitor (0.6 simulated seconds at 1/60).
+EVALUATE_INTERVAL_S = 0.01
 #: Give up waiting for a breach after this many wall seconds.
 DETECTION_TIMEOUT_S = 90.0
 #: Give up waiting for the sla.resolved after this many wall seconds.
 RECOVERY_TIMEOUT_S = 60.0
-#: The issue's goal for detection_delay_s (simulated seconds); see the module docstring for why the
-#: burn-rate rules cannot meet it.
+#: The issue's goal for detection_delay_s (simulated seconds).
 DETECTION_GOAL_S = 15.0
+#: Longest rule window backfilled with healthy history, simulated seconds (6 h: the page rules').
+BACKFILL_CAP_S = 21600.0
 #: Endpoints measured in parallel in full mode (one in quick mode).
 FULL_ENDPOINTS = 3
 #: Records per backfill message.
 BACKFILL_BATCH = 500
 
-#: Rules that can fire at a 0.9 target (the workbook's 14.4x cannot: all-bad burns at 10x). Windows
-#: in simulated seconds; the service scales them by TIME_SCALE.
-RULES: tuple[BurnRateRule, ...] = (
-    BurnRateRule(name="page-6h", long_window_s=21600, short_window_s=1800, burn_rate=6.0, severity="page"),
-    BurnRateRule(name="page-1h-2x", long_window_s=3600, short_window_s=300, burn_rate=2.0, severity="page"),
-)
+#: The service's default rules (windows in simulated seconds; the service scales them).
+RULES: tuple[BurnRateRule, ...] = DEFAULT_RULES
 
 
 @dataclass(frozen=True)
@@ -116,8 +124,9 @@ class Plan:
 
     @property
     def history(self) -> float:
-        """Wall seconds of backfilled history: the longest long window."""
-        return max(r.long_window_s for r in self.rules) * self.time_scale
+        """Wall seconds of backfilled history: the longest long window up to `BACKFILL_CAP_S`."""
+        windows = [r.long_window_s for r in self.rules if r.long_window_s <= BACKFILL_CAP_S]
+        return max(windows, default=BACKFILL_CAP_S) * self.time_scale
 
 
 def bad_share(median_ms: float, sigma: float, target_ms: float) -> float:
@@ -284,6 +293,9 @@ async def measure(nc: Client, js: JetStreamContext, plan: Plan, data_dir: Path) 
         ttft_p99_ms=TTFT_TARGET_MS,
         itl_p99_ms=ITL_TARGET_MS,
         attainment_target=ATTAINMENT_TARGET,
+        endpoints_bucket="",  # the bench endpoints are not registered: the SLO above applies
+        metrics_port=-1,
+        drift=False,  # see the module docstring
     )
     service = SlaMonitorService(settings)
     by_endpoint = {t.endpoint: t for t in trials}
@@ -330,6 +342,7 @@ async def measure(nc: Client, js: JetStreamContext, plan: Plan, data_dir: Path) 
     return {
         "benchmark": "monitor",
         "detection_delay_s": round(delay_wall / plan.time_scale, 1),
+        "detection_delay_max_s": round(max(delays_wall, default=math.inf) / plan.time_scale, 1),
         "detection_delay_wall_s": round(delay_wall, 3),
         "detection_goal_s": DETECTION_GOAL_S,
         "detection_goal_met": int(delay_wall / plan.time_scale <= DETECTION_GOAL_S),
@@ -347,10 +360,13 @@ async def measure(nc: Client, js: JetStreamContext, plan: Plan, data_dir: Path) 
         "stationary_minutes_equivalent": round(plan.stationary_s / 60 * len(trials), 1),
         "endpoints": len(trials),
         "rules": ";".join(
-            f"{r.name}:{r.long_window_s:g}s/{r.short_window_s:g}s>{r.burn_rate:g}x" for r in plan.rules
+            f"{r.name}:{r.long_window_s:g}s/{r.short_window_s:g}s>{r.burn_rate:g}x"
+            + (f"+{r.min_bad}bad" if r.min_bad else "")
+            for r in plan.rules
         ),
         "time_scale": round(plan.time_scale, 6),
         "rate_per_s": RATE_PER_S,
+        "backfill_s": round(plan.history / plan.time_scale),
         "records": sum(t.records for t in trials),
         "records_seen": status["records_seen"],
         "records_dropped": status["records_dropped"],

@@ -25,12 +25,48 @@ def tail_subject(*, endpoint: str | None, kind: str | None) -> str:
     return event_filter_subject(EventKind(kind) if kind else None, endpoint)
 
 
+#: Unit of a DriftSignal's values by feature.
+_DRIFT_UNITS = {
+    "prompt_tokens": " tok",
+    "completion_tokens": " tok",
+    "rate_rps": " req/s",
+    "ttft_ms": " ms",
+}
+#: What a DriftSignal's score is called, by test.
+_SCORE_NAMES = {"ks": "D", "cusum": "S"}
+
+
+def format_drift(drift: events_pb2.DriftDetected) -> str:
+    """A drift.detected as one readable clause per signal: feature, measure, reference -> current
+    (relative change), the test with its score against its threshold and the p-value; then the
+    reference it was compared with."""
+    parts = []
+    for s in drift.signals:
+        unit = _DRIFT_UNITS.get(s.feature, "")
+        measure = f"{s.measure} " if s.measure else ""
+        score = f"{_SCORE_NAMES.get(s.statistic, 'z')}={s.score:.3g}"
+        if s.threshold:
+            score += f" (> {s.threshold:.3g})"
+        p_value = f" p={s.p_value:.2g}" if s.HasField("p_value") else ""
+        parts.append(
+            f"{s.feature} {measure}{s.reference_value:.4g}{unit} -> {s.current_value:.4g}{unit} "
+            f"({s.relative_change:+.0%}) by {s.statistic} {score}{p_value}"
+        )
+    reference = f"profile {drift.reference_profile_id}" if drift.reference_profile_id else "traffic"
+    span = drift.reference_window.ToTimedelta().total_seconds()
+    return "; ".join(parts) + f" | reference: {reference} ({span:.0f} s)"
+
+
 def format_event(event: events_pb2.Event) -> str:
-    """One readable line: time, kind, endpoint, source, then the payload's fields."""
+    """One readable line: time, kind, endpoint, source, then the payload's fields (drift.detected:
+    what moved, by how much, and the test)."""
     payload_field = event.WhichOneof("payload")
-    payload = MessageToDict(getattr(event, payload_field)) if payload_field else {}
     when = event.time.ToDatetime().strftime("%H:%M:%S.%f")[:-3]
-    fields = " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in payload.items())
+    if payload_field == "drift_detected":
+        fields = format_drift(event.drift_detected)
+    else:
+        payload = MessageToDict(getattr(event, payload_field)) if payload_field else {}
+        fields = " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in payload.items())
     return f"{when} {event.kind:<22} {event.endpoint or '-':<16} {event.source:<12} {fields}"
 
 

@@ -1,8 +1,10 @@
 """The gateway service: the OpenAI-compatible streaming proxy in front of an endpoint's deployments.
 
 At start it loads the prefix-hash tokenizer, reads the `routes` KV bucket (then keeps watching it),
-starts the telemetry publisher and binds the HTTP server. At stop the HTTP server stops taking
-requests and lets in-flight ones finish, then the publisher flushes (to NATS or the spool).
+starts the telemetry publisher and binds the HTTP server, which also answers Prometheus' `GET
+/metrics` (`metrics.py`; every finished request is counted as its record goes to the publisher).
+At stop the HTTP server stops taking requests and lets in-flight ones finish, then the publisher
+flushes (to NATS or the spool).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from aiohttp import web
+from evertune.gateway.metrics import GatewayMetrics
 from evertune.gateway.proxy import Proxy
-from evertune.gateway.publisher import Publisher, Spool
+from evertune.gateway.publisher import Pending, Publisher, Spool
 from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import GatewaySettings
 from nats.js import JetStreamContext
@@ -25,6 +28,7 @@ from evertune.bus import publish
 from evertune.errors import EvertuneError, Unavailable
 from evertune.model import ensure_model, load_tokenizer
 from evertune.runtime import Service, ServiceContext
+from evertune.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
 from evertune.v1 import telemetry_pb2
 
 KV_DELETES = ("DEL", "PURGE")  #: KV operations that remove a key
@@ -44,6 +48,13 @@ class GatewayService(Service):
         self._runner: web.AppRunner | None = None
         self._watcher: KeyValue.KeyWatcher | None = None
         self._http_closed = asyncio.Event()
+        self.metrics_registry = new_registry()  #: this service's Prometheus registry
+        self.metrics = GatewayMetrics(
+            self.metrics_registry,
+            in_flight=lambda: self.proxy.in_flight if self.proxy is not None else 0,
+            publisher_stats=lambda: self.publisher.stats if self.publisher is not None else None,
+            spool_files=self._spool_files,
+        )
 
     async def on_start(self, ctx: ServiceContext) -> None:
         settings = self.settings
@@ -68,7 +79,9 @@ class GatewayService(Service):
         )
         self.spawn(self.publisher.run(self._http_closed), name="publisher")
         await self._watch_routes(js)
-        self.proxy = Proxy(settings, self.book, self.publisher.offer)
+        self.proxy = Proxy(settings, self.book, self._offer)
+        if settings.metrics:
+            self.proxy.app.router.add_get(METRICS_PATH, metrics_handler(self.metrics_registry))
         # In-flight requests get most of the shutdown time; the rest is the publisher's final flush.
         self._runner = web.AppRunner(
             self.proxy.app,
@@ -94,6 +107,17 @@ class GatewayService(Service):
         self.log.info(
             "gateway listening", address=f"{settings.host}:{self.port}", endpoints=len(self.book.tables)
         )
+
+    def _offer(self, item: Pending) -> None:
+        """Count a finished request in the metrics, then hand it to the publisher (never waits)."""
+        self.metrics.observe(item.record)
+        assert self.publisher is not None
+        self.publisher.offer(item)
+
+    def _spool_files(self) -> list[Path]:
+        if self.publisher is None:
+            return []
+        return [self.publisher.spool.path, self.publisher.spool.draining]
 
     def _tokenizer(self, data_dir: Path) -> Tokenizer:
         folder = self.settings.tokenizer_dir or ensure_model(data_dir.expanduser())

@@ -48,3 +48,5 @@ class GatewaySettings(BaseSettings):
     spool_retry_s: float = Field(default=1.0, gt=0)
     #: Spool file of batches that could not be published; empty: `<data-dir>/gateway/spool.bin`.
     spool_path: Path | None = None
+    #: Answer Prometheus' `GET /metrics` on the gateway's HTTP port.
+    metrics: bool = True

@@ -5,12 +5,13 @@ output length samples, arrival rate, prefix reuse share). A `DriftDetector` is f
 (`observe`), keeps a bounded recent window (the last N requests per feature, arrival counts per
 second over the last `rate_window_s`), and `check(now)` compares that window with the reference:
 
-| feature | test | effect floor |
-|---|---|---|
-| `prompt_tokens`, `completion_tokens` | two-sample Kolmogorov-Smirnov (asympt. p) | relative median shift |
-| `rate_rps` | Poisson rate ratio, z on the log ratio (var = 1/K_live + 1/K_ref) | relative rate shift |
-| `prefix_reuse_share` | two-proportion z-test, n = requests (not blocks) | absolute share shift |
-| `ttft_ms` | one-sided CUSUM on standardised log TTFT (fires on observe, reported by check) | k, h |
+| feature | test (`DriftFinding.test`) | measure | effect floor |
+|---|---|---|---|
+| `prompt_tokens`, `completion_tokens` | `ks` two-sample Kolmogorov-Smirnov (asympt. p) | median | relative |
+| (reference from a summary) | `sign_z`: live share above the reference median vs 1/2 | median | relative |
+| `rate_rps` | `poisson_rate_z`: z of the log rate ratio, var 1/K_live + 1/K_ref | rate | relative |
+| `prefix_reuse_share` | `two_proportion_z`, n = requests (not blocks) | share | absolute |
+| `ttft_ms` | `cusum`: one-sided CUSUM on standardised log TTFT (on observe) | geometric mean | k, h |
 
 A finding needs BOTH p < `p_value` AND the effect floor: with thousands of samples a test alone
 flags trivial shifts; the floor alone flags noise on small samples. After a finding the feature
@@ -29,7 +30,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
@@ -38,7 +40,9 @@ import numpy.typing as npt
 #: Feature names, as in `DriftSignal.feature` (plus "ttft_ms" for the change-point detector).
 Feature = Literal["prompt_tokens", "completion_tokens", "rate_rps", "prefix_reuse_share", "ttft_ms"]
 #: Test behind a finding.
-TestName = Literal["ks", "poisson_rate_z", "two_proportion_z", "cusum"]
+TestName = Literal["ks", "sign_z", "poisson_rate_z", "two_proportion_z", "cusum"]
+#: What `reference_value` and `live_value` of a finding are.
+Measure = Literal["median", "rate", "share", "geometric_mean"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -81,6 +85,34 @@ def ks_2samp(a: FloatArray, b: FloatArray) -> tuple[float, float]:
     ne = len(xa) * len(xb) / (len(xa) + len(xb))
     root = math.sqrt(ne)
     return d, kolmogorov_q((root + 0.12 + 0.11 / root) * d)
+
+
+def z_critical(p_value: float) -> float:
+    """|z| a two-sided normal test must exceed to reach `p_value` (3.29 for 0.001)."""
+    return NormalDist().inv_cdf(1.0 - p_value / 2.0)
+
+
+def ks_critical(p_value: float, *, n: int, m: int) -> float:
+    """KS distance D whose asymptotic p (as `ks_2samp` computes it) is `p_value` for samples of n and m."""
+    ne = n * m / (n + m)
+    root = math.sqrt(ne)
+    lo, hi = 0.2, 10.0  # kolmogorov_q is decreasing in lam
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if kolmogorov_q(mid) > p_value else (lo, mid)
+    return hi / (root + 0.12 + 0.11 / root)
+
+
+def sign_test_z(live: FloatArray, median: float) -> float:
+    """z of the share of `live` above a reference `median` against 1/2 (ties count half).
+
+    Under no change half the live values lie above the reference median: k ~ Binomial(n, 1/2),
+    z = (k - n/2) / sqrt(n/4). Positive when the live values are larger."""
+    n = len(live)
+    if n == 0:
+        return 0.0
+    above = float(np.sum(live > median)) + 0.5 * float(np.sum(live == median))
+    return (above - n / 2.0) / math.sqrt(n / 4.0)
 
 
 def rate_ratio_z(*, live_count: int, live_s: float, ref_count: int, ref_s: float) -> float:
@@ -169,6 +201,58 @@ class WorkloadProfile:
     total_blocks: int  #: prompt blocks counted (after priming)
     reuse_requests: int  #: requests with at least one block counted (after priming)
     profile_id: str = ""  #: id of the profile (e.g. the profiler's `profile.ready`), "" if none
+    prompt_p50: float | None = None  #: median prompt length when no sample is held (a summary)
+    output_p50: float | None = None  #: median completion length when no sample is held (a summary)
+    start_s: float = 0.0  #: time of the first request, seconds since the epoch (0 = unknown)
+
+    @classmethod
+    def empty(cls) -> WorkloadProfile:
+        """No reference: every test is skipped (only the TTFT change-point runs)."""
+        none: FloatArray = np.zeros(0, dtype=np.float64)
+        return cls(none, none, requests=0, span_s=0.0, reuse_blocks=0, total_blocks=0, reuse_requests=0)
+
+    @classmethod
+    def from_summary(
+        cls,
+        *,
+        requests: int,
+        span_s: float,
+        rate_rps: float,
+        prompt_p50: float,
+        output_p50: float,
+        prefix_reuse_share: float | None,
+        profile_id: str,
+        start_s: float = 0.0,
+    ) -> WorkloadProfile:
+        """A reference from a profile's summary (the profiler's `WorkloadSummary`): medians, not
+        samples, so the length tests become sign tests against the reference median.
+
+        `rate_rps` > 0 sets the span to (requests - 1) / rate (the rate the profile states);
+        otherwise `span_s` is used. A reuse share of None leaves the reuse test out."""
+        none: FloatArray = np.zeros(0, dtype=np.float64)
+        span = (requests - 1) / rate_rps if rate_rps > 0 and requests > 1 else span_s
+        reuse_n = requests if prefix_reuse_share is not None else 0
+        blocks = 1_000_000 if prefix_reuse_share is not None else 0
+        return cls(
+            none,
+            none,
+            requests=requests,
+            span_s=span,
+            reuse_blocks=round((prefix_reuse_share or 0.0) * blocks),
+            total_blocks=blocks,
+            reuse_requests=reuse_n,
+            profile_id=profile_id,
+            prompt_p50=prompt_p50 if prompt_p50 > 0 else None,
+            output_p50=output_p50 if output_p50 > 0 else None,
+            start_s=start_s,
+        )
+
+    def median(self, which: Literal["prompt", "output"]) -> float | None:
+        """Reference median length, tokens: of the sample, else the summary's; None when neither."""
+        sample = self.prompt_sample if which == "prompt" else self.output_sample
+        if len(sample):
+            return float(np.median(sample))
+        return self.prompt_p50 if which == "prompt" else self.output_p50
 
     @property
     def rate_rps(self) -> float:
@@ -200,40 +284,70 @@ class WorkloadProfile:
         profile_id: str = "",
     ) -> WorkloadProfile:
         """Build a reference from requests in time order (reservoir of `sample_size` lengths)."""
-        rng = np.random.default_rng(seed)
-        tracker = PrefixReuseTracker(horizon_s=prefix_horizon_s, max_hashes=max_prefix_hashes)
-        prompts: list[float] = []
-        outputs: list[float] = []
-        n = 0
-        first = last = 0.0
-        reused = blocks = reuse_requests = 0
+        builder = ReferenceBuilder(
+            prefix_horizon_s=prefix_horizon_s,
+            max_prefix_hashes=max_prefix_hashes,
+            sample_size=sample_size,
+            seed=seed,
+        )
         for s in samples:
-            if n == 0:
-                first = s.time_s
-            last = s.time_s
-            n += 1
-            if len(prompts) < sample_size:
-                prompts.append(float(s.prompt_tokens))
-                outputs.append(float(s.output_tokens))
-            else:
-                j = int(rng.integers(0, n))
-                if j < sample_size:
-                    prompts[j] = float(s.prompt_tokens)
-                    outputs[j] = float(s.output_tokens)
-            counted = tracker.observe(s.time_s, s.prefix_hashes)
-            if counted is not None and counted[1] > 0:
-                reused += counted[0]
-                blocks += counted[1]
-                reuse_requests += 1
-        return cls(
-            prompt_sample=np.asarray(prompts, dtype=np.float64),
-            output_sample=np.asarray(outputs, dtype=np.float64),
-            requests=n,
-            span_s=last - first,
-            reuse_blocks=reused,
-            total_blocks=blocks,
-            reuse_requests=reuse_requests,
+            builder.add(s)
+        return builder.build(profile_id=profile_id)
+
+
+class ReferenceBuilder:
+    """Builds a `WorkloadProfile` one request at a time, in bounded memory (a reservoir of lengths
+    and the bounded prefix seen-set): what the service learns a reference from live traffic with."""
+
+    def __init__(
+        self,
+        *,
+        prefix_horizon_s: float = 300.0,
+        max_prefix_hashes: int = 200_000,
+        sample_size: int = 5000,
+        seed: int = 0,
+    ) -> None:
+        self.sample_size = sample_size
+        self._rng = np.random.default_rng(seed)
+        self._tracker = PrefixReuseTracker(horizon_s=prefix_horizon_s, max_hashes=max_prefix_hashes)
+        self._prompts: list[float] = []
+        self._outputs: list[float] = []
+        self.requests = 0  #: requests added
+        self.first_s = math.inf  #: earliest request time added
+        self.last_s = -math.inf  #: latest request time added
+        self._reused = self._blocks = self._reuse_requests = 0
+
+    def add(self, s: RequestSample) -> None:
+        """Add one request (times roughly in order; the span is max - min)."""
+        self.requests += 1
+        self.first_s = min(self.first_s, s.time_s)
+        self.last_s = max(self.last_s, s.time_s)
+        if len(self._prompts) < self.sample_size:
+            self._prompts.append(float(s.prompt_tokens))
+            self._outputs.append(float(s.output_tokens))
+        else:
+            j = int(self._rng.integers(0, self.requests))
+            if j < self.sample_size:
+                self._prompts[j] = float(s.prompt_tokens)
+                self._outputs[j] = float(s.output_tokens)
+        counted = self._tracker.observe(max(s.time_s, self.last_s), s.prefix_hashes)
+        if counted is not None and counted[1] > 0:
+            self._reused += counted[0]
+            self._blocks += counted[1]
+            self._reuse_requests += 1
+
+    def build(self, *, profile_id: str = "") -> WorkloadProfile:
+        """The reference of everything added so far."""
+        return WorkloadProfile(
+            prompt_sample=np.asarray(self._prompts, dtype=np.float64),
+            output_sample=np.asarray(self._outputs, dtype=np.float64),
+            requests=self.requests,
+            span_s=self.last_s - self.first_s if self.requests else 0.0,
+            reuse_blocks=self._reused,
+            total_blocks=self._blocks,
+            reuse_requests=self._reuse_requests,
             profile_id=profile_id,
+            start_s=self.first_s if self.requests else 0.0,
         )
 
 
@@ -365,12 +479,17 @@ class DriftFinding:
     test: TestName  #: test behind it
     statistic: float  #: the test's statistic (KS D, z, or the CUSUM value)
     p_value: float | None  #: the test's p-value (None for the CUSUM)
-    reference_value: float  #: reference: median tokens, requests/s, share, or baseline TTFT ms
+    reference_value: float  #: reference value of `measure`: median tokens, requests/s, share, TTFT ms
     live_value: float  #: the same measure over the live window
     relative_change: float  #: live / reference - 1 (0.4 = 40% higher)
     time_s: float  #: when it was found (check time; for the CUSUM the request that fired it)
     live_requests: int  #: requests behind the live value
     reference_requests: int  #: requests behind the reference value
+    measure: Measure = "median"  #: what reference_value / live_value are
+    critical_value: float = 0.0  #: |statistic| had to exceed this (the p threshold's; h for the CUSUM)
+    p_value_threshold: float | None = None  #: p had to be below this (None for the CUSUM)
+    min_change: float = 0.0  #: effect floor passed: relative (lengths, rate), absolute (share), 0 (cusum)
+    live_window_s: float = 0.0  #: seconds the live values span
 
 
 class _Ring:
@@ -404,6 +523,7 @@ class DriftDetector:
         self._output = _Ring(c.window_requests)
         self._reused = _Ring(c.window_requests)  # reused blocks per request (after priming)
         self._blocks = _Ring(c.window_requests)  # blocks per request (after priming)
+        self._times = _Ring(c.window_requests)  # arrival times of the length window's requests
         self._prefix = PrefixReuseTracker(horizon_s=c.prefix_horizon_s, max_hashes=c.max_prefix_hashes)
         self._arrivals: deque[list[int]] = deque()  # [second, count], oldest first
         self._first_s: float | None = None
@@ -416,6 +536,20 @@ class DriftDetector:
         """Replace the reference (after a re-tune); clears cooldowns, keeps the live window."""
         self.reference = reference
         self._last_finding.clear()
+
+    def reset_window(self) -> None:
+        """Forget the live window (lengths, reuse counts, arrivals), keeping the prefix seen-set and
+        the TTFT change-point state: the traffic before a finding is not compared again."""
+        for ring in (self._prompt, self._output, self._reused, self._blocks, self._times):
+            ring.clear()
+        self._arrivals.clear()
+        self._first_s = None
+
+    def live_span_s(self, now: float) -> float:
+        """Seconds from the oldest request of the live length window to `now` (0 when empty)."""
+        if self._times.count == 0:
+            return 0.0
+        return max(0.0, now - float(self._times.values().min()))
 
     def observe(
         self,
@@ -432,6 +566,7 @@ class DriftDetector:
             self._first_s = now
         self._prompt.add(float(prompt_tokens))
         self._output.add(float(output_tokens))
+        self._times.add(now)
         counted = self._prefix.observe(now, prefix_hashes)
         if counted is not None and counted[1] > 0:
             self._reused.add(float(counted[0]))
@@ -457,6 +592,9 @@ class DriftDetector:
                         time_s=alarm.time_s,
                         live_requests=alarm.requests_since_change,
                         reference_requests=self.config.cusum_warmup,
+                        measure="geometric_mean",
+                        critical_value=self.config.cusum_h,
+                        live_window_s=max(0.0, alarm.time_s - alarm.change_s),
                     )
                 )
 
@@ -481,53 +619,72 @@ class DriftDetector:
     def _lengths(self, now: float) -> list[DriftFinding]:
         c, ref = self.config, self.reference
         found: list[DriftFinding] = []
-        pairs: tuple[tuple[Feature, _Ring, FloatArray], ...] = (
-            ("prompt_tokens", self._prompt, ref.prompt_sample),
-            ("completion_tokens", self._output, ref.output_sample),
+        pairs: tuple[tuple[Feature, _Ring, FloatArray, float | None], ...] = (
+            ("prompt_tokens", self._prompt, ref.prompt_sample, ref.median("prompt")),
+            ("completion_tokens", self._output, ref.output_sample, ref.median("output")),
         )
-        for feature, ring, reference in pairs:
-            if ring.count < c.min_requests or len(reference) < c.min_requests:
+        for feature, ring, reference, ref_med in pairs:
+            has_sample = len(reference) >= c.min_requests
+            has_median = ref_med is not None and ref.requests >= c.min_requests
+            if ring.count < c.min_requests or not (has_sample or has_median) or ref_med is None:
                 continue
             live = ring.values()
-            live_med, ref_med = float(np.median(live)), float(np.median(reference))
+            live_med = float(np.median(live))
             change = _relative(live_med, ref_med)
             if abs(change) < c.min_length_shift:
                 continue
-            d, p = ks_2samp(live, reference)
+            if has_sample:
+                test: TestName = "ks"
+                stat, p = ks_2samp(live, reference)
+                critical = ks_critical(c.p_value, n=len(live), m=len(reference))
+                n_ref = len(reference)
+            else:
+                test = "sign_z"
+                stat = sign_test_z(live, ref_med)
+                p = normal_two_sided_p(stat)
+                critical = z_critical(c.p_value)
+                n_ref = ref.requests
             if p >= c.p_value:
                 continue
             found.append(
                 DriftFinding(
                     feature=feature,
-                    test="ks",
-                    statistic=d,
+                    test=test,
+                    statistic=stat,
                     p_value=p,
                     reference_value=ref_med,
                     live_value=live_med,
                     relative_change=change,
                     time_s=now,
                     live_requests=ring.count,
-                    reference_requests=len(reference),
+                    reference_requests=n_ref,
+                    measure="median",
+                    critical_value=critical,
+                    p_value_threshold=c.p_value,
+                    min_change=c.min_length_shift,
+                    live_window_s=self.live_span_s(now),
                 )
             )
         return found
 
     def _rate(self, now: float) -> list[DriftFinding]:
         c, ref = self.config, self.reference
-        if self._first_s is None or now - self._first_s < c.rate_window_s:
-            return []  # the live window is not full yet
+        # the last `seconds` complete seconds [low, high): the current, partial second is left out
+        seconds = max(1, math.floor(c.rate_window_s))
+        high = math.floor(now)
+        low = high - seconds
+        if self._first_s is None or low <= math.floor(self._first_s):
+            return []  # the live window is not full yet (the first second was partial)
         self._expire_arrivals(now)
-        low = math.floor(now - c.rate_window_s)
-        # whole seconds (low, floor(now)]: rate_window_s of them
-        live_count = sum(n for second, n in self._arrivals if low < second <= math.floor(now))
+        live_count = sum(n for second, n in self._arrivals if low <= second < high)
         ref_count = ref.requests - 1
         if ref.span_s <= 0 or ref_count < c.min_rate_count or live_count + ref_count == 0:
             return []
-        live_rate, ref_rate = live_count / c.rate_window_s, ref.rate_rps
+        live_rate, ref_rate = live_count / seconds, ref.rate_rps
         change = _relative(live_rate, ref_rate)
         if abs(change) < c.min_rate_shift:
             return []
-        z = rate_ratio_z(live_count=live_count, live_s=c.rate_window_s, ref_count=ref_count, ref_s=ref.span_s)
+        z = rate_ratio_z(live_count=live_count, live_s=seconds, ref_count=ref_count, ref_s=ref.span_s)
         p = normal_two_sided_p(z)
         if p >= c.p_value:
             return []
@@ -543,6 +700,11 @@ class DriftDetector:
                 time_s=now,
                 live_requests=live_count,
                 reference_requests=ref.requests,
+                measure="rate",
+                critical_value=z_critical(c.p_value),
+                p_value_threshold=c.p_value,
+                min_change=c.min_rate_shift,
+                live_window_s=float(seconds),
             )
         ]
 
@@ -571,6 +733,11 @@ class DriftDetector:
                 time_s=now,
                 live_requests=n_live,
                 reference_requests=n_ref,
+                measure="share",
+                critical_value=z_critical(c.p_value),
+                p_value_threshold=c.p_value,
+                min_change=c.min_reuse_shift,
+                live_window_s=self.live_span_s(now),
             )
         ]
 
@@ -578,3 +745,123 @@ class DriftDetector:
     def live_window_requests(self) -> int:
         """Requests in the live length window (at most `window_requests`)."""
         return self._prompt.count
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-endpoint reference keeping
+
+#: Where an endpoint's reference came from.
+ReferenceSource = Literal["none", "traffic", "profile"]
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """The findings of one check of one endpoint (maps onto one `drift.detected` event)."""
+
+    endpoint: str  #: endpoint name
+    time_s: float  #: check time, seconds since the epoch
+    findings: tuple[DriftFinding, ...]  #: what moved (at least one)
+    reference_profile_id: str  #: profile id of the reference; "" for one learnt from traffic
+    reference_source: ReferenceSource  #: "profile" (a profile.ready) or "traffic" (learnt live)
+    reference_span_s: float  #: seconds the reference covers
+    reference_requests: int  #: requests in the reference
+
+
+@dataclass
+class EndpointDrift:
+    """One endpoint's drift detector and the reference it compares with (pure; time is an argument).
+
+    The reference is the profile the current deployment was tuned on when one is known
+    (`use_profile`, from a `profile.ready`); until then it is learnt from the endpoint's own traffic:
+    the first `reference_s` seconds after start (state "learning"), then compared ("watching"). A
+    finding on a workload feature (lengths, rate, reuse) starts a new learning period, so the moved
+    traffic becomes the reference and the same move is not reported again; a TTFT change-point does
+    not (the CUSUM re-learns its own baseline). A deployment change (`deployment_changed`) restarts
+    the TTFT baseline, and a traffic-learnt reference too (a profile reference is kept: the new
+    deployment was tuned on it).
+    """
+
+    endpoint: str  #: endpoint name
+    config: DriftConfig  #: thresholds and windows
+    reference_s: float  #: seconds of traffic a traffic-learnt reference spans
+    seed: int = 0  #: seed of the reference's reservoir sample
+    detector: DriftDetector = field(init=False)  #: the live window and the tests
+    source: ReferenceSource = field(init=False, default="none")  #: where the reference came from
+    findings: int = field(init=False, default=0)  #: findings reported so far
+    last_report: DriftReport | None = field(init=False, default=None)  #: the latest report
+    _builder: ReferenceBuilder | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.detector = DriftDetector(WorkloadProfile.empty(), self.config)
+        self._learn()
+
+    @property
+    def state(self) -> Literal["learning", "watching"]:
+        """ "learning" while a reference is being learnt from traffic, "watching" otherwise."""
+        return "learning" if self._builder is not None else "watching"
+
+    @property
+    def learnt_requests(self) -> int:
+        """Requests in the reference being learnt (0 when watching)."""
+        return self._builder.requests if self._builder is not None else 0
+
+    def _learn(self) -> None:
+        self.detector.set_reference(WorkloadProfile.empty())
+        self.detector.reset_window()
+        self._builder = ReferenceBuilder(
+            prefix_horizon_s=self.config.prefix_horizon_s,
+            max_prefix_hashes=self.config.max_prefix_hashes,
+            seed=self.seed,
+        )
+
+    def observe(self, sample: RequestSample) -> None:
+        """Feed one served request."""
+        self.detector.observe(
+            now=sample.time_s,
+            prompt_tokens=sample.prompt_tokens,
+            output_tokens=sample.output_tokens,
+            prefix_hashes=sample.prefix_hashes,
+            ttft_ms=sample.ttft_ms,
+        )
+        if self._builder is not None:
+            self._builder.add(sample)
+
+    def use_profile(self, profile: WorkloadProfile) -> None:
+        """Make `profile` the reference (a `profile.ready` for this endpoint)."""
+        self._builder = None
+        self.detector.set_reference(profile)
+        self.source = "profile"
+
+    def deployment_changed(self) -> None:
+        """The endpoint's stable deployment changed: new TTFT baseline; re-learn a traffic reference."""
+        self.detector.cusum.reset()
+        if self.source != "profile":
+            self.source = "none"
+            self._learn()
+
+    def check(self, now: float) -> DriftReport | None:
+        """Finish learning when due, then compare; a report when something moved."""
+        b = self._builder
+        if b is not None and b.requests >= 2 and now - b.first_s >= self.reference_s:
+            self.detector.set_reference(b.build())
+            self._builder = None
+            self.source = "traffic"
+        findings = self.detector.check(now)
+        if not findings:
+            return None
+        ref = self.detector.reference
+        report = DriftReport(
+            endpoint=self.endpoint,
+            time_s=now,
+            findings=tuple(findings),
+            reference_profile_id=ref.profile_id,
+            reference_source=self.source,
+            reference_span_s=ref.span_s,
+            reference_requests=ref.requests,
+        )
+        self.findings += len(findings)
+        self.last_report = report
+        if any(f.feature != "ttft_ms" for f in findings):
+            self.source = "none"
+            self._learn()
+        return report

@@ -14,7 +14,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from evertune.sla_monitor.alerts import AlertKey, AlertStateMachine, Breach, Decision, Incident
-from evertune.sla_monitor.burn_rate import BurnRateRule, CountRing, evaluate_rule, history_needed
+from evertune.sla_monitor.burn_rate import (
+    BurnRateRule,
+    CountRing,
+    RuleEvaluation,
+    evaluate_rule,
+    history_needed,
+)
 from evertune.sla_monitor.window import LatencyWindow, Observation, Targets, WindowStats
 
 
@@ -28,6 +34,8 @@ class MonitorConfig:
     resolve_hold_s: float  #: a condition must stay clear this long before an incident resolves, s
     min_requests: int = 1  #: requests a long window needs before its rule may fire
     deployment_alerts: bool = True  #: alert per deployment while an endpoint has several
+    fine_slot_s: float = 1.0  #: slot of the fine count ring, for rules with short windows, seconds
+    fine_history_s: float = 900.0  #: rules whose long window is at most this use the fine ring, s
 
 
 @dataclass
@@ -37,6 +45,7 @@ class Scope:
     latency: LatencyWindow  #: percentile sketches over the recent history
     counts: CountRing  #: request/good counts over the longest rule window
     targets: Targets  #: the endpoint's targets as of the latest request
+    fine: CountRing | None = None  #: finer counts for the fast rules' short windows (None: none)
     last_seen_s: float = -math.inf  #: end time of the latest request, seconds since the epoch
 
 
@@ -57,6 +66,9 @@ class SlaMonitor:
     def __init__(self, config: MonitorConfig) -> None:
         self.config = config
         self.history_s = max(history_needed(config.rules), config.slot_s)
+        fast = [r for r in config.rules if r.long_window_s <= config.fine_history_s]
+        #: seconds the fine ring keeps (0: no rule uses it)
+        self.fine_history_s = max(history_needed(fast), config.fine_slot_s) if fast else 0.0
         self.alerts = AlertStateMachine(resolve_hold_s=config.resolve_hold_s)
         self.counters = MonitorCounters()
         self._scopes: dict[tuple[str, str], Scope] = {}
@@ -68,6 +80,11 @@ class SlaMonitor:
                 latency=LatencyWindow(slot_s=self.config.slot_s, history_s=self.config.sketch_history_s),
                 counts=CountRing(slot_s=self.config.slot_s, history_s=self.history_s),
                 targets=targets,
+                fine=(
+                    CountRing(slot_s=self.config.fine_slot_s, history_s=self.fine_history_s)
+                    if self.fine_history_s
+                    else None
+                ),
             )
         scope.targets = targets
         return scope
@@ -83,6 +100,8 @@ class SlaMonitor:
                 self.counters.dropped += deployment == ""  # count a dropped request once
                 continue
             scope.latency.add(obs, good=good)
+            if scope.fine is not None:
+                scope.fine.add(obs.time_s, good=good)
             scope.last_seen_s = max(scope.last_seen_s, obs.time_s)
 
     def evaluate(self, now: float) -> list[Decision]:
@@ -101,13 +120,7 @@ class SlaMonitor:
                     recent = [t for t in deployments[endpoint] if t >= now - rule.long_window_s]
                     if len(recent) < 2:
                         continue
-                evaluation = evaluate_rule(
-                    scope.counts,
-                    rule,
-                    now=now,
-                    budget=scope.targets.budget,
-                    min_requests=self.config.min_requests,
-                )
+                evaluation = self._evaluate(scope, rule, now)
                 decision = self.alerts.step(key, evaluation)
                 if decision is not None:
                     decisions.append(decision)
@@ -121,6 +134,23 @@ class SlaMonitor:
                 self.counters.resolved += 1
         decisions.sort(key=lambda d: not isinstance(d, Breach))
         return decisions
+
+    def _evaluate(self, scope: Scope, rule: BurnRateRule, now: float) -> RuleEvaluation:
+        ring = scope.fine if scope.fine is not None and rule.long_window_s <= self.fine_history_s else None
+        return evaluate_rule(
+            ring or scope.counts,
+            rule,
+            now=now,
+            budget=scope.targets.budget,
+            min_requests=self.config.min_requests,
+        )
+
+    def burn_rates(self, endpoint: str, deployment: str, *, now: float) -> list[RuleEvaluation]:
+        """Every rule evaluated on a scope at `now` (no incident state changes); [] if never seen."""
+        scope = self._scopes.get((endpoint, deployment))
+        if scope is None:
+            return []
+        return [self._evaluate(scope, rule, now) for rule in self.config.rules]
 
     def _evict(self, now: float) -> None:
         """Forget scopes idle for longer than the history kept, unless an incident is open on them."""

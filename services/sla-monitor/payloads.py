@@ -19,8 +19,14 @@ from typing import Any, Literal
 
 from evertune.sla_monitor.alerts import Breach, Decision
 
-#: Integration kinds (EVERTUNE_SLA_MONITOR_RECEIVERS `kind`).
-ReceiverKind = Literal["alertmanager", "pagerduty", "webhook"]
+#: Integration kinds (EVERTUNE_SLA_MONITOR_RECEIVERS `kind`); "log" writes a structured log line.
+ReceiverKind = Literal["alertmanager", "pagerduty", "webhook", "log"]
+#: Event kinds of SLO incidents (every receiver kind takes them).
+SLA_KINDS: tuple[str, ...] = ("sla.breach", "sla.resolved")
+#: Event kinds a receiver takes when its `event_kinds` is empty (as AlertRoute.event_kinds says;
+#: deploy.rolled_back is the deployer's to deliver). Alertmanager and PagerDuty take SLA kinds only:
+#: a drift finding has no resolve, so it would stay open there forever.
+DEFAULT_EVENT_KINDS: tuple[str, ...] = (*SLA_KINDS, "drift.detected")
 #: Alert severities, PagerDuty's names, lowest first.
 AlertSeverity = Literal["info", "warning", "error", "critical"]
 #: Rank of each severity, for `min_severity`.
@@ -44,6 +50,7 @@ class ReceiverConfig:
     routing_key: str = ""  #: PagerDuty integration key (required for pagerduty)
     min_severity: AlertSeverity = "warning"  #: lowest incident severity forwarded
     name: str = ""  #: name in logs, status and Alertmanager's `receiver`; empty = "<kind>-<index>"
+    event_kinds: tuple[str, ...] = ()  #: event kinds forwarded; empty = DEFAULT_EVENT_KINDS
 
     @property
     def target(self) -> str:
@@ -54,6 +61,12 @@ class ReceiverConfig:
         """Whether an incident of `severity` is forwarded."""
         return SEVERITY_RANK[severity] >= SEVERITY_RANK[self.min_severity]
 
+    def takes(self, kind: str) -> bool:
+        """Whether events of `kind` (e.g. "drift.detected") are forwarded."""
+        if kind not in (self.event_kinds or DEFAULT_EVENT_KINDS):
+            return False
+        return kind in SLA_KINDS or self.kind in ("webhook", "log")
+
 
 def check_receivers(receivers: list[ReceiverConfig]) -> list[ReceiverConfig]:
     """The receivers with default names filled in; raises ValueError (one line) on a bad entry."""
@@ -61,11 +74,11 @@ def check_receivers(receivers: list[ReceiverConfig]) -> list[ReceiverConfig]:
     for i, r in enumerate(receivers):
         name = r.name or f"{r.kind}-{i}"
         where = f"receiver {i} ({name})"
-        if not r.target.startswith(("http://", "https://")):
+        if r.kind != "log" and not r.target.startswith(("http://", "https://")):
             raise ValueError(f"{where}: url must be http:// or https://, got {r.url!r}")
         if r.kind == "pagerduty" and not r.routing_key:
             raise ValueError(f"{where}: pagerduty needs routing_key")
-        named.append(ReceiverConfig(r.kind, r.url, r.routing_key, r.min_severity, name))
+        named.append(ReceiverConfig(r.kind, r.url, r.routing_key, r.min_severity, name, tuple(r.event_kinds)))
     names = [r.name for r in named]
     if len(set(names)) != len(names):
         raise ValueError(f"receiver names must be unique, got {names}")

@@ -1,8 +1,11 @@
 """Alert integrations, async shell: one bounded queue and one delivery task per receiver.
 
-The monitor only calls `AlertDispatcher.enqueue` (synchronous, never waits): the body is built
-there (pure, `payloads.py`) and appended to the queue of every receiver whose `min_severity` the
-incident meets. Each receiver's task POSTs its queue in order with aiohttp; 429, 5xx and
+The monitor only calls `AlertDispatcher.enqueue` / `enqueue_event` (synchronous, never waits): the
+body is built there (pure, `payloads.py`) and appended to the queue of every receiver whose
+`min_severity` the incident meets and whose `event_kinds` take it. The receivers of an alert are
+the settings' (`defaults`) unless the caller passes an endpoint's own; a queue and its delivery
+task are made the first time a receiver is used. A "log" receiver writes a log line at once.
+Each receiver's task POSTs its queue in order with aiohttp; 429, 5xx and
 connection errors are retried with capped, jittered exponential backoff; other answers (400, ...)
 drop the alert (counted); an alert older than `max_age_s` is dropped; a full queue drops its oldest.
 Tasks wait on their queue or the service's stop event; nothing polls.
@@ -14,7 +17,7 @@ import asyncio
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +26,7 @@ import structlog
 from evertune.sla_monitor.alerts import Decision
 from evertune.sla_monitor.payloads import (
     AlertFacts,
+    AlertSeverity,
     ReceiverConfig,
     RetryPolicy,
     alert_facts,
@@ -93,20 +97,92 @@ class AlertDispatcher:
         self.clock = clock
         self.rand = rand
         self.log = log or structlog.stdlib.get_logger("evertune.sla-monitor.receivers")
-        self.queues = [ReceiverQueue(config=r, maxsize=max(1, queue_size)) for r in receivers]
+        self.queue_size = max(1, queue_size)
+        self.defaults = list(receivers)  #: receivers of endpoints that have none of their own
+        self.queues: list[ReceiverQueue] = []  #: every receiver used so far, in order of first use
+        self.logged: dict[str, int] = {}  #: alerts written by each "log" receiver
+        self._by_config: dict[ReceiverConfig, ReceiverQueue] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._spawn: Spawn | None = None
+        self._stopping: asyncio.Event | None = None
+        for r in self.defaults:
+            if r.kind != "log":
+                self._queue(r)
+
+    def _queue(self, config: ReceiverConfig) -> ReceiverQueue:
+        """The queue of `config`, made (and its delivery task started) on first use."""
+        q = self._by_config.get(config)
+        if q is None:
+            q = self._by_config[config] = ReceiverQueue(config=config, maxsize=self.queue_size)
+            self.queues.append(q)
+            if self._spawn is not None and self._stopping is not None:
+                self._spawn(self._deliver_loop(q, self._stopping), name=f"alerts:{config.name}")
+        return q
 
     # --- monitor side (synchronous, never blocks) --------------------------------------------
-    def enqueue(self, decision: Decision) -> int:
-        """Queue `decision` for every receiver that takes its severity; returns how many."""
-        return self.enqueue_facts(alert_facts(decision))
+    def enqueue(self, decision: Decision, receivers: Sequence[ReceiverConfig] | None = None) -> int:
+        """Queue `decision` for every receiver (default: `defaults`) that takes its severity;
+        returns how many."""
+        return self.enqueue_facts(alert_facts(decision), receivers)
 
-    def enqueue_facts(self, facts: AlertFacts) -> int:
+    def enqueue_facts(self, facts: AlertFacts, receivers: Sequence[ReceiverConfig] | None = None) -> int:
+        kind = "sla.breach" if facts.status == "firing" else "sla.resolved"
+        return self._fan_out(
+            kind,
+            facts.severity,
+            ident=facts.breach_id,
+            status=facts.status,
+            body=lambda config: payload_for(config, facts),
+            receivers=receivers,
+            summary=facts.summary,
+        )
+
+    def enqueue_event(
+        self,
+        kind: str,
+        *,
+        severity: AlertSeverity,
+        ident: str,
+        body: dict[str, Any],
+        summary: str,
+        receivers: Sequence[ReceiverConfig] | None = None,
+    ) -> int:
+        """Queue a plain-JSON alert of another kind (drift.detected) for the receivers taking it
+        (webhook and log ones; see `ReceiverConfig.takes`); returns how many."""
+        return self._fan_out(
+            kind,
+            severity,
+            ident=ident,
+            status=kind,
+            body=lambda _: body,
+            receivers=receivers,
+            summary=summary,
+        )
+
+    def _fan_out(
+        self,
+        kind: str,
+        severity: AlertSeverity,
+        *,
+        ident: str,
+        status: str,
+        body: Callable[[ReceiverConfig], dict[str, Any]],
+        receivers: Sequence[ReceiverConfig] | None,
+        summary: str,
+    ) -> int:
         now = self.clock()
         queued = 0
-        for q in self.queues:
-            if not q.config.accepts(facts.severity):
+        for config in self.defaults if receivers is None else receivers:
+            if not config.accepts(severity) or not config.takes(kind):
                 continue
+            queued += 1
+            if config.kind == "log":
+                self.logged[config.name] = self.logged.get(config.name, 0) + 1
+                self.log.warning(
+                    "alert", receiver=config.name, kind=kind, id=ident, severity=severity, summary=summary
+                )
+                continue
+            q = self._queue(config)
             if len(q.pending) >= q.maxsize:
                 old = q.pending.popleft()
                 q.stats.dropped += 1
@@ -114,19 +190,17 @@ class AlertDispatcher:
                 self.log.warning(
                     "alert queue full; dropped the oldest", receiver=q.config.name, breach_id=old.breach_id
                 )
-            body = payload_for(q.config, facts)
-            q.pending.append(PendingAlert(facts.breach_id, facts.status, body, created_at=now))
+            q.pending.append(PendingAlert(ident, status, body(config), created_at=now))
             q.stats.enqueued += 1
             q.wake.set()
-            queued += 1
         return queued
 
     # --- delivery side -----------------------------------------------------------------------
     def start(self, spawn: Spawn, stopping: asyncio.Event) -> None:
-        """Spawn one delivery task per receiver; they return once `stopping` is set."""
-        if not self.queues:
-            return
+        """Spawn one delivery task per receiver (and later per receiver first used); they return
+        once `stopping` is set."""
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        self._spawn, self._stopping = spawn, stopping
         for q in self.queues:
             spawn(self._deliver_loop(q, stopping), name=f"alerts:{q.config.name}")
 
@@ -206,11 +280,14 @@ class AlertDispatcher:
 
     # --- status ------------------------------------------------------------------------------
     def details(self) -> dict[str, Any]:
-        """Per receiver: kind, pending and the counters."""
-        return {
+        """Per receiver: kind, pending and the counters ("log" receivers: how many they wrote)."""
+        figures: dict[str, Any] = {
             q.config.name: {"kind": q.config.kind, "pending": len(q.pending), **q.stats.as_dict()}
             for q in self.queues
         }
+        for name, count in self.logged.items():
+            figures[name] = {"kind": "log", "pending": 0, "enqueued": count, "delivered": count}
+        return figures
 
 
 def _remove(q: ReceiverQueue, alert: PendingAlert) -> bool:

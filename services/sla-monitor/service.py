@@ -1,12 +1,15 @@
-"""The sla-monitor service: live percentiles and burn-rate SLO alerts (`sla.breach`, `sla.resolved`).
+"""The sla-monitor service: live percentiles, burn-rate SLO alerts (`sla.breach`, `sla.resolved`)
+and workload drift (`drift.detected`).
 
-A thin shell around the pure core (`monitor.py`): a durable consumer on `evertune.telemetry.>`
-feeds finished requests into the windows, and an evaluation loop runs every rule each
-`evaluate_interval_s` and publishes the decisions. Decisions wait in an outbox until published;
-their event ids derive from the breach id, so a republished decision is stored once by JetStream.
+A thin shell around the pure cores (`monitor.py`, `drift.py`, `registry.py`): a durable consumer on
+`evertune.telemetry.>` feeds finished requests into the windows and each endpoint's drift detector;
+an evaluation loop runs every rule each `evaluate_interval_s` (and the drift checks each
+`drift_check_interval_s`) and publishes the decisions. Events wait in an outbox until published;
+their ids are derived from what they report, so a republished event is stored once by JetStream.
 Each decision is also queued for the alert receivers (`receivers.py`: Alertmanager, PagerDuty,
-plain webhooks), delivered by tasks of their own. Drift detection arrives later (see
-docs/services/sla-monitor.md).
+plain webhooks, log lines), delivered by tasks of their own. The deployer's `endpoints` KV bucket is
+watched for each endpoint's SLO, alert routes and stable deployment; `profile.ready` events give
+drift its reference. Prometheus metrics are served on `metrics_port` (`metrics.py`).
 """
 
 from __future__ import annotations
@@ -16,27 +19,39 @@ import contextlib
 import hashlib
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from evertune.sla_monitor.alerts import Breach, Decision, Resolved
-from evertune.sla_monitor.burn_rate import unreachable_rules
+from evertune.sla_monitor.burn_rate import RuleEvaluation, unreachable_rules
+from evertune.sla_monitor.drift import DriftReport, EndpointDrift, RequestSample, WorkloadProfile
+from evertune.sla_monitor.metrics import SlaMonitorCollector
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
+from evertune.sla_monitor.payloads import ReceiverConfig
 from evertune.sla_monitor.receivers import AlertDispatcher
+from evertune.sla_monitor.registry import EndpointRegistry
 from evertune.sla_monitor.settings import SlaMonitorSettings
 from evertune.sla_monitor.window import Observation, Targets, WindowStats, p99_gap
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
 
 from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage, publish_event
-from evertune.events import EventKind, new_event
+from evertune.events import EventKind, event_filter_subject, new_event
 from evertune.runtime import Service, ServiceContext
+from evertune.runtime.metrics import MetricsServer, new_registry
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 
 #: Attainment target of an Slo whose attainment_target is 0 (see endpoint.proto).
 DEFAULT_ATTAINMENT = 0.9
+#: KV operations that remove a key.
+KV_DELETES = ("DEL", "PURGE")
 
 _SEVERITY = {"page": common_pb2.SEVERITY_CRITICAL, "ticket": common_pb2.SEVERITY_WARNING}
 
@@ -64,6 +79,112 @@ def observation(record: telemetry_pb2.RequestRecord) -> Observation | None:
         itl_p99_ms=p99_gap(record.itl_ms),
         failed=failed,
     )
+
+
+def drift_sample(record: telemetry_pb2.RequestRecord) -> RequestSample | None:
+    """A RequestRecord as drift detection sees it; None for a request that was not served (an
+    error, or no prompt length reported): drift watches the workload that was served."""
+    if record.error_class or record.status_code >= 400 or record.prompt_tokens <= 0:
+        return None
+    return RequestSample(
+        time_s=record.start_time_unix_ns / 1e9,
+        prompt_tokens=record.prompt_tokens,
+        output_tokens=record.completion_tokens,
+        prefix_hashes=tuple(record.prefix_hashes),
+        ttft_ms=record.ttft_ms,
+    )
+
+
+def profile_from_ready(
+    ready: events_pb2.ProfileReady, *, min_requests: int, prefix_horizon_s: float
+) -> WorkloadProfile | None:
+    """The drift reference a `profile.ready` carries, or None when it carries too little: fewer than
+    `min_requests` requests, no summary, or neither a rate nor a prompt median.
+
+    Its prefix reuse share is used only when it was measured with our cache horizon (within 1%, or
+    the profile does not say): a share over another horizon is a different quantity."""
+    summary = ready.summary
+    if ready.request_count < min_requests or not ready.HasField("summary"):
+        return None
+    if summary.rate_rps <= 0 and summary.prompt_tokens_p50 <= 0:
+        return None
+    start = ready.window_start.ToNanoseconds() / 1e9
+    span = max(0.0, ready.window_end.ToNanoseconds() / 1e9 - start)
+    horizon = summary.prefix_horizon_s
+    # 0 reuse is read as "not measured" (a profile without prefix hashes reports 0 as well)
+    same_horizon = horizon <= 0 or abs(horizon - prefix_horizon_s) <= 0.01 * prefix_horizon_s
+    return WorkloadProfile.from_summary(
+        requests=int(ready.request_count),
+        span_s=span,
+        rate_rps=summary.rate_rps,
+        prompt_p50=summary.prompt_tokens_p50,
+        output_p50=summary.completion_tokens_p50,
+        prefix_reuse_share=summary.prefix_reuse_share
+        if same_horizon and summary.prefix_reuse_share > 0
+        else None,
+        profile_id=ready.profile_id,
+        start_s=start,
+    )
+
+
+def drift_event_id(report: DriftReport) -> str:
+    """Stable id of the drift.detected of `report` (endpoint, check time, features)."""
+    features = ",".join(sorted(f.feature for f in report.findings))
+    text = f"{report.endpoint}:drift:{round(report.time_s * 1000)}:{features}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def drift_payload(report: DriftReport) -> events_pb2.DriftDetected:
+    """The DriftDetected of a report: one DriftSignal per finding, saying exactly what was measured."""
+    signals = []
+    for f in report.findings:
+        signal = events_pb2.DriftSignal(
+            feature=f.feature,
+            statistic=f.test,
+            score=f.statistic,
+            threshold=f.critical_value,
+            reference_value=f.reference_value,
+            current_value=f.live_value,
+            measure=f.measure,
+            relative_change=f.relative_change,
+            min_change=f.min_change,
+            current_requests=f.live_requests,
+            reference_requests=f.reference_requests,
+            current_window=_duration(f.live_window_s),
+        )
+        if f.p_value is not None:
+            signal.p_value = f.p_value
+        if f.p_value_threshold is not None:
+            signal.p_value_threshold = f.p_value_threshold
+        signals.append(signal)
+    return events_pb2.DriftDetected(
+        reference_profile_id=report.reference_profile_id,
+        reference_window=_duration(report.reference_span_s),
+        current_window=_duration(max(f.live_window_s for f in report.findings)),
+        signals=signals,
+    )
+
+
+def drift_summary(report: DriftReport) -> str:
+    """One line for a person: what moved, by how much, and the test."""
+    parts = [
+        f"{f.feature} {f.measure} {f.reference_value:.4g} -> {f.live_value:.4g} "
+        f"({f.relative_change:+.0%}, {f.test})"
+        for f in report.findings
+    ]
+    return f"workload drift on {report.endpoint}: " + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class SloRow:
+    """One (endpoint, deployment) of `evertune slo status` and the metrics."""
+
+    endpoint: str  #: endpoint name
+    deployment: str  #: deployment id; "" for the endpoint as a whole
+    stats: WindowStats | None  #: percentiles and counts over the status window
+    targets: Targets  #: the SLO applied
+    slo_source: str  #: "endpoints" (the deployer's bucket) or "default" (settings)
+    burn: list[RuleEvaluation] = field(default_factory=list)  #: every rule evaluated now
 
 
 def _timestamp(seconds: float) -> Timestamp:
@@ -98,6 +219,8 @@ class SlaMonitorService(Service):
                 resolve_hold_s=settings.resolve_hold_s * scale,
                 min_requests=settings.min_requests,
                 deployment_alerts=settings.deployment_alerts,
+                fine_slot_s=settings.fine_slot_s * scale,
+                fine_history_s=settings.fine_history_s * scale,
             )
         )
         self.outbox: list[events_pb2.Event] = []  #: decided events not yet published
@@ -114,29 +237,214 @@ class SlaMonitorService(Service):
             queue_size=settings.receiver_queue_size,
             log=self.log,
         )
+        self.registry = EndpointRegistry()  #: the deployer's endpoints (SLOs, routes)
+        self.drift: dict[str, EndpointDrift] = {}  #: drift state per endpoint
+        self.drift_findings: dict[tuple[str, str], int] = {}  #: findings per (endpoint, feature)
+        self.drift_events = 0  #: drift.detected events decided
+        self._profiles: dict[str, WorkloadProfile] = {}  # profile.ready references not yet applied
+        self._next_drift_check = 0.0
+        self._watcher: KeyValue.KeyWatcher | None = None
+        self._profile_sub: Any = None
+        self.registry_loaded = asyncio.Event()  #: set once the endpoints bucket's values are in
+        self.metrics_registry = new_registry()  #: this service's Prometheus registry
+        self.metrics_registry.register(SlaMonitorCollector(self))
+        self.metrics_server: MetricsServer | None = None
 
-    # --- SLO lookup --------------------------------------------------------------------------
+    # --- SLO and receivers lookup ------------------------------------------------------------
     def slo_for(self, endpoint: str) -> endpoint_pb2.Slo:
-        """The SLO of `endpoint`. Today the settings' defaults for every endpoint; override (or
-        replace) to read the deployer's `endpoints` KV bucket once it exists."""
+        """The SLO of `endpoint`: its own from the endpoints bucket, else the settings' defaults."""
+        entry = self.registry.get(endpoint)
+        if entry is not None and entry.slo is not None:
+            return entry.slo
         s = self.settings
         return endpoint_pb2.Slo(
             ttft_p99_ms=s.ttft_p99_ms, itl_p99_ms=s.itl_p99_ms, attainment_target=s.attainment_target
         )
 
+    def receivers_for(self, endpoint: str) -> list[ReceiverConfig]:
+        """Where `endpoint`'s alerts go: its alert routes when the endpoints bucket has it (none
+        routes = no receiver), else the settings' receivers."""
+        entry = self.registry.get(endpoint)
+        return list(entry.receivers) if entry is not None else list(self.alerts.defaults)
+
     # --- lifecycle ---------------------------------------------------------------------------
     async def on_start(self, ctx: ServiceContext) -> None:
         self._js = ctx.js
         spec = ConsumerSpec(
-            stream="TELEMETRY", durable=self.settings.durable, filter_subject=self.settings.subject
+            stream="TELEMETRY",
+            durable=self.settings.durable,
+            filter_subject=self.settings.subject,
+            fetch_timeout_s=self.settings.fetch_wait_s * self.settings.time_scale,
         )
+        await self._watch_endpoints(ctx.js)
+        if self.settings.drift:
+            self._profile_sub = await ctx.js.subscribe(
+                event_filter_subject(EventKind.PROFILE_READY),
+                stream="EVENTS",
+                ordered_consumer=True,
+                config=ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
+                cb=self._on_profile,
+            )
+        if self.settings.metrics_port >= 0:
+            self.metrics_server = MetricsServer(
+                self.metrics_registry, host=self.settings.metrics_host, port=self.settings.metrics_port
+            )
+            await self.metrics_server.start()
+            self.log.info("metrics listening", url=self.metrics_server.url)
         self._consumer = DurableConsumer(ctx.js, spec, self._on_batch, source=self.name)
         self.spawn(self._consumer.run(self.stopping), name="telemetry")
         self.spawn(self._evaluate_loop(), name="evaluate")
         self.alerts.start(self.spawn, self.stopping)
 
     async def on_stop(self) -> None:
+        if self._profile_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._profile_sub.unsubscribe()
+        if self._watcher is not None:
+            with contextlib.suppress(Exception):
+                await self._watcher.stop()  # type: ignore[no-untyped-call]
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.alerts.close()
+
+    # --- endpoints bucket --------------------------------------------------------------------
+    async def _watch_endpoints(self, js: JetStreamContext) -> None:
+        """Load every endpoint of the bucket, then follow it in a loop (no bucket: defaults only)."""
+        name = self.settings.endpoints_bucket
+        if not name:
+            self.registry_loaded.set()
+            return
+        try:
+            kv = await js.key_value(name)
+        except BucketNotFoundError:
+            self.log.warning("endpoints bucket missing; every endpoint gets the default SLO", bucket=name)
+            self.registry_loaded.set()
+            return
+        self._watcher = watcher = await kv.watchall()
+        while True:
+            entry = await watcher.updates(timeout=10.0)  # type: ignore[no-untyped-call]
+            if entry is None:  # the initial values are all in
+                break
+            self._apply_endpoint(entry)
+        self.registry_loaded.set()
+        self.log.info("endpoints loaded", bucket=name, endpoints=len(self.registry))
+        self.spawn(self._follow_endpoints(watcher), name="endpoints")
+
+    def _apply_endpoint(self, entry: KeyValue.Entry) -> None:
+        try:
+            change = self.registry.put(
+                entry.key, None if entry.operation in KV_DELETES else (entry.value or b"")
+            )
+        except DecodeError as err:
+            self.log.warning("endpoint entry ignored: not an Endpoint", key=entry.key, error=str(err))
+            return
+        self._warned_unreachable.discard(entry.key)  # the SLO may have changed
+        tracker = self.drift.get(change.endpoint)
+        if change.deployment_changed and tracker is not None:
+            tracker.deployment_changed()
+            self.log.info("stable deployment changed; drift baseline restarts", endpoint=change.endpoint)
+
+    async def _follow_endpoints(self, watcher: KeyValue.KeyWatcher) -> None:
+        stopping = asyncio.create_task(self.stopping.wait())
+        try:
+            while not self.stopping.is_set():
+                nxt = asyncio.ensure_future(watcher.__anext__())  # type: ignore[no-untyped-call]
+                done, _ = await asyncio.wait({nxt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:
+                    nxt.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await nxt
+                    break
+                try:
+                    entry = nxt.result()
+                except StopAsyncIteration:
+                    break
+                if entry is not None:
+                    self._apply_endpoint(entry)
+        finally:
+            stopping.cancel()
+
+    # --- drift -------------------------------------------------------------------------------
+    async def _on_profile(self, msg: Msg) -> None:
+        try:
+            event = events_pb2.Event.FromString(msg.data)
+        except DecodeError:
+            return
+        if event.WhichOneof("payload") != "profile_ready" or not event.endpoint:
+            return
+        self.use_profile(event.endpoint, event.profile_ready)
+
+    def use_profile(self, endpoint: str, ready: events_pb2.ProfileReady) -> bool:
+        """Make a `profile.ready` the drift reference of `endpoint` when it carries enough."""
+        s = self.settings
+        profile = profile_from_ready(
+            ready, min_requests=s.drift_min_requests, prefix_horizon_s=s.drift_prefix_horizon_s * s.time_scale
+        )
+        if profile is None:
+            self.log.info(
+                "profile.ready carries too little for a drift reference; keeping the current one",
+                endpoint=endpoint,
+                profile_id=ready.profile_id,
+                requests=ready.request_count,
+            )
+            return False
+        tracker = self.drift.get(endpoint)
+        if tracker is None:
+            self._profiles[endpoint] = profile
+        else:
+            tracker.use_profile(profile)
+        self.log.info("drift reference from profile", endpoint=endpoint, profile_id=ready.profile_id)
+        return True
+
+    def _drift_tracker(self, endpoint: str) -> EndpointDrift:
+        tracker = self.drift.get(endpoint)
+        if tracker is None:
+            s = self.settings
+            tracker = self.drift[endpoint] = EndpointDrift(
+                endpoint=endpoint,
+                config=s.drift_config(),
+                reference_s=s.drift_reference_s * s.time_scale,
+            )
+            profile = self._profiles.pop(endpoint, None)
+            if profile is not None:
+                tracker.use_profile(profile)
+        return tracker
+
+    def check_drift_and_queue(self, now: float) -> list[DriftReport]:
+        """Run every endpoint's drift checks at `now` and queue a drift.detected per report."""
+        reports = [r for tracker in self.drift.values() if (r := tracker.check(now)) is not None]
+        for report in reports:
+            self.outbox.append(self._drift_event(report))
+            self.drift_events += 1
+            for f in report.findings:
+                key = (report.endpoint, f.feature)
+                self.drift_findings[key] = self.drift_findings.get(key, 0) + 1
+        return reports
+
+    def _drift_event(self, report: DriftReport) -> events_pb2.Event:
+        payload = drift_payload(report)
+        event = new_event(
+            EventKind.DRIFT_DETECTED, endpoint=report.endpoint, source=self.name, payload_message=payload
+        )
+        event.id = drift_event_id(report)
+        summary = drift_summary(report)
+        self.log.info("drift.detected", endpoint=report.endpoint, summary=summary, event_id=event.id)
+        self.alerts.enqueue_event(
+            EventKind.DRIFT_DETECTED.value,
+            severity="warning",
+            ident=event.id,
+            body={
+                "kind": EventKind.DRIFT_DETECTED.value,
+                "id": event.id,
+                "endpoint": report.endpoint,
+                "summary": summary,
+                "reference_source": report.reference_source,
+                **MessageToDict(payload),
+            },
+            summary=summary,
+            receivers=self.receivers_for(report.endpoint),
+        )
+        return event
 
     async def _on_batch(self, msg: Msg) -> None:
         try:
@@ -148,6 +456,10 @@ class SlaMonitorService(Service):
             return
         cached: dict[str, Targets] = {}
         for record in batch.records:
+            if self.settings.drift and record.endpoint:
+                sample = drift_sample(record)
+                if sample is not None:
+                    self._drift_tracker(record.endpoint).observe(sample)
             obs = observation(record)
             if obs is None or not obs.endpoint:
                 continue
@@ -181,8 +493,13 @@ class SlaMonitorService(Service):
 
     async def _evaluate_loop(self) -> None:
         interval = self.settings.evaluate_interval_s
+        drift_every = self.settings.drift_check_interval_s * self.settings.time_scale
         while not self.stopping.is_set():
-            self.evaluate_and_queue(time.time())
+            now = time.time()
+            self.evaluate_and_queue(now)
+            if self.settings.drift and now >= self._next_drift_check:
+                self.check_drift_and_queue(now)
+                self._next_drift_check = now + drift_every
             await self._flush()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), interval)
@@ -193,7 +510,7 @@ class SlaMonitorService(Service):
         decisions = self.monitor.evaluate(now)
         for decision in decisions:
             self.outbox.append(self._event(decision))
-            self.alerts.enqueue(decision)
+            self.alerts.enqueue(decision, self.receivers_for(decision.key.endpoint))
         return decisions
 
     async def _flush(self) -> None:
@@ -268,27 +585,83 @@ class SlaMonitorService(Service):
         return event
 
     # --- status ------------------------------------------------------------------------------
+    def listen(self) -> dict[str, str]:
+        if self.metrics_server is None or self.metrics_server.port == 0:
+            return {}
+        return {"metrics": f"{self.metrics_server.host}:{self.metrics_server.port}"}
+
+    def slo_rows(self, now: float | None = None) -> list[SloRow]:
+        """Every watched (endpoint, deployment) with its status-window figures and burn rates."""
+        now = time.time() if now is None else now
+        window_s = self.settings.status_window_s * self.settings.time_scale
+        rows: list[SloRow] = []
+        for endpoint, deployment in self.monitor.scopes():
+            targets = self.monitor.targets(endpoint) or targets_from_slo(self.slo_for(endpoint))
+            entry = self.registry.get(endpoint)
+            rows.append(
+                SloRow(
+                    endpoint=endpoint,
+                    deployment=deployment,
+                    stats=self.monitor.latency(endpoint, deployment, now=now, window_s=window_s),
+                    targets=targets,
+                    slo_source="endpoints" if entry is not None and entry.slo is not None else "default",
+                    burn=self.monitor.burn_rates(endpoint, deployment, now=now),
+                )
+            )
+        return rows
+
     def details(self) -> dict[str, Any]:
         now = time.time()
         window_s = self.settings.status_window_s * self.settings.time_scale
         endpoints: dict[str, Any] = {}
-        for endpoint, deployment in self.monitor.scopes():
-            stats = self.monitor.latency(endpoint, deployment, now=now, window_s=window_s)
+        open_keys = self.monitor.open_incidents()
+        for row in self.slo_rows(now):
+            stats = row.stats
             if stats is None:
                 continue
-            entry = endpoints.setdefault(endpoint, {"deployments": {}})
-            figures = {
+            entry = endpoints.setdefault(row.endpoint, {"deployments": {}})
+            figures: dict[str, Any] = {
                 "requests": stats.requests,
                 "attainment": stats.attainment,
                 "ttft_p50_ms": stats.ttft_p50_ms,
                 "ttft_p90_ms": stats.ttft_p90_ms,
                 "ttft_p99_ms": stats.ttft_p99_ms,
                 "itl_p99_ms": stats.itl_p99_ms,
+                "burn_rates": {
+                    ev.rule.name: {
+                        "long": ev.long.burn_rate,
+                        "short": ev.short.burn_rate,
+                        "threshold": ev.rule.burn_rate,
+                        "long_window_s": ev.rule.long_window_s,
+                        "short_window_s": ev.rule.short_window_s,
+                        "open": any(
+                            k.endpoint == row.endpoint
+                            and k.deployment == row.deployment
+                            and k.rule == ev.rule.name
+                            for k in open_keys
+                        ),
+                    }
+                    for ev in row.burn
+                },
             }
-            if deployment:
-                entry["deployments"][deployment] = figures
+            if row.deployment:
+                entry["deployments"][row.deployment] = figures
             else:
                 entry.update(figures)
+                entry["slo"] = {
+                    "ttft_p99_ms": row.targets.ttft_ms,
+                    "itl_p99_ms": row.targets.itl_ms,
+                    "attainment_target": row.targets.attainment,
+                    "source": row.slo_source,
+                }
+                tracker = self.drift.get(row.endpoint)
+                if tracker is not None:
+                    entry["drift"] = {
+                        "state": tracker.state,
+                        "reference": tracker.source,
+                        "reference_requests": tracker.detector.reference.requests or tracker.learnt_requests,
+                        "findings": tracker.findings,
+                    }
         incidents = [
             {
                 "endpoint": key.endpoint,
@@ -297,7 +670,7 @@ class SlaMonitorService(Service):
                 "breach_id": incident.breach_id,
                 "since": incident.since,
             }
-            for key, incident in self.monitor.open_incidents().items()
+            for key, incident in open_keys.items()
         ]
         counters = self.monitor.counters
         consumer = self._consumer.stats if self._consumer else None
@@ -305,6 +678,7 @@ class SlaMonitorService(Service):
             "window_s": window_s,
             "endpoints_watched": len(endpoints),
             "endpoints": endpoints,
+            "endpoints_in_registry": len(self.registry),
             "records_seen": counters.records,
             "records_dropped": counters.dropped,
             "duplicate_batches": self.duplicate_batches,
@@ -313,9 +687,13 @@ class SlaMonitorService(Service):
             "active_incidents": incidents,
             "breaches": counters.breaches,
             "resolved": counters.resolved,
+            "drift_events": self.drift_events,
             "events_published": self.published,
             "events_pending": len(self.outbox),
             "receivers": self.alerts.details(),
+            "metrics_url": self.metrics_server.url
+            if self.metrics_server and self.metrics_server.port
+            else "",
         }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from evertune.sla_monitor.burn_rate import DEFAULT_RULES, BurnRateRule
+from evertune.sla_monitor.drift import DriftConfig
 from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy, check_receivers
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -23,6 +24,9 @@ class SlaMonitorSettings(BaseSettings):
     subject: str = Field(default="evertune.telemetry.>", min_length=1)
     #: seconds between two evaluations of every rule
     evaluate_interval_s: float = Field(default=1.0, gt=0)
+    #: longest wait of one telemetry fetch, in seconds (before time_scale): a pull for a batch
+    #: waits this long for the batch to fill, so it bounds how late a record is seen at low traffic
+    fetch_wait_s: float = Field(default=0.25, gt=0)
     #: time slot of sketches and counts, in seconds (before time_scale)
     slot_s: float = Field(default=10.0, gt=0)
     #: seconds of percentile sketches kept (before time_scale); longer windows report p99 over this
@@ -39,16 +43,48 @@ class SlaMonitorSettings(BaseSettings):
     time_scale: float = Field(default=1.0, gt=0)
     #: burn-rate rules (JSON list of {name, long_window_s, short_window_s, burn_rate, severity})
     rules: list[BurnRateRule] = Field(default_factory=lambda: list(DEFAULT_RULES))
-    #: default SLO until the endpoint registry exists: per-request TTFT target, in milliseconds
+    #: fast rules' counts are kept in slots this long, in seconds (before time_scale)
+    fine_slot_s: float = Field(default=1.0, gt=0)
+    #: rules whose long window is at most this many seconds (before time_scale) use the fine slots
+    fine_history_s: float = Field(default=900.0, ge=0)
+    #: KV bucket of the deployer's endpoints (serialized Endpoint per endpoint name), watched for
+    #: each endpoint's SLO and alert routes; "" = use the defaults below for every endpoint
+    endpoints_bucket: str = "endpoints"
+    #: default SLO of endpoints not in the bucket: per-request TTFT target, in milliseconds
     ttft_p99_ms: float = Field(default=500.0, gt=0)
     #: default SLO: per-request p99 inter-token gap target, in milliseconds (0 = none)
     itl_p99_ms: float = Field(default=100.0, ge=0)
     #: default SLO: share of requests that must meet both targets (budget = 1 - this)
     attainment_target: float = Field(default=0.9, gt=0, lt=1)
+    #: address of the Prometheus /metrics server
+    metrics_host: str = "127.0.0.1"
+    #: port of the Prometheus /metrics server; 0 picks a free one (logged, and in the status), -1 = off
+    metrics_port: int = Field(default=0, ge=-1, le=65535)
+    #: watch the workload for drift and TTFT change-points (drift.detected)
+    drift: bool = True
+    #: seconds of an endpoint's traffic a reference is learnt from when no profile.ready gave one
+    #: (after start, after a workload finding, after a deployment change; before time_scale)
+    drift_reference_s: float = Field(default=600.0, gt=0)
+    #: seconds between two drift checks of every endpoint (before time_scale)
+    drift_check_interval_s: float = Field(default=10.0, gt=0)
+    #: live window of the length and reuse tests, in requests
+    drift_window_requests: int = Field(default=2000, ge=10)
+    #: requests (live and reference) a length or reuse test needs
+    drift_min_requests: int = Field(default=500, ge=10)
+    #: p-value a drift test must go below
+    drift_p_value: float = Field(default=0.001, gt=0, lt=1)
+    #: live window of the arrival-rate test, in seconds (before time_scale)
+    drift_rate_window_s: float = Field(default=300.0, gt=0)
+    #: a drifted feature is not reported again for this long, in seconds (before time_scale)
+    drift_cooldown_s: float = Field(default=1800.0, ge=0)
+    #: a prefix block counts as reused when seen this recently, in seconds (before time_scale)
+    drift_prefix_horizon_s: float = Field(default=300.0, gt=0)
+    #: requests that learn the TTFT change-point baseline
+    drift_cusum_warmup: int = Field(default=1000, ge=10)
     #: batch ids remembered to skip a redelivered telemetry batch
     dedup_batches: int = Field(default=10000, ge=0)
-    #: alert receivers until the endpoint registry exists (JSON list of
-    #: {kind: alertmanager|pagerduty|webhook, url, routing_key?, min_severity?, name?})
+    #: alert receivers of endpoints not in the endpoints bucket (JSON list of
+    #: {kind: alertmanager|pagerduty|webhook|log, url, routing_key?, min_severity?, name?, event_kinds?})
     receivers: list[ReceiverConfig] = Field(default_factory=list)
     #: seconds one alert POST may take (connect and answer)
     receiver_timeout_s: float = Field(default=5.0, gt=0)
@@ -72,6 +108,8 @@ class SlaMonitorSettings(BaseSettings):
                 raise ValueError(f"rule {rule.name}: need 0 < short_window_s <= long_window_s")
             if rule.burn_rate <= 0:
                 raise ValueError(f"rule {rule.name}: burn_rate must be > 0")
+            if rule.min_bad < 0:
+                raise ValueError(f"rule {rule.name}: min_bad must be >= 0")
         return rules
 
     @field_validator("receivers")
@@ -82,6 +120,19 @@ class SlaMonitorSettings(BaseSettings):
     def retry_policy(self) -> RetryPolicy:
         """The delivery retry policy of the settings."""
         return RetryPolicy(base_s=self.retry_base_s, cap_s=self.retry_cap_s, max_age_s=self.alert_max_age_s)
+
+    def drift_config(self) -> DriftConfig:
+        """The drift detector's thresholds, windows multiplied by `time_scale`."""
+        k = self.time_scale
+        return DriftConfig(
+            window_requests=self.drift_window_requests,
+            min_requests=self.drift_min_requests,
+            p_value=self.drift_p_value,
+            rate_window_s=self.drift_rate_window_s * k,
+            prefix_horizon_s=self.drift_prefix_horizon_s * k,
+            cooldown_s=self.drift_cooldown_s * k,
+            cusum_warmup=self.drift_cusum_warmup,
+        )
 
     def scaled_rules(self) -> tuple[BurnRateRule, ...]:
         """The rules with their windows multiplied by `time_scale`."""

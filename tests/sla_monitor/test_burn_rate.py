@@ -7,6 +7,7 @@ import math
 import pytest
 from evertune.sla_monitor.burn_rate import (
     DEFAULT_RULES,
+    FAST_RULE,
     BurnRateRule,
     CountRing,
     burn_rate,
@@ -82,9 +83,12 @@ def test_ring_drops_what_is_older_than_its_history_and_reuses_positions() -> Non
 
 
 def test_default_rules_time_scale_and_unreachable_thresholds() -> None:
-    assert [r.burn_rate for r in DEFAULT_RULES] == [14.4, 6.0, 1.0]
+    assert [r.burn_rate for r in DEFAULT_RULES] == [2.0, 14.4, 6.0, 1.0]
+    assert DEFAULT_RULES[0] == FAST_RULE and FAST_RULE.min_bad == 5
     scaled = [r.scaled(1 / 60) for r in DEFAULT_RULES]
+    assert scaled[0].min_bad == 5
     assert [(r.long_window_s, r.short_window_s) for r in scaled] == [
+        pytest.approx((0.5, 5 / 60)),
         pytest.approx((60, 5)),
         pytest.approx((360, 30)),
         pytest.approx((4320, 360)),

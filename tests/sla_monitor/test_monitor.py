@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 from evertune.sla_monitor.alerts import Breach, Resolved
-from evertune.sla_monitor.burn_rate import DEFAULT_RULES
+from evertune.sla_monitor.burn_rate import DEFAULT_RULES, FAST_RULE
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
 from evertune.sla_monitor.window import Observation, Targets
 
@@ -36,14 +39,17 @@ def test_scaled_default_rules_breach_once_then_resolve() -> None:
             sketch_history_s=3600 * scale,
             resolve_hold_s=300 * scale,
             min_requests=10,
+            fine_slot_s=scale,
         )
     )
     _traffic(monitor, start=T0, seconds=120, ttft_ms=100.0)
     assert monitor.evaluate(T0 + 120) == []
     _traffic(monitor, start=T0 + 120, seconds=300, ttft_ms=900.0)  # 5 min of all-bad traffic
     decisions = monitor.evaluate(T0 + 420)  # 6 h-scaled window: 60 s good + 300 s bad -> 8.3x
-    # page-6h (6x) and ticket-3d (1x) fire; page-1h (14.4x) cannot with a 0.9 target (max 10x)
-    assert sorted(d.key.rule for d in decisions if isinstance(d, Breach)) == ["page-6h", "ticket-3d"]
+    # page-6h (6x) and ticket-3d (1x) fire; page-1h (14.4x) cannot with a 0.9 target (max 10x);
+    # page-fast's short window, compressed to 1/12 s, never holds the 5 bad requests it needs
+    fired = sorted(d.key.rule for d in decisions if isinstance(d, Breach))
+    assert fired == ["page-6h", "ticket-3d"]
     assert all(d.key.deployment == "" for d in decisions)  # one deployment: endpoint-level only
     assert monitor.evaluate(T0 + 421) == []
     breach = next(d for d in decisions if d.key.rule == "page-6h")
@@ -56,7 +62,7 @@ def test_scaled_default_rules_breach_once_then_resolve() -> None:
 
 
 def test_deployments_are_alerted_separately_only_beside_another() -> None:
-    rule = DEFAULT_RULES[1].scaled(1 / 600)  # 36 s / 3 s, 6x
+    rule = next(r for r in DEFAULT_RULES if r.name == "page-6h").scaled(1 / 600)  # 36 s / 3 s, 6x
     monitor = SlaMonitor(MonitorConfig(rules=(rule,), slot_s=1, sketch_history_s=60, resolve_hold_s=1))
     _traffic(monitor, start=T0, seconds=30, ttft_ms=100.0, deployment="stable")
     _traffic(monitor, start=T0, seconds=30, ttft_ms=900.0, deployment="canary")
@@ -65,3 +71,67 @@ def test_deployments_are_alerted_separately_only_beside_another() -> None:
     assert [(d.key.deployment, type(d).__name__) for d in decisions] == [("canary", "Breach")]
     assert monitor.scopes() == [("ep", ""), ("ep", "canary"), ("ep", "stable")]
     assert monitor.counters.records == 600 and monitor.counters.breaches == 1
+
+
+def _fast_monitor() -> SlaMonitor:
+    return SlaMonitor(
+        MonitorConfig(
+            rules=(FAST_RULE,), slot_s=10, sketch_history_s=3600, resolve_hold_s=300, min_requests=10
+        )
+    )
+
+
+def _poisson_requests(seed: int, *, start: float, seconds: float, rate: float) -> list[float]:
+    rng = random.Random(seed)
+    times, t = [], start
+    while (t := t + rng.expovariate(rate)) < start + seconds:
+        times.append(t)
+    return times
+
+
+def test_fast_rule_pages_on_a_ttft_doubling_at_5_rps_within_15_s() -> None:
+    targets = Targets(ttft_ms=500.0, itl_ms=100.0, attainment=0.9)
+    delays = []
+    for seed in range(20):
+        monitor, rng = _fast_monitor(), random.Random(seed)
+        change, found = T0 + 120, None
+        next_eval = T0 + 1
+        for t in _poisson_requests(seed, start=T0, seconds=180, rate=5.0):
+            while next_eval <= t and found is None:  # evaluated every second, as the service does
+                if monitor.evaluate(next_eval):
+                    found = next_eval
+                next_eval += 1
+            factor = 2.0 if t > change else 1.0
+            ttft = rng.lognormvariate(math.log(300), 0.15) * factor
+            monitor.observe(Observation("ep", "d1", t, ttft, 20.0, False), targets)
+        assert found is not None and found > change  # nothing before the change
+        delays.append(found - change)
+    assert max(delays) <= 15, delays  # predicted ~7 s: 20% of 30 s bad at ~89% bad after the change
+
+
+def test_fast_rule_stays_quiet_on_two_hours_burning_half_the_budget() -> None:
+    """Stationary traffic at 5 rps with 5% of requests bad (half a 0.9 target's budget): the fast
+    rule needs > 20% bad over 30 s (z ~ 5.5 above the mean at 150 requests) and over 5 s."""
+    monitor = _fast_monitor()
+    targets = Targets(ttft_ms=500.0, itl_ms=100.0, attainment=0.9)
+    rng = random.Random(7)
+    next_eval, decisions = T0 + 1, []
+    for t in _poisson_requests(8, start=T0, seconds=7200, rate=5.0):
+        while next_eval <= t:
+            decisions += monitor.evaluate(next_eval)
+            next_eval += 1
+        ttft = 900.0 if rng.random() < 0.05 else 200.0
+        monitor.observe(Observation("ep", "d1", t, ttft, 20.0, False), targets)
+    assert next_eval > T0 + 7000 and decisions == []
+
+
+def test_fast_rule_needs_several_bad_requests_in_its_short_window() -> None:
+    """At a 0.999 target one slow request in 30 s burns ~7x; min_bad keeps it from paging."""
+    monitor = _fast_monitor()
+    strict = Targets(ttft_ms=500.0, itl_ms=100.0, attainment=0.999)
+    for i in range(150):
+        ttft = 900.0 if i in (140, 145) else 200.0
+        monitor.observe(Observation("ep", "d1", T0 + i * 0.2, ttft, 20.0, False), strict)
+    assert monitor.evaluate(T0 + 30) == []
+    [ev] = monitor.burn_rates("ep", "", now=T0 + 30)
+    assert ev.long.burn_rate > FAST_RULE.burn_rate and not ev.firing

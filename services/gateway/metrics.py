@@ -1,0 +1,122 @@
+"""The gateway's Prometheus metrics (served on the proxy's own port at `/metrics`).
+
+| metric | type | labels | what |
+|---|---|---|---|
+| `evertune_gateway_requests_total` | counter | endpoint, deployment, status_class | finished requests |
+| `evertune_gateway_ttft_seconds` | histogram | endpoint, deployment | client-observed TTFT |
+| `evertune_gateway_in_flight_requests` | gauge | | requests being served now (streams included) |
+| `evertune_gateway_telemetry_queue_records` | gauge | | records waiting for the publisher |
+| `evertune_gateway_spool_bytes` | gauge | | bytes in the spool files (NATS away) |
+| `evertune_gateway_records_published_total` | counter | | records acked by JetStream |
+| `evertune_gateway_records_spooled_total` | counter | | records written to the spool |
+| `evertune_gateway_records_drained_total` | counter | | spooled records published later |
+
+Requests and TTFT are counted when a request's record is handed to the publisher (every request
+gets one, errors included); the publisher's figures are read from its stats at scrape time.
+`endpoint` is "unknown" for a request that never matched one (bad input, 404), `deployment` "none"
+for one that never reached a deployment; `status_class` is "2xx", "4xx", "5xx", ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from evertune.gateway.publisher import PublisherStats
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from evertune.v1 import telemetry_pb2
+
+#: TTFT buckets, seconds: fine around a voice turn's budget (the model's share of ~800 ms).
+TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
+
+
+def status_class(code: int) -> str:
+    """'2xx', '4xx', ... of an HTTP status; 'none' for 0 (no answer was sent)."""
+    return f"{code // 100}xx" if code > 0 else "none"
+
+
+class _PublisherCollector(Collector):
+    """The publisher's counters and the spool's size, read at scrape time."""
+
+    def __init__(self, stats: Callable[[], PublisherStats | None], spool_files: Callable[[], list[Path]]):
+        self._stats = stats
+        self._spool_files = spool_files
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats() or PublisherStats()
+        for name, help_text, value in (
+            (
+                "evertune_gateway_records_published",
+                "Telemetry records acked by JetStream",
+                stats.published_records,
+            ),
+            (
+                "evertune_gateway_records_spooled",
+                "Telemetry records written to the spool",
+                stats.spooled_records,
+            ),
+            ("evertune_gateway_records_drained", "Spooled records published later", stats.drained_records),
+        ):
+            counter = CounterMetricFamily(name, help_text)
+            counter.add_metric([], value)
+            yield counter
+        queue = GaugeMetricFamily(
+            "evertune_gateway_telemetry_queue_records", "Records waiting for the publisher"
+        )
+        queue.add_metric([], stats.queue_depth)
+        yield queue
+        size = 0
+        for path in self._spool_files():
+            try:
+                size += path.stat().st_size
+            except OSError:
+                continue
+        spool = GaugeMetricFamily("evertune_gateway_spool_bytes", "Bytes in the spool files (NATS away)")
+        spool.add_metric([], size)
+        yield spool
+
+
+class GatewayMetrics:
+    """The gateway's metrics in a registry of its own."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        in_flight: Callable[[], int],
+        publisher_stats: Callable[[], PublisherStats | None],
+        spool_files: Callable[[], list[Path]],
+    ) -> None:
+        self.registry = registry
+        labels = ["endpoint", "deployment"]
+        self.requests = Counter(
+            "evertune_gateway_requests",
+            "Finished requests",
+            [*labels, "status_class"],
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "evertune_gateway_ttft_seconds",
+            "Client-observed time to first token",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "evertune_gateway_in_flight_requests",
+            "Requests being served now (streams included)",
+            registry=registry,
+        )
+        self.in_flight.set_function(lambda: float(in_flight()))
+        registry.register(_PublisherCollector(publisher_stats, spool_files))
+
+    def observe(self, record: telemetry_pb2.RequestRecord) -> None:
+        """Count one finished request (called with its record, before the publisher takes it)."""
+        endpoint = record.endpoint or "unknown"
+        deployment = record.deployment or "none"
+        self.requests.labels(endpoint, deployment, status_class(record.status_code)).inc()
+        if record.ttft_ms > 0:
+            self.ttft.labels(endpoint, deployment).observe(record.ttft_ms / 1e3)

@@ -1,0 +1,113 @@
+"""The deployer's endpoints as the sla-monitor needs them (pure): SLO, alert routes, stable deployment.
+
+The service watches the `endpoints` KV bucket (one serialized `Endpoint` per endpoint name) and
+puts every change here. An endpoint in the bucket is judged by its own `spec.slo` and alerts go to
+its own `spec.alert_routes` (none: no receiver); an endpoint not in the bucket falls back to the
+settings' default SLO and receivers. This module is the one place an `AlertRoute` becomes a
+`ReceiverConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evertune.sla_monitor.payloads import AlertSeverity, ReceiverConfig, ReceiverKind
+
+from evertune.v1 import common_pb2, endpoint_pb2
+
+#: AlertRoute.min_severity -> receiver severity (unspecified = warning, as endpoint.proto says).
+ROUTE_SEVERITY: dict[int, AlertSeverity] = {
+    common_pb2.SEVERITY_UNSPECIFIED: "warning",
+    common_pb2.SEVERITY_INFO: "info",
+    common_pb2.SEVERITY_WARNING: "warning",
+    common_pb2.SEVERITY_ERROR: "error",
+    common_pb2.SEVERITY_CRITICAL: "critical",
+}
+#: AlertRoute.kind -> receiver kind (unspecified routes are skipped).
+ROUTE_KIND: dict[int, ReceiverKind] = {
+    endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK: "webhook",
+    endpoint_pb2.ALERT_ROUTE_KIND_LOG: "log",
+}
+
+
+def receivers_from_routes(endpoint: str, routes: list[endpoint_pb2.AlertRoute]) -> list[ReceiverConfig]:
+    """An endpoint's alert routes as receivers, named `<endpoint>/<route name>`.
+
+    A route of unspecified kind, or a webhook without an http(s) url, is skipped (the deployer
+    validates specs; a bad one must not take the monitor down)."""
+    found: list[ReceiverConfig] = []
+    for i, route in enumerate(routes):
+        kind = ROUTE_KIND.get(route.kind)
+        if kind is None:
+            continue
+        if kind == "webhook" and not route.url.startswith(("http://", "https://")):
+            continue
+        found.append(
+            ReceiverConfig(
+                kind=kind,
+                url=route.url if kind == "webhook" else "",
+                min_severity=ROUTE_SEVERITY.get(route.min_severity, "warning"),
+                name=f"{endpoint}/{route.name or i}",
+                event_kinds=tuple(route.event_kinds),
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class EndpointEntry:
+    """What the monitor keeps of one stored endpoint."""
+
+    slo: endpoint_pb2.Slo | None  #: its SLO; None when the spec has no usable one (ttft_p99_ms <= 0)
+    receivers: tuple[ReceiverConfig, ...]  #: its alert routes as receivers
+    stable_deployment_id: str  #: deployment carrying its stable traffic ("" while provisioning)
+    revision: int  #: the endpoint's revision
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one put or delete changed."""
+
+    endpoint: str  #: endpoint name
+    deployment_changed: bool  #: the stable deployment moved from one id to another
+
+
+class EndpointRegistry:
+    """The endpoints bucket's current content, as SLOs and receivers."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, EndpointEntry] = {}
+
+    def put(self, key: str, value: bytes | None) -> Change:
+        """Apply one KV entry (None = deleted); a value that is not an Endpoint raises DecodeError."""
+        old = self._entries.get(key)
+        if value is None:
+            self._entries.pop(key, None)
+            return Change(endpoint=key, deployment_changed=False)
+        ep = endpoint_pb2.Endpoint.FromString(value)
+        name = ep.spec.name or key
+        slo = endpoint_pb2.Slo()
+        slo.CopyFrom(ep.spec.slo)
+        entry = EndpointEntry(
+            slo=slo if slo.ttft_p99_ms > 0 else None,
+            receivers=tuple(receivers_from_routes(name, list(ep.spec.alert_routes))),
+            stable_deployment_id=ep.stable_deployment_id,
+            revision=ep.revision,
+        )
+        self._entries[key] = entry
+        moved = (
+            old is not None
+            and bool(old.stable_deployment_id)
+            and old.stable_deployment_id != entry.stable_deployment_id
+        )
+        return Change(endpoint=key, deployment_changed=moved)
+
+    def get(self, endpoint: str) -> EndpointEntry | None:
+        """The stored endpoint; None when the bucket does not have it."""
+        return self._entries.get(endpoint)
+
+    def __contains__(self, endpoint: str) -> bool:
+        return endpoint in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
