@@ -27,25 +27,32 @@ ROUTE_SEVERITY: dict[int, AlertSeverity] = {
 ROUTE_KIND: dict[int, ReceiverKind] = {
     endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK: "webhook",
     endpoint_pb2.ALERT_ROUTE_KIND_LOG: "log",
+    endpoint_pb2.ALERT_ROUTE_KIND_ALERTMANAGER: "alertmanager",
+    endpoint_pb2.ALERT_ROUTE_KIND_PAGERDUTY: "pagerduty",
 }
 
 
 def receivers_from_routes(endpoint: str, routes: list[endpoint_pb2.AlertRoute]) -> list[ReceiverConfig]:
     """An endpoint's alert routes as receivers, named `<endpoint>/<route name>`.
 
-    A route of unspecified kind, or a webhook without an http(s) url, is skipped (the deployer
-    validates specs; a bad one must not take the monitor down)."""
+    A route of unspecified kind, a webhook or Alertmanager route without an http(s) url, or a
+    PagerDuty route without a routing key is skipped (the deployer validates specs; a bad one must
+    not take the monitor down). A PagerDuty route without a url posts to PagerDuty's events URL."""
     found: list[ReceiverConfig] = []
     for i, route in enumerate(routes):
         kind = ROUTE_KIND.get(route.kind)
         if kind is None:
             continue
-        if kind == "webhook" and not route.url.startswith(("http://", "https://")):
+        has_url = route.url.startswith(("http://", "https://"))
+        if kind in ("webhook", "alertmanager") and not has_url:
+            continue
+        if kind == "pagerduty" and (not route.routing_key or (route.url and not has_url)):
             continue
         found.append(
             ReceiverConfig(
                 kind=kind,
-                url=route.url if kind == "webhook" else "",
+                url=route.url if kind != "log" else "",
+                routing_key=route.routing_key if kind == "pagerduty" else "",
                 min_severity=ROUTE_SEVERITY.get(route.min_severity, "warning"),
                 name=f"{endpoint}/{route.name or i}",
                 event_kinds=tuple(route.event_kinds),

@@ -61,6 +61,24 @@ def test_registry_maps_routes_and_falls_back() -> None:
     )
     assert not hook.takes("drift.detected") and hook.takes("sla.breach")
     assert (log.kind, log.min_severity) == ("log", "warning") and log.takes("drift.detected")
+    paging = [
+        endpoint_pb2.AlertRoute(
+            name="am", kind=endpoint_pb2.ALERT_ROUTE_KIND_ALERTMANAGER, url="http://am:9093/x"
+        ),
+        endpoint_pb2.AlertRoute(
+            name="pd", kind=endpoint_pb2.ALERT_ROUTE_KIND_PAGERDUTY, routing_key="R0UTING"
+        ),
+        endpoint_pb2.AlertRoute(name="pd-nokey", kind=endpoint_pb2.ALERT_ROUTE_KIND_PAGERDUTY),
+        endpoint_pb2.AlertRoute(name="am-nourl", kind=endpoint_pb2.ALERT_ROUTE_KIND_ALERTMANAGER),
+    ]
+    am, pd = receivers_from_routes("voice", paging)
+    assert (am.kind, am.target, am.name) == ("alertmanager", "http://am:9093/x", "voice/am")
+    assert (pd.kind, pd.routing_key, pd.target) == (
+        "pagerduty",
+        "R0UTING",
+        "https://events.pagerduty.com/v2/enqueue",
+    )
+    assert pd.takes("sla.breach") and not pd.takes("drift.detected")
     registry = EndpointRegistry()
     assert not registry.put(
         "voice", _endpoint("voice", ttft_ms=300, routes=routes, stable="d1")
