@@ -54,6 +54,20 @@ class Unauthenticated(EvertuneError):
     http_status = 401
 
 
+class PermissionDenied(EvertuneError):
+    """The caller is known but may not do this (e.g. act for another tenant)."""
+
+    grpc_status = grpc.StatusCode.PERMISSION_DENIED
+    http_status = 403
+
+
+class DeadlineExceeded(EvertuneError):
+    """The caller's deadline ran out before the work was done."""
+
+    grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED
+    http_status = 504
+
+
 class Unavailable(EvertuneError):
     """A dependency (NATS, the store, an engine) cannot be reached."""
 

@@ -1,0 +1,176 @@
+"""The EndpointService servicer: validate (validation.py), scope to the caller (auth.py), act
+(controller.py), answer. Errors become gRPC statuses in one place (`_unary`).
+
+Deadlines: each unary call runs within the client's deadline; when it runs out the call answers
+DEADLINE_EXCEEDED (background work it started — engine starts, drains — carries on and is visible
+through GetEndpoint / ListDeployments / WatchEvents).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+import nats.errors
+from evertune.deployer import validation
+from evertune.deployer.auth import caller
+from evertune.deployer.controller import Deployer
+from evertune.deployer.watch import TenantScope, watch
+
+from evertune.errors import EvertuneError
+from evertune.logging import bound_ids, get_logger
+from evertune.v1 import endpoint_service_pb2 as pb
+from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
+from evertune.v1 import events_pb2
+
+log = get_logger("evertune.deployer.api")
+
+T = TypeVar("T")
+
+#: Full name of the service (health and reflection list it).
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EndpointService"].full_name
+
+
+async def _unary(context: grpc.aio.ServicerContext, method: str, work: Callable[[], Awaitable[T]]) -> T:
+    """Run `work` within the call's deadline; map errors to statuses with one-line details."""
+    remaining = context.time_remaining()
+    timeout = asyncio.timeout(remaining if remaining is not None and remaining > 0 else None)
+    try:
+        async with timeout:
+            return await work()
+    except TimeoutError:
+        if timeout.expired():
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{method}: the deadline ran out")
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: a dependency timed out")
+    except EvertuneError as err:
+        await context.abort(err.grpc_status, str(err))
+    except nats.errors.Error as err:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: NATS: {str(err) or type(err).__name__}")
+    raise AssertionError("unreachable: abort raises")
+
+
+class EndpointApi(pb_grpc.EndpointServiceServicer):
+    """gRPC face of the Deployer."""
+
+    def __init__(self, deployer: Deployer, *, stopping: asyncio.Event) -> None:
+        self.deployer = deployer
+        self.stopping = stopping
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_EndpointServiceServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+
+    async def CreateEndpoint(
+        self, request: pb.CreateEndpointRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateEndpointResponse:
+        async def work() -> pb.CreateEndpointResponse:
+            who = caller()
+            tenant = "" if who.all_tenants else who.tenant
+            command = validation.create_command(request, caller_tenant=tenant or "default")
+            with bound_ids(endpoint=command.spec.name, request=command.request_id):
+                endpoint, deployment = await self.deployer.create_endpoint(command, who)
+            return pb.CreateEndpointResponse(endpoint=endpoint, deployment=deployment)
+
+        return await _unary(context, "CreateEndpoint", work)
+
+    async def GetEndpoint(
+        self, request: pb.GetEndpointRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetEndpointResponse:
+        async def work() -> pb.GetEndpointResponse:
+            name = validation.endpoint_name(request.name, "name")
+            return pb.GetEndpointResponse(endpoint=await self.deployer.visible_endpoint(name, caller()))
+
+        return await _unary(context, "GetEndpoint", work)
+
+    async def ListEndpoints(
+        self, request: pb.ListEndpointsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListEndpointsResponse:
+        async def work() -> pb.ListEndpointsResponse:
+            if request.tenant:
+                validation.tenant_name(request.tenant, "tenant")
+            page = validation.page(request.page_size, request.page_token)
+            endpoints, token = await self.deployer.list_endpoints(caller(), tenant=request.tenant, page=page)
+            return pb.ListEndpointsResponse(endpoints=endpoints, next_page_token=token)
+
+        return await _unary(context, "ListEndpoints", work)
+
+    async def UpdateEndpoint(
+        self, request: pb.UpdateEndpointRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateEndpointResponse:
+        async def work() -> pb.UpdateEndpointResponse:
+            who = caller()
+            name = validation.endpoint_name(request.name, "name")
+            current = await self.deployer.visible_endpoint(name, who)
+            command = validation.update_command(request, current=current.spec)
+            return pb.UpdateEndpointResponse(endpoint=await self.deployer.update_endpoint(command, who))
+
+        return await _unary(context, "UpdateEndpoint", work)
+
+    async def DeleteEndpoint(
+        self, request: pb.DeleteEndpointRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteEndpointResponse:
+        async def work() -> pb.DeleteEndpointResponse:
+            name = validation.endpoint_name(request.name, "name")
+            revision = validation.expected_revision(request.expected_revision)
+            endpoint = await self.deployer.delete_endpoint(name, caller(), expected_revision=revision)
+            return pb.DeleteEndpointResponse(endpoint=endpoint)
+
+        return await _unary(context, "DeleteEndpoint", work)
+
+    async def ListDeployments(
+        self, request: pb.ListDeploymentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDeploymentsResponse:
+        async def work() -> pb.ListDeploymentsResponse:
+            name = validation.endpoint_name(request.endpoint, "endpoint")
+            page = validation.page(request.page_size, request.page_token)
+            deployments, token = await self.deployer.list_deployments(
+                name, caller(), include_stopped=request.include_stopped, page=page
+            )
+            return pb.ListDeploymentsResponse(deployments=deployments, next_page_token=token)
+
+        return await _unary(context, "ListDeployments", work)
+
+    async def Promote(
+        self, request: pb.PromoteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PromoteResponse:
+        async def work() -> pb.PromoteResponse:
+            who = caller()
+            name = validation.endpoint_name(request.endpoint, "endpoint")
+            endpoint = await self.deployer.visible_endpoint(name, who)
+            command = validation.promote_command(request, default_model=endpoint.spec.model)
+            with bound_ids(endpoint=name, request=command.request_id):
+                return pb.PromoteResponse(deployment=await self.deployer.promote(command, who))
+
+        return await _unary(context, "Promote", work)
+
+    async def Rollback(
+        self, request: pb.RollbackRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RollbackResponse:
+        async def work() -> pb.RollbackResponse:
+            command = validation.rollback_command(request)
+            with bound_ids(endpoint=command.endpoint, request=command.request_id):
+                return pb.RollbackResponse(deployment=await self.deployer.rollback(command, caller()))
+
+        return await _unary(context, "Rollback", work)
+
+    async def WatchEvents(
+        self, request: pb.WatchEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[events_pb2.Event]:
+        who = caller()
+
+        async def start() -> validation.WatchFilter:
+            filt = validation.watch_filter(request)
+            if filt.endpoint and not who.all_tenants:  # operators may watch any name, even a deleted one
+                await self.deployer.visible_endpoint(filt.endpoint, who)
+            return filt
+
+        filt = await _unary(context, "WatchEvents", start)
+
+        async def tenant_of(endpoint: str) -> str | None:
+            stored = await self.deployer.state.get_endpoint(endpoint)
+            return stored.spec.tenant if stored is not None else None
+
+        scope = TenantScope(who, tenant_of)
+        async for event in watch(self.deployer.state.js, filt, scope=scope, stopping=self.stopping):
+            yield event

@@ -1,0 +1,207 @@
+"""Bearer-token authentication of the deployer's gRPC API, scoped by tenant.
+
+Tokens come from a token file (`EVERTUNE_DEPLOYER_TOKEN_FILE`) and/or the `EVERTUNE_DEPLOYER_TOKENS`
+setting, in one format: entries `<token> <tenant>`, one per line in a file (or separated by commas
+in the setting); blank lines and lines starting with `#` are ignored. The tenant `*` makes an
+operator token that sees every tenant. Tokens are at least 16 characters, without whitespace or
+commas.
+
+A client sends `authorization: Bearer <token>` metadata. `AuthInterceptor` answers UNAUTHENTICATED
+to a call without a known token, before any handler runs; health checks and reflection stay open.
+The handler finds the caller with `caller()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Final
+
+import grpc
+
+from evertune.errors import InvalidArgument, Unauthenticated
+
+#: Tenant of an operator token: every tenant.
+ALL_TENANTS: Final = "*"
+#: Shortest token accepted.
+MIN_TOKEN_CHARS: Final = 16
+#: Method prefixes served without a token.
+OPEN_METHOD_PREFIXES: Final = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling."""
+
+    tenant: str  #: the tenant the token is scoped to; ALL_TENANTS for operators
+    label: str  #: how logs name the caller (never the token): "token#<first 8 hex of its sha256>"
+
+    @property
+    def all_tenants(self) -> bool:
+        return self.tenant == ALL_TENANTS
+
+    def sees(self, tenant: str) -> bool:
+        """Whether this caller may see an endpoint of `tenant`."""
+        return self.all_tenants or self.tenant == tenant
+
+
+#: The caller when authentication is off (no tokens configured, loopback only).
+ANONYMOUS_OPERATOR: Final = Principal(tenant=ALL_TENANTS, label="anonymous")
+
+_CALLER: ContextVar[Principal | None] = ContextVar("evertune_deployer_caller", default=None)
+
+
+def caller() -> Principal:
+    """The authenticated caller of the RPC being served (set by AuthInterceptor)."""
+    principal = _CALLER.get()
+    if principal is None:
+        raise Unauthenticated("no authenticated caller (the auth interceptor is not installed)")
+    return principal
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def parse_tokens(text: str, *, source: str) -> dict[str, str]:
+    """`{token: tenant}` from token-file text (entries on lines, or separated by commas).
+
+    Raises InvalidArgument naming `source` and the entry for a malformed entry.
+    """
+    tokens: dict[str, str] = {}
+    entries = [e for line in text.splitlines() for e in line.split(",")]
+    for number, raw in enumerate(entries, start=1):
+        entry = raw.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        parts = entry.split()
+        if len(parts) != 2:
+            raise InvalidArgument(f"{source}: entry {number} must be `<token> <tenant>`")
+        token, tenant = parts
+        if len(token) < MIN_TOKEN_CHARS:
+            raise InvalidArgument(
+                f"{source}: entry {number}: a token needs at least {MIN_TOKEN_CHARS} characters"
+            )
+        if tenant != ALL_TENANTS and not all(c.isalnum() or c in "-_" for c in tenant):
+            raise InvalidArgument(
+                f"{source}: entry {number}: tenant {tenant!r} must be letters, digits, '-', '_'"
+            )
+        if token in tokens and tokens[token] != tenant:
+            raise InvalidArgument(f"{source}: entry {number}: the same token is given two tenants")
+        tokens[token] = tenant
+    return tokens
+
+
+class TokenTable:
+    """Known tokens, kept as sha256 digests; lookups compare digests in constant time."""
+
+    def __init__(self, tokens: dict[str, str]) -> None:
+        self._entries = [(_digest(t), tenant) for t, tenant in tokens.items()]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, token: str) -> Principal | None:
+        digest = _digest(token)
+        found: Principal | None = None
+        for known, tenant in self._entries:
+            if hmac.compare_digest(known, digest):
+                found = Principal(tenant=tenant, label=f"token#{digest.hex()[:8]}")
+        return found
+
+
+def bearer_token(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
+    """The token of an `authorization: Bearer <token>` metadata entry, or None."""
+    for key, value in metadata or ():
+        if key.lower() != "authorization":
+            continue
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        scheme, _, token = text.strip().partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return None
+
+
+def authenticate(tokens: TokenTable | None, metadata: Iterable[tuple[str, Any]] | None) -> Principal:
+    """The caller for this metadata; `tokens=None` means authentication is off. Pure."""
+    if tokens is None:
+        return ANONYMOUS_OPERATOR
+    token = bearer_token(metadata)
+    if token is None:
+        raise Unauthenticated("missing credentials: send `authorization: Bearer <token>` metadata")
+    principal = tokens.lookup(token)
+    if principal is None:
+        raise Unauthenticated("invalid token")
+    return principal
+
+
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses calls without a known bearer token (UNAUTHENTICATED); health and reflection are open.
+
+    An accepted call's handler runs with `caller()` set to its principal. `tokens=None` turns
+    authentication off: every call is the anonymous operator.
+    """
+
+    def __init__(self, tokens: TokenTable | None) -> None:
+        self._tokens = tokens
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        method: str = handler_call_details.method
+        handler = await continuation(handler_call_details)
+        if handler is None or method.startswith(OPEN_METHOD_PREFIXES):
+            return handler
+        try:
+            principal = authenticate(self._tokens, handler_call_details.invocation_metadata)
+        except Unauthenticated as err:
+            return _deny(handler, str(err))
+        return _as(handler, principal)
+
+
+def _as(handler: Any, principal: Principal) -> Any:
+    """The handler, run with `caller()` = principal."""
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            _CALLER.set(principal)
+            return await inner_uu(request, context)
+
+        return handler._replace(unary_unary=unary_unary)
+    if handler.unary_stream is not None:
+        inner_us = handler.unary_stream
+
+        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            _CALLER.set(principal)
+            async for item in inner_us(request, context):
+                yield item
+
+        return handler._replace(unary_stream=unary_stream)
+    raise TypeError("the deployer serves unary and server-streaming methods only")
+
+
+def _deny(handler: Any, message: str) -> Any:
+    """A handler of the same shape that answers UNAUTHENTICATED."""
+    if handler.unary_stream is not None:
+
+        async def deny_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+            yield  # pragma: no cover - abort raises
+
+        return handler._replace(unary_stream=deny_stream)
+
+    async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    return handler._replace(unary_unary=deny)

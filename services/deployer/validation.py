@@ -1,0 +1,617 @@
+"""Wire -> domain for the EndpointService (pure): every request is checked and converted here, once.
+
+Each `*_command` function takes a request protobuf and returns a frozen domain object, or raises
+`InvalidArgument` with one line that starts with the offending field's path as the client wrote it
+(`spec.slo.ttft_p99_ms: must be > 0`). Nothing here does I/O; the clock is never read.
+
+Defaults filled in at creation (the stored spec shows them): `search_policy` AUTO,
+`slo.attainment_target` 0.9, `hardware_pool.max_replicas` 1, `correctness_agreement_threshold`
+0.95, an alert route's `min_severity` WARNING, and the initial engine config's `engine` ("vllm")
+and `model` (the endpoint's). An unset `initial_engine_config` is vLLM with every knob at its
+default.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evertune.engines import EngineSpec, InvalidEngineConfig
+from evertune.errors import InvalidArgument
+from evertune.events import EventKind
+from evertune.v1 import common_pb2, endpoint_pb2, endpoint_service_pb2
+
+#: Endpoint names: 1-63 of [a-z0-9-], starting with a letter (a NATS token and part of URLs).
+NAME_RE: Final = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+#: Tenants: 1-63 of letters, digits, '-', '_', starting with a letter or digit.
+TENANT_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+#: Deployment ids as the deployer makes them ("dep-" + 12 hex).
+DEPLOYMENT_ID_RE: Final = re.compile(r"^dep-[0-9a-f]{12}$")
+#: Alert route names, unique within an endpoint.
+ROUTE_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+#: Hardware classes ("cpu", "h200", "sim-h200").
+HARDWARE_RE: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+#: Longest request_id, reason and trial id accepted.
+MAX_REQUEST_ID: Final = 128
+MAX_REASON: Final = 500
+MAX_ID: Final = 128
+#: Page sizes: 0 means DEFAULT_PAGE, at most MAX_PAGE.
+DEFAULT_PAGE: Final = 100
+MAX_PAGE: Final = 1000
+
+DEFAULT_ATTAINMENT: Final = 0.9
+DEFAULT_AGREEMENT: Final = 0.95
+
+SearchPolicyName = Literal["auto", "advisory", "off"]
+_POLICY_FROM_WIRE: Final[dict[int, SearchPolicyName]] = {
+    endpoint_pb2.SEARCH_POLICY_UNSPECIFIED: "auto",
+    endpoint_pb2.SEARCH_POLICY_AUTO: "auto",
+    endpoint_pb2.SEARCH_POLICY_ADVISORY: "advisory",
+    endpoint_pb2.SEARCH_POLICY_OFF: "off",
+}
+_POLICY_TO_WIRE: Final[dict[SearchPolicyName, int]] = {
+    "auto": endpoint_pb2.SEARCH_POLICY_AUTO,
+    "advisory": endpoint_pb2.SEARCH_POLICY_ADVISORY,
+    "off": endpoint_pb2.SEARCH_POLICY_OFF,
+}
+_SEVERITIES: Final = frozenset(common_pb2.Severity.values())
+_KINDS: Final = frozenset(k.value for k in EventKind)
+
+#: update_mask paths UpdateEndpoint accepts, and the ones it refuses as immutable.
+MUTABLE_PATHS: Final = frozenset(
+    {
+        "slo",
+        "slo.ttft_p50_ms",
+        "slo.ttft_p99_ms",
+        "slo.itl_p99_ms",
+        "slo.attainment_target",
+        "search_policy",
+        "alert_routes",
+        "hardware_pool.max_replicas",
+        "correctness_agreement_threshold",
+    }
+)
+IMMUTABLE_PATHS: Final = frozenset(
+    {"name", "tenant", "model", "hardware_pool", "hardware_pool.hardware_class", "initial_engine_config"}
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Domain objects
+# --------------------------------------------------------------------------------------------
+
+
+class SloSpec(BaseModel):
+    """Latency targets of an endpoint (client-observed, at the gateway)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Target median TTFT, ms (0 = none).
+    ttft_p50_ms: float = Field(default=0.0, ge=0, le=3_600_000)
+    #: Target p99 TTFT, ms; required.
+    ttft_p99_ms: float = Field(gt=0, le=3_600_000)
+    #: Target p99 inter-token latency, ms (0 = none).
+    itl_p99_ms: float = Field(default=0.0, ge=0, le=3_600_000)
+    #: Share of requests that must meet the targets (0 < x < 1).
+    attainment_target: float = Field(default=DEFAULT_ATTAINMENT, gt=0, lt=1)
+
+
+class HardwarePoolSpec(BaseModel):
+    """Where an endpoint's deployments run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Hardware class ("cpu", "h200", "sim-h200").
+    hardware_class: str
+    #: Most replicas one deployment may run.
+    max_replicas: int = Field(default=1, ge=1, le=1024)
+
+    @field_validator("hardware_class")
+    @classmethod
+    def _class(cls, value: str) -> str:
+        if not HARDWARE_RE.match(value):
+            raise ValueError("must be 1-63 of [a-z0-9-], e.g. 'cpu' or 'h200'")
+        return value
+
+
+class AlertRouteSpec(BaseModel):
+    """One alert integration of an endpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Name, unique within the endpoint.
+    name: str
+    #: "webhook" (POST to url) or "log".
+    kind: Literal["webhook", "log"]
+    #: http(s) URL for webhooks; empty for log.
+    url: str = ""
+    #: Lowest severity forwarded (a common_pb2.Severity value).
+    min_severity: int = common_pb2.SEVERITY_WARNING
+    #: Event kinds forwarded (empty = the defaults the sla-monitor documents).
+    event_kinds: tuple[str, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not ROUTE_NAME_RE.match(value):
+            raise ValueError("must be 1-63 of letters, digits, '_', '.', '-'")
+        return value
+
+    @field_validator("event_kinds")
+    @classmethod
+    def _kinds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [k for k in value if k not in _KINDS]
+        if unknown:
+            raise ValueError(f"unknown event kind {unknown[0]!r}")
+        return value
+
+
+class EndpointDef(BaseModel):
+    """A validated endpoint spec, defaults filled in (the domain form of `EndpointSpec`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Endpoint name (NAME_RE).
+    name: str
+    #: Owning tenant (TENANT_RE).
+    tenant: str
+    #: Model served, as clients name it... and as the engine loads it.
+    model: str = Field(min_length=1, max_length=1024)
+    #: Latency targets.
+    slo: SloSpec
+    #: Hardware pool.
+    hardware_pool: HardwarePoolSpec
+    #: Engine config of the first deployment (engine and model filled in).
+    initial_engine: EngineSpec
+    #: What the loop may do with search results.
+    search_policy: SearchPolicyName = "auto"
+    #: Alert integrations.
+    alert_routes: tuple[AlertRouteSpec, ...] = ()
+    #: Agreement a lossy change must reach at the correctness gate (0 < x <= 1).
+    correctness_agreement_threshold: float = Field(default=DEFAULT_AGREEMENT, gt=0, le=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Commands (what each RPC asks, validated)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateCommand:
+    """CreateEndpoint, validated."""
+
+    request_id: str  #: client's idempotency key
+    spec: EndpointDef  #: the endpoint to create, tenant and defaults filled in
+    fingerprint: str  #: sha256 of the normalized spec: a retry must match it
+
+
+@dataclass(frozen=True)
+class UpdateCommand:
+    """UpdateEndpoint, validated against the endpoint's current spec."""
+
+    name: str  #: endpoint name
+    spec: EndpointDef  #: the spec after the masked fields were applied to the spec read
+    changed_fields: tuple[str, ...]  #: update_mask paths, normalized and deduplicated
+    expected_revision: int  #: 0 = any
+    request: endpoint_service_pb2.UpdateEndpointRequest  #: re-applied to the spec each CAS attempt reads
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list call."""
+
+    size: int  #: most items to return
+    after: str  #: return items whose key sorts after this ("" = from the start)
+
+
+@dataclass(frozen=True)
+class PromoteCommand:
+    """Promote, validated (the engine config is checked against the endpoint's model)."""
+
+    endpoint: str  #: endpoint name
+    request_id: str  #: idempotency key
+    engine: EngineSpec | None  #: an explicit config, or None when a trial is named
+    trial_id: str  #: the trial whose config to roll out ("" when a config is given)
+    skip_canary: bool  #: move all traffic once ready (the interim rollout always does)
+    reason: str  #: one line for the record
+    fingerprint: str  #: sha256 of the normalized request (without request_id)
+
+
+@dataclass(frozen=True)
+class RollbackCommand:
+    """Rollback, validated."""
+
+    endpoint: str  #: endpoint name
+    request_id: str  #: idempotency key
+    to_deployment_id: str  #: "" = the deployment stable before the latest rollout
+    reason: str  #: one line for the record
+    fingerprint: str  #: sha256 of the normalized request (without request_id)
+
+
+@dataclass(frozen=True)
+class WatchFilter:
+    """WatchEvents, validated."""
+
+    endpoint: str  #: "" = every endpoint (the caller's tenant's, for a scoped caller)
+    kinds: frozenset[str]  #: empty = every kind
+    min_severity: int  #: SEVERITY_UNSPECIFIED = every severity
+    since: datetime | None  #: replay stored events from this UTC time; None = new ones only
+
+    def accepts(self, *, kind: str, severity: int) -> bool:
+        """Whether an event of this kind and severity passes the kind and severity filters."""
+        return (not self.kinds or kind in self.kinds) and severity >= self.min_severity
+
+
+# --------------------------------------------------------------------------------------------
+# Field checks
+# --------------------------------------------------------------------------------------------
+
+
+def _one_line(err: ValidationError, prefix: str) -> InvalidArgument:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    reason = str(first["msg"]).removeprefix("Value error, ")
+    path = f"{prefix}.{where}" if where else prefix
+    return InvalidArgument(f"{path}: {reason}")
+
+
+def endpoint_name(value: str, field: str) -> str:
+    """An endpoint name, or InvalidArgument naming `field`."""
+    if not value:
+        raise InvalidArgument(f"{field}: required")
+    if not NAME_RE.match(value):
+        raise InvalidArgument(f"{field}: {value[:80]!r} must be 1-63 of [a-z0-9-] starting with a letter")
+    return value
+
+
+def request_id(value: str, field: str = "request_id") -> str:
+    """A client request id: required, 1-128 printable characters without whitespace."""
+    if not value:
+        raise InvalidArgument(f"{field}: required (a client-chosen id, e.g. a uuid)")
+    if len(value) > MAX_REQUEST_ID or any(c.isspace() or not c.isprintable() for c in value):
+        raise InvalidArgument(f"{field}: must be 1-{MAX_REQUEST_ID} printable characters without spaces")
+    return value
+
+
+def reason_line(value: str, field: str = "reason") -> str:
+    """An optional one-line reason."""
+    if len(value) > MAX_REASON or "\n" in value or "\r" in value:
+        raise InvalidArgument(f"{field}: must be one line of at most {MAX_REASON} characters")
+    return value
+
+
+def tenant_name(value: str, field: str) -> str:
+    if not TENANT_RE.match(value):
+        raise InvalidArgument(f"{field}: {value[:80]!r} must be 1-63 of letters, digits, '-', '_'")
+    return value
+
+
+def expected_revision(value: int, field: str = "expected_revision") -> int:
+    if value < 0:
+        raise InvalidArgument(f"{field}: must be >= 0 (0 = any)")
+    return value
+
+
+def engine_spec(config: endpoint_pb2.EngineConfig, *, default_model: str, field: str) -> EngineSpec:
+    """An EngineSpec from the wire, errors prefixed with `field`."""
+    try:
+        return EngineSpec.from_proto(config, default_model=default_model)
+    except InvalidEngineConfig as err:
+        detail = str(err).removeprefix("invalid engine config: ")
+        where, sep, reason = detail.partition(": ")
+        if sep and where and " " not in where:
+            raise InvalidArgument(f"{field}.{where}: {reason}") from None
+        raise InvalidArgument(f"{field}: {detail}") from None
+
+
+def _fingerprint(message: endpoint_pb2.EndpointSpec | endpoint_service_pb2.PromoteRequest | bytes) -> str:
+    data = message if isinstance(message, bytes) else message.SerializeToString(deterministic=True)
+    return hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Endpoint spec: wire <-> domain
+# --------------------------------------------------------------------------------------------
+
+
+def endpoint_def(spec: endpoint_pb2.EndpointSpec, *, field: str = "spec") -> EndpointDef:
+    """Validate a wire EndpointSpec (tenant already set) into the domain form, defaults filled in."""
+    endpoint_name(spec.name, f"{field}.name")
+    if not spec.tenant:
+        raise InvalidArgument(f"{field}.tenant: required")
+    tenant_name(spec.tenant, f"{field}.tenant")
+    if not spec.model:
+        raise InvalidArgument(f"{field}.model: required (the model served)")
+    if not spec.HasField("slo"):
+        raise InvalidArgument(f"{field}.slo: required (at least slo.ttft_p99_ms)")
+    if spec.slo.ttft_p99_ms <= 0:
+        raise InvalidArgument(f"{field}.slo.ttft_p99_ms: required, must be > 0")
+    if not spec.HasField("hardware_pool") or not spec.hardware_pool.hardware_class:
+        raise InvalidArgument(f"{field}.hardware_pool.hardware_class: required (e.g. 'cpu')")
+    if spec.search_policy not in _POLICY_FROM_WIRE:
+        raise InvalidArgument(f"{field}.search_policy: unknown value {spec.search_policy}")
+    routes = []
+    seen: set[str] = set()
+    for i, route in enumerate(spec.alert_routes):
+        routes.append(_alert_route(route, f"{field}.alert_routes[{i}]"))
+        if route.name in seen:
+            raise InvalidArgument(f"{field}.alert_routes[{i}].name: {route.name!r} is used twice")
+        seen.add(route.name)
+    initial = engine_spec(
+        spec.initial_engine_config, default_model=spec.model, field=f"{field}.initial_engine_config"
+    )
+    try:
+        slo = SloSpec(
+            ttft_p50_ms=spec.slo.ttft_p50_ms,
+            ttft_p99_ms=spec.slo.ttft_p99_ms,
+            itl_p99_ms=spec.slo.itl_p99_ms,
+            attainment_target=spec.slo.attainment_target or DEFAULT_ATTAINMENT,
+        )
+    except ValidationError as err:
+        raise _one_line(err, f"{field}.slo") from None
+    if slo.ttft_p50_ms and slo.ttft_p50_ms > slo.ttft_p99_ms:
+        raise InvalidArgument(f"{field}.slo.ttft_p50_ms: must not exceed slo.ttft_p99_ms")
+    try:
+        pool = HardwarePoolSpec(
+            hardware_class=spec.hardware_pool.hardware_class,
+            max_replicas=spec.hardware_pool.max_replicas or 1,
+        )
+    except ValidationError as err:
+        raise _one_line(err, f"{field}.hardware_pool") from None
+    if initial.replica_count > pool.max_replicas:
+        raise InvalidArgument(
+            f"{field}.initial_engine_config.replicas: {initial.replica_count} exceeds "
+            f"hardware_pool.max_replicas {pool.max_replicas}"
+        )
+    try:
+        return EndpointDef(
+            name=spec.name,
+            tenant=spec.tenant,
+            model=spec.model,
+            slo=slo,
+            hardware_pool=pool,
+            initial_engine=initial,
+            search_policy=_POLICY_FROM_WIRE[spec.search_policy],
+            alert_routes=tuple(routes),
+            correctness_agreement_threshold=spec.correctness_agreement_threshold or DEFAULT_AGREEMENT,
+        )
+    except ValidationError as err:
+        raise _one_line(err, field) from None
+
+
+def _alert_route(route: endpoint_pb2.AlertRoute, field: str) -> AlertRouteSpec:
+    if not route.name:
+        raise InvalidArgument(f"{field}.name: required")
+    if route.kind == endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK:
+        kind: Literal["webhook", "log"] = "webhook"
+        if not route.url.startswith(("http://", "https://")) or len(route.url) > 2048:
+            raise InvalidArgument(f"{field}.url: a webhook needs an http:// or https:// URL")
+    elif route.kind == endpoint_pb2.ALERT_ROUTE_KIND_LOG:
+        kind = "log"
+        if route.url:
+            raise InvalidArgument(f"{field}.url: must be empty for a log route")
+    else:
+        raise InvalidArgument(f"{field}.kind: required (ALERT_ROUTE_KIND_WEBHOOK or ALERT_ROUTE_KIND_LOG)")
+    if route.min_severity not in _SEVERITIES:
+        raise InvalidArgument(f"{field}.min_severity: unknown value {route.min_severity}")
+    try:
+        return AlertRouteSpec(
+            name=route.name,
+            kind=kind,
+            url=route.url,
+            min_severity=route.min_severity or common_pb2.SEVERITY_WARNING,
+            event_kinds=tuple(route.event_kinds),
+        )
+    except ValidationError as err:
+        raise _one_line(err, field) from None
+
+
+def endpoint_spec_proto(spec: EndpointDef) -> endpoint_pb2.EndpointSpec:
+    """The wire form of a validated spec (what the deployer stores and answers)."""
+    return endpoint_pb2.EndpointSpec(
+        name=spec.name,
+        tenant=spec.tenant,
+        model=spec.model,
+        slo=endpoint_pb2.Slo(
+            ttft_p50_ms=spec.slo.ttft_p50_ms,
+            ttft_p99_ms=spec.slo.ttft_p99_ms,
+            itl_p99_ms=spec.slo.itl_p99_ms,
+            attainment_target=spec.slo.attainment_target,
+        ),
+        hardware_pool=endpoint_pb2.HardwarePool(
+            hardware_class=spec.hardware_pool.hardware_class, max_replicas=spec.hardware_pool.max_replicas
+        ),
+        initial_engine_config=spec.initial_engine.to_proto(),
+        search_policy=_POLICY_TO_WIRE[spec.search_policy],  # type: ignore[arg-type]
+        alert_routes=[
+            endpoint_pb2.AlertRoute(
+                name=r.name,
+                kind=endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK
+                if r.kind == "webhook"
+                else endpoint_pb2.ALERT_ROUTE_KIND_LOG,
+                url=r.url,
+                min_severity=r.min_severity,  # type: ignore[arg-type]
+                event_kinds=list(r.event_kinds),
+            )
+            for r in spec.alert_routes
+        ],
+        correctness_agreement_threshold=spec.correctness_agreement_threshold,
+    )
+
+
+def stored_endpoint_def(spec: endpoint_pb2.EndpointSpec) -> EndpointDef:
+    """The domain form of a spec the deployer stored itself (validated when it was written)."""
+    return endpoint_def(spec)
+
+
+# --------------------------------------------------------------------------------------------
+# Requests
+# --------------------------------------------------------------------------------------------
+
+
+def create_command(
+    request: endpoint_service_pb2.CreateEndpointRequest, *, caller_tenant: str
+) -> CreateCommand:
+    """CreateEndpoint: request_id and spec checked; an empty spec.tenant takes the caller's tenant.
+
+    A spec naming another tenant than a scoped caller's is left for the API to refuse (the
+    caller's scope is not a validation matter).
+    """
+    rid = request_id(request.request_id)
+    if not request.HasField("spec"):
+        raise InvalidArgument("spec: required")
+    wire = endpoint_pb2.EndpointSpec()
+    wire.CopyFrom(request.spec)
+    if not wire.tenant:
+        wire.tenant = caller_tenant
+    spec = endpoint_def(wire)
+    return CreateCommand(request_id=rid, spec=spec, fingerprint=_fingerprint(endpoint_spec_proto(spec)))
+
+
+def _normalize_paths(paths: list[str]) -> tuple[str, ...]:
+    if not paths:
+        raise InvalidArgument("update_mask: required (e.g. paths: ['slo'])")
+    out: list[str] = []
+    for path in paths:
+        clean = path.strip()
+        if clean.startswith("spec."):
+            clean = clean.removeprefix("spec.")
+        if clean in IMMUTABLE_PATHS:
+            raise InvalidArgument(
+                f"update_mask: {path!r} cannot change after creation (engine changes go through Promote)"
+            )
+        if clean not in MUTABLE_PATHS:
+            allowed = ", ".join(sorted(MUTABLE_PATHS))
+            raise InvalidArgument(f"update_mask: unknown path {path!r}; one of: {allowed}")
+        if clean not in out:
+            out.append(clean)
+    return tuple(out)
+
+
+def update_command(
+    request: endpoint_service_pb2.UpdateEndpointRequest, *, current: endpoint_pb2.EndpointSpec
+) -> UpdateCommand:
+    """UpdateEndpoint: the masked fields of request.spec applied to `current`, then all validated."""
+    name = endpoint_name(request.name, "name")
+    paths = _normalize_paths(list(request.update_mask.paths))
+    revision = expected_revision(request.expected_revision)
+    merged = endpoint_pb2.EndpointSpec()
+    merged.CopyFrom(current)
+    new = request.spec
+    for path in paths:
+        if path == "slo":
+            merged.slo.CopyFrom(new.slo)
+        elif path.startswith("slo."):
+            leaf = path.removeprefix("slo.")
+            setattr(merged.slo, leaf, getattr(new.slo, leaf))
+        elif path == "search_policy":
+            merged.search_policy = new.search_policy
+        elif path == "alert_routes":
+            del merged.alert_routes[:]
+            merged.alert_routes.extend(new.alert_routes)
+        elif path == "hardware_pool.max_replicas":
+            merged.hardware_pool.max_replicas = new.hardware_pool.max_replicas
+        elif path == "correctness_agreement_threshold":
+            merged.correctness_agreement_threshold = new.correctness_agreement_threshold
+    spec = endpoint_def(merged)
+    return UpdateCommand(
+        name=name, spec=spec, changed_fields=paths, expected_revision=revision, request=request
+    )
+
+
+def page(size: int, token: str, *, field: str = "page_token") -> Page:
+    """A page request: size 0 = DEFAULT_PAGE, at most MAX_PAGE; the token is one this API gave."""
+    if size > MAX_PAGE:
+        raise InvalidArgument(f"page_size: at most {MAX_PAGE}")
+    after = ""
+    if token:
+        try:
+            decoded = base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4)).decode()
+        except (ValueError, UnicodeDecodeError):
+            raise InvalidArgument(f"{field}: not a page token from this API") from None
+        if not decoded.startswith("after:"):
+            raise InvalidArgument(f"{field}: not a page token from this API")
+        after = decoded.removeprefix("after:")
+    return Page(size=size or DEFAULT_PAGE, after=after)
+
+
+def page_token(last_key: str) -> str:
+    """The token of the page that starts after `last_key`."""
+    return base64.urlsafe_b64encode(f"after:{last_key}".encode()).decode().rstrip("=")
+
+
+def promote_command(request: endpoint_service_pb2.PromoteRequest, *, default_model: str) -> PromoteCommand:
+    """Promote: endpoint, request_id, one source (engine_config or trial_id), reason."""
+    name = endpoint_name(request.endpoint, "endpoint")
+    rid = request_id(request.request_id)
+    reason = reason_line(request.reason)
+    source = request.WhichOneof("source")
+    engine: EngineSpec | None = None
+    trial_id = ""
+    if source == "engine_config":
+        engine = engine_spec(request.engine_config, default_model=default_model, field="engine_config")
+    elif source == "trial_id":
+        trial_id = request.trial_id
+        if not trial_id or len(trial_id) > MAX_ID or any(c.isspace() for c in trial_id):
+            raise InvalidArgument(f"trial_id: must be 1-{MAX_ID} characters without spaces")
+    else:
+        raise InvalidArgument("source: one of engine_config or trial_id is required")
+    normalized = endpoint_service_pb2.PromoteRequest(
+        endpoint=name, skip_canary=request.skip_canary, reason=reason
+    )
+    if engine is not None:
+        normalized.engine_config.CopyFrom(engine.to_proto())
+    else:
+        normalized.trial_id = trial_id
+    return PromoteCommand(
+        endpoint=name,
+        request_id=rid,
+        engine=engine,
+        trial_id=trial_id,
+        skip_canary=request.skip_canary,
+        reason=reason,
+        fingerprint=_fingerprint(normalized),
+    )
+
+
+def rollback_command(request: endpoint_service_pb2.RollbackRequest) -> RollbackCommand:
+    """Rollback: endpoint, request_id, an optional deployment id, reason."""
+    name = endpoint_name(request.endpoint, "endpoint")
+    rid = request_id(request.request_id)
+    reason = reason_line(request.reason)
+    target = request.to_deployment_id
+    if target and not DEPLOYMENT_ID_RE.match(target):
+        raise InvalidArgument(f"to_deployment_id: {target[:80]!r} is not a deployment id (dep-<12 hex>)")
+    data = f"rollback\0{name}\0{target}\0{reason}".encode()
+    return RollbackCommand(
+        endpoint=name, request_id=rid, to_deployment_id=target, reason=reason, fingerprint=_fingerprint(data)
+    )
+
+
+def watch_filter(request: endpoint_service_pb2.WatchEventsRequest) -> WatchFilter:
+    """WatchEvents: an optional endpoint, known kinds, a known severity, an optional start time."""
+    if request.endpoint:
+        endpoint_name(request.endpoint, "endpoint")
+    unknown = [k for k in request.kinds if k not in _KINDS]
+    if unknown:
+        known = ", ".join(sorted(_KINDS))
+        raise InvalidArgument(f"kinds: unknown event kind {unknown[0]!r}; one of: {known}")
+    if request.min_severity not in _SEVERITIES:
+        raise InvalidArgument(f"min_severity: unknown value {request.min_severity}")
+    since = None
+    if request.HasField("since"):
+        if request.since.seconds < 0:
+            raise InvalidArgument("since: must be after 1970-01-01")
+        since = request.since.ToDatetime(tzinfo=UTC)
+    return WatchFilter(
+        endpoint=request.endpoint,
+        kinds=frozenset(request.kinds),
+        min_severity=request.min_severity,
+        since=since,
+    )

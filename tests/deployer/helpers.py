@@ -1,0 +1,182 @@
+"""Test helpers of the deployer: a stand-in engine process, wire builders, waiting on KV state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import aiohttp
+
+from evertune.engines import EngineSpec, EngineStartFailed, HardwareProfile
+from evertune.nats_server import free_port
+from evertune.v1 import endpoint_pb2
+from evertune.v1 import endpoint_service_pb2 as pb
+
+SCRIPT = Path(__file__).with_name("stand_in_engine.py")
+#: Endpoint model that makes the stand-in exit at start (a config that cannot run).
+BROKEN_MODEL = "broken-model"
+#: Endpoint model whose stand-in becomes ready only after SLOW_READY_S.
+SLOW_MODEL = "slow-model"
+SLOW_READY_S = 1.5
+
+T = TypeVar("T")
+
+
+class StandInEngine:
+    """A stand-in engine: `stand_in_engine.py` in its own process, with the EngineHandle surface.
+
+    Its tag (what it streams) is `s<max_num_seqs>`, so tests can tell configurations apart.
+    """
+
+    def __init__(
+        self, spec: EngineSpec, *, log_dir: Path, port: int | None, served_model_name: str | None
+    ) -> None:
+        self.spec = spec
+        self.log_dir = log_dir
+        self.port = port or free_port()
+        self.model = served_model_name or spec.model
+        self.tag = f"s{spec.max_num_seqs or 0}"
+        self._proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    async def start(self) -> None:
+        argv = [
+            sys.executable,
+            str(SCRIPT),
+            "--port",
+            str(self.port),
+            "--model",
+            self.model,
+            "--tag",
+            self.tag,
+        ]
+        if self.spec.model == BROKEN_MODEL:
+            argv += ["--exit-at-start", "1"]
+        if self.spec.model == SLOW_MODEL:
+            argv += ["--ready-after", str(SLOW_READY_S)]
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"stand-in-{self.port}.log").open("ab") as log:
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
+            )
+
+    async def wait_ready(self, timeout_s: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if not self.running:
+                    await self.stop()
+                    raise EngineStartFailed(f"stand-in engine on port {self.port} exited before it was ready")
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with session.get(
+                        f"{self.base_url}/health", timeout=aiohttp.ClientTimeout(total=1)
+                    ) as r:
+                        if r.status == 200:
+                            return
+                if time.monotonic() > deadline:
+                    await self.stop()
+                    raise EngineStartFailed(
+                        f"stand-in engine on port {self.port} not ready after {timeout_s} s"
+                    )
+                await asyncio.sleep(0.05)
+
+    async def stop(self, timeout_s: float = 20.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+class StandInFactory:
+    """The local backend's engine factory for tests; remembers every engine it made."""
+
+    def __init__(self) -> None:
+        self.engines: list[StandInEngine] = []
+
+    def __call__(
+        self,
+        spec: EngineSpec,
+        *,
+        log_dir: Path,
+        port: int | None = None,
+        hardware: HardwareProfile | None = None,
+        served_model_name: str | None = None,
+    ) -> StandInEngine:
+        engine = StandInEngine(spec, log_dir=log_dir, port=port, served_model_name=served_model_name)
+        if port != 0:  # port 0: the backend only validates the config
+            self.engines.append(engine)
+        return engine
+
+    def live(self) -> list[StandInEngine]:
+        return [e for e in self.engines if e.running]
+
+    async def stop_all(self) -> None:
+        for engine in self.engines:
+            await engine.stop()
+
+
+def new_name() -> str:
+    return f"ep-{uuid.uuid4().hex[:10]}"
+
+
+def spec(
+    name: str,
+    *,
+    tenant: str = "",
+    model: str = "tiny-model",
+    max_num_seqs: int | None = None,
+    ttft_p99_ms: float = 500.0,
+) -> endpoint_pb2.EndpointSpec:
+    """A valid EndpointSpec (stand-in engines, cpu pool)."""
+    config = endpoint_pb2.EngineConfig(engine="vllm")
+    if max_num_seqs is not None:
+        config.max_num_seqs = max_num_seqs
+    return endpoint_pb2.EndpointSpec(
+        name=name,
+        tenant=tenant,
+        model=model,
+        slo=endpoint_pb2.Slo(ttft_p99_ms=ttft_p99_ms),
+        hardware_pool=endpoint_pb2.HardwarePool(hardware_class="cpu"),
+        initial_engine_config=config,
+    )
+
+
+def create_request(name: str, **kwargs: object) -> pb.CreateEndpointRequest:
+    return pb.CreateEndpointRequest(request_id=uuid.uuid4().hex, spec=spec(name, **kwargs))  # type: ignore[arg-type]
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T | None]], *, timeout_s: float = 20.0, what: str = ""
+) -> T:
+    """Poll `check` until it returns something truthy (tests only)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.05)

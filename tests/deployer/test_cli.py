@@ -1,0 +1,53 @@
+"""`evertune endpoints|deployments|deploy` against a running deployer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from evertune.cli import main
+from evertune.cli.endpoint import engine_config
+from evertune.errors import InvalidArgument
+from evertune.v1 import endpoint_pb2 as D
+from tests.deployer.conftest import TOKEN_A, Stack
+from tests.deployer.helpers import new_name
+from tests.deployer.test_api import endpoint_in
+
+
+def test_knobs() -> None:
+    config = engine_config(
+        ["max_num_seqs=64", "enforce_eager=true", "kv_cache_space_gib=1.5", "dtype=float32"], engine=""
+    )
+    assert config.max_num_seqs == 64 and config.enforce_eager and config.kv_cache_space_gib == 1.5
+    assert config.dtype == "float32" and not config.engine
+    with pytest.raises(InvalidArgument, match="--knob"):
+        engine_config(["no_such_knob=1"], engine="")
+    with pytest.raises(InvalidArgument, match="expected K=V"):
+        engine_config(["max_num_seqs"], engine="")
+
+
+async def test_create_list_promote_and_delete(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    name = new_name()
+    common = ["--address", stack.address, "--token", TOKEN_A]
+
+    async def cli(*argv: str) -> int:
+        return await asyncio.to_thread(main, [*argv, *common])
+
+    assert (
+        await cli("endpoints", "create", name, "--model", "tiny-model", "--ttft-p99-ms", "400", "--json") == 0
+    )
+    created = json.loads(capsys.readouterr().out)
+    assert created["spec"]["name"] == name and created["spec"]["tenant"] == "tenant-a"
+    await endpoint_in(stack, name, D.ENDPOINT_STATE_READY)
+    assert await cli("endpoints", "list") == 0
+    assert name in capsys.readouterr().out
+    assert await cli("deploy", "promote", name, "--knob", "max_num_seqs=3") == 0
+    assert "PROMOTE" in capsys.readouterr().out
+    assert await cli("deployments", "list", name, "--all") == 0
+    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("dep-")]) == 2
+    assert await cli("endpoints", "delete", name) == 0
+    assert "DELETING" in capsys.readouterr().out
+    assert await cli("endpoints", "get", "no-such-endpoint") == 1
+    assert capsys.readouterr().err.strip() == "evertune: NOT_FOUND: endpoint no-such-endpoint not found"
