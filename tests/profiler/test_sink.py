@@ -141,7 +141,7 @@ async def settled_info(js: JetStreamContext, stream: str, durable: str) -> Consu
     and JetStream applies them asynchronously, so an immediate consumer_info can lag behind."""
     deadline = time.monotonic() + 5
     while True:
-        info = await js.consumer_info(stream, durable)
+        info: ConsumerInfo = await js.consumer_info(stream, durable)
         if info.num_ack_pending == 0 or time.monotonic() > deadline:
             return info
         await asyncio.sleep(0.05)
