@@ -38,6 +38,11 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "run",
         "sla-monitor detection delay after a TTFT doubling, and false breaches at a steady level",
     ),
+    "perfmodel": (
+        "evertune.benchmarks.perfmodel",
+        "run",
+        "performance model: simulated requests per second of wall time on a long voice replay",
+    ),
     "bus": ("evertune.benchmarks.bus", "run", "JetStream publish throughput on the embedded nats-server"),
     "store": (
         "evertune.benchmarks.store",

@@ -5,8 +5,11 @@
 - `vllm_args`: pure mapping of knobs to vLLM's arguments and environment, and refusal rules.
 - `vllm`: `VllmEngine` / `EngineGroup`, the process shell (start, ready, health, stop, metrics).
 - `metrics`: the /metrics parser, `EngineMetrics`, and `delta` between two scrapes.
+- `sim`: `SimEngine`, the performance model served as an engine (kind "sim").
+- `backend`: `make_engine(spec, ...)`, the one way to start an engine of any kind.
 """
 
+from evertune.engines.backend import make_engine
 from evertune.engines.config import EngineSpec, SpeculativeSpec
 from evertune.engines.errors import (
     EngineNotRunning,
@@ -17,6 +20,7 @@ from evertune.engines.errors import (
 )
 from evertune.engines.hardware import NAMED_PROFILES, HardwareProfile, detect_local, get_profile
 from evertune.engines.metrics import EngineMetrics, Histogram, MetricsDelta, delta, parse_metrics
+from evertune.engines.sim import SimEngine
 from evertune.engines.vllm import EngineGroup, VllmEngine
 from evertune.engines.vllm_args import knob_args, refuse_reasons, server_command, validate
 
@@ -33,12 +37,14 @@ __all__ = [
     "KnobRefused",
     "MetricsDelta",
     "MetricsUnavailable",
+    "SimEngine",
     "SpeculativeSpec",
     "VllmEngine",
     "delta",
     "detect_local",
     "get_profile",
     "knob_args",
+    "make_engine",
     "parse_metrics",
     "refuse_reasons",
     "server_command",

@@ -1,9 +1,14 @@
 """Hardware profiles: what a hardware class can run, for validating engine configs.
 
 `detect_local()` describes the machine evertune runs on (the vLLM CPU backend); the named
-accelerator profiles (`h200`, `b200`, `mi355x`) are used only to validate configs for runners on
-that hardware and for the performance model ("sim-h200" validates as "h200"). Their figures are
-the published ones for an 8-device node; a runner on real hardware is the authority.
+accelerator profiles (`h100`, `h200`, `b200`, `mi355x`) are used only to validate configs for
+runners on that hardware and for the performance model ("sim-h200" validates as "h200"). Their
+figures are the published ones for an 8-device node; a runner on real hardware is the authority.
+
+Each profile also carries the two figures the performance model's roofline needs, per device:
+dense 16-bit peak FLOP/s and memory bandwidth. Accelerators: the vendors' data-sheet figures (dense,
+no sparsity). CPU: measured on the development machine (see `CPU_PEAK_FLOPS_PER_CORE`); the model's
+efficiency factors, fitted by `evertune model calibrate`, absorb how far real kernels fall short.
 """
 
 from __future__ import annotations
@@ -69,6 +74,14 @@ _ROCM_QUANTIZATION: frozenset[str] = frozenset(
 )
 _ALL_DTYPES: frozenset[str] = frozenset({"auto", "bfloat16", "float16", "float32"})
 
+#: bf16 matrix-multiply peak of one core of the development machine (Intel Xeon with AMX), FLOP/s:
+#: best of 5 `torch.matmul` of 1024x1024 bf16 on one thread, torch 2.13+cpu (2026-11-30: 1.36e12).
+#: `evertune.perfmodel.measure.measure_cpu()` measures it again on any machine.
+CPU_PEAK_FLOPS_PER_CORE = 1.36e12
+#: Memory bandwidth the development machine's cores reach, bytes/s: best of 5 `numpy.copyto` of
+#: 64 MiB (read + write counted), one thread (2026-11-30: 14.1e9). Shared by the cores.
+CPU_MEMORY_BANDWIDTH = 14.1e9
+
 
 @dataclass(frozen=True)
 class HardwareProfile:
@@ -85,6 +98,10 @@ class HardwareProfile:
     default_max_num_seqs: int  #: vLLM's API-server default of `--max-num-seqs` here
     default_max_num_batched_tokens: int  #: vLLM's API-server default of `--max-num-batched-tokens`
     kernels: frozenset[str]  #: kernel sets available: "vllm"; "evertune" once its plugin ships
+    #: Dense bf16/fp16 peak of one device in FLOP/s (CPU: of all `cores` together), for the perf model.
+    peak_flops: float = 0.0
+    #: Memory bandwidth of one device in bytes/s (CPU: what the engine's cores reach), for the perf model.
+    memory_bandwidth: float = 0.0
 
     @property
     def is_cpu(self) -> bool:
@@ -107,11 +124,20 @@ def _cpu_profile(*, cores: int, memory_gib: float) -> HardwareProfile:
         default_max_num_seqs=128,
         default_max_num_batched_tokens=2048,
         kernels=frozenset({"vllm"}),
+        peak_flops=CPU_PEAK_FLOPS_PER_CORE * cores,
+        memory_bandwidth=CPU_MEMORY_BANDWIDTH,
     )
 
 
 def _accelerator_profile(
-    name: str, *, accelerator: str, memory_gib: float, quantization: frozenset[str], batched_tokens: int
+    name: str,
+    *,
+    accelerator: str,
+    memory_gib: float,
+    quantization: frozenset[str],
+    batched_tokens: int,
+    peak_tflops: float,
+    bandwidth_tbs: float,
 ) -> HardwareProfile:
     return HardwareProfile(
         name=name,
@@ -126,18 +152,34 @@ def _accelerator_profile(
         default_max_num_seqs=1024,
         default_max_num_batched_tokens=batched_tokens,
         kernels=frozenset({"vllm"}),
+        peak_flops=peak_tflops * 1e12,
+        memory_bandwidth=bandwidth_tbs * 1e12,
     )
 
 
-#: Accelerator profiles for validation only (8 devices per node). vLLM's defaults: 8192 batched
-#: tokens under 160 GB of device memory (H200), 16384 from 160 GB (B200, MI355X).
+#: Accelerator profiles (8 devices per node) for validation and the performance model. vLLM's
+#: defaults: 8192 batched tokens under 160 GB of device memory (H100, H200), 16384 from 160 GB
+#: (B200, MI355X). Peaks are dense bf16 per device from the data sheets: H100 SXM 989 TFLOP/s and
+#: 3.35 TB/s HBM3; H200 989 TFLOP/s and 4.8 TB/s HBM3e; B200 (HGX) 2,250 TFLOP/s and 8 TB/s;
+#: MI355X 2,500 TFLOP/s and 8 TB/s.
 NAMED_PROFILES: dict[str, HardwareProfile] = {
+    "h100": _accelerator_profile(
+        "h100",
+        accelerator="NVIDIA H100",
+        memory_gib=79.6,
+        quantization=_CUDA_QUANTIZATION,
+        batched_tokens=8192,
+        peak_tflops=989.0,
+        bandwidth_tbs=3.35,
+    ),
     "h200": _accelerator_profile(
         "h200",
         accelerator="NVIDIA H200",
         memory_gib=140.0,
         quantization=_CUDA_QUANTIZATION,
         batched_tokens=8192,
+        peak_tflops=989.0,
+        bandwidth_tbs=4.8,
     ),
     "b200": _accelerator_profile(
         "b200",
@@ -145,6 +187,8 @@ NAMED_PROFILES: dict[str, HardwareProfile] = {
         memory_gib=179.0,
         quantization=_BLACKWELL_QUANTIZATION,
         batched_tokens=16384,
+        peak_tflops=2250.0,
+        bandwidth_tbs=8.0,
     ),
     "mi355x": _accelerator_profile(
         "mi355x",
@@ -152,6 +196,8 @@ NAMED_PROFILES: dict[str, HardwareProfile] = {
         memory_gib=288.0,
         quantization=_ROCM_QUANTIZATION,
         batched_tokens=16384,
+        peak_tflops=2500.0,
+        bandwidth_tbs=8.0,
     ),
 }
 

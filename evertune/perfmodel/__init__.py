@@ -1,1 +1,48 @@
-"""Performance model of vLLM: a discrete-event simulation of its scheduler and a step-time model."""
+"""Performance model of vLLM: a discrete-event simulation of its V1 scheduler and a step-time model.
+
+- `arch`: `ModelArch` from a model's `config.json` (known architectures only).
+- `scheduler`: `Scheduler`, `BlockPool`, `SimRequest`: vLLM V1's scheduling, prefix cache, preemption.
+- `steptime`: `Efficiency` (the calibrated factors) and `StepCost` (roofline per step).
+- `des`: the event queue and events (`Arrival`, `StepStart`, `StepEnd`, `StretchEnd`), `run`.
+- `workload`: `prepare` planned requests into `SimInput`s (token counts, block hashes), `synthetic`.
+- `simulate`: `simulate(workload, config, hardware, model) -> SimFigures`, `sim_goodput`.
+- `calibrate` / `calibration` / `measure`: fit, store and measure the efficiency factors.
+- `server`: the `sim` engine's OpenAI-compatible server (`python -m evertune.perfmodel.server`).
+See docs/perfmodel.md.
+"""
+
+from evertune.perfmodel.arch import KNOWN_ARCHITECTURES, ModelArch, load_arch
+from evertune.perfmodel.calibrate import CalibrationPoint, Fit, Residual, fit
+from evertune.perfmodel.calibration import calibration_path, load_efficiency, save_calibration
+from evertune.perfmodel.scheduler import BlockPool, Scheduler, SchedulerConfig, SimRequest, StepPlan
+from evertune.perfmodel.simulate import SimFigures, resolve, sim_goodput, simulate
+from evertune.perfmodel.steptime import Efficiency, StepCost
+from evertune.perfmodel.workload import PromptTokens, SimInput, prepare, synthetic
+
+__all__ = [
+    "KNOWN_ARCHITECTURES",
+    "BlockPool",
+    "CalibrationPoint",
+    "Efficiency",
+    "Fit",
+    "ModelArch",
+    "PromptTokens",
+    "Residual",
+    "Scheduler",
+    "SchedulerConfig",
+    "SimFigures",
+    "SimInput",
+    "SimRequest",
+    "StepCost",
+    "StepPlan",
+    "calibration_path",
+    "fit",
+    "load_arch",
+    "load_efficiency",
+    "prepare",
+    "resolve",
+    "save_calibration",
+    "sim_goodput",
+    "simulate",
+    "synthetic",
+]

@@ -23,7 +23,7 @@ def test_detect_local_describes_this_machine_as_the_cpu_backend() -> None:
 
 
 def test_named_profiles_and_their_sim_twins() -> None:
-    assert set(NAMED_PROFILES) == {"h200", "b200", "mi355x"}
+    assert set(NAMED_PROFILES) == {"h100", "h200", "b200", "mi355x"}
     for name, profile in NAMED_PROFILES.items():
         assert get_profile(name) is profile
         assert get_profile(f"sim-{name}") is profile

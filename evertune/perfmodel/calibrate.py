@@ -1,0 +1,306 @@
+"""Fit the efficiency factors of a hardware profile to measured trials (pure; no I/O).
+
+A measured point is one fixed shape run on a real engine: `concurrency` requests with distinct
+prompts of `prompt_tokens` tokens, all sent at once, each generating `max_tokens` tokens, with the
+engine's knobs. Its measures are the median TTFT and the median inter-token gap the client saw.
+The model predicts both by simulating the same shape (the scheduler included, so chunking,
+batching and queueing behind other prefills are modelled, not fitted).
+
+The fit minimises the sum of squared log ratios (predicted / measured) over every measure of every
+point, by Nelder-Mead on the logarithms of the six factors of `Efficiency` (`FACTORS`), from two
+starts. Residuals are reported as relative errors, (predicted - measured) / measured, per point
+and measure, with their median and maximum of absolute values.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from evertune.engines.config import EngineSpec
+from evertune.engines.hardware import HardwareProfile
+from evertune.errors import InvalidArgument
+from evertune.perfmodel.arch import ModelArch
+from evertune.perfmodel.simulate import block_size_of, simulate
+from evertune.perfmodel.steptime import Efficiency
+from evertune.perfmodel.workload import SimInput, synthetic
+
+#: The measures a point carries.
+MEASURES = ("ttft_ms", "itl_ms")
+
+
+@dataclass(frozen=True)
+class CalibrationPoint:
+    """One measured shape (see the module doc)."""
+
+    name: str  #: label, e.g. "n4-p1024-m16"
+    concurrency: int  #: requests sent at once
+    prompt_tokens: int  #: prompt length of each
+    max_tokens: int  #: tokens each generates
+    ttft_ms: float  #: measured median time to first token
+    itl_ms: float  #: measured median inter-token gap (NaN when max_tokens is 1)
+    knobs: dict[str, object] = field(default_factory=dict)  #: EngineSpec knobs the engine ran with
+    prefix_tokens: int = 0  #: leading prompt tokens all its requests share (prefix-cache hits)
+
+    @classmethod
+    def parse(cls, data: dict[str, object]) -> CalibrationPoint:
+        """A point from JSON; one-line `InvalidArgument` when a field is missing or wrong."""
+        try:
+            point = cls(
+                name=str(
+                    data.get("name")
+                    or f"n{data['concurrency']}-p{data['prompt_tokens']}-m{data['max_tokens']}"
+                ),
+                concurrency=int(data["concurrency"]),  # type: ignore[call-overload]
+                prompt_tokens=int(data["prompt_tokens"]),  # type: ignore[call-overload]
+                max_tokens=int(data["max_tokens"]),  # type: ignore[call-overload]
+                ttft_ms=float(data["ttft_ms"]),  # type: ignore[arg-type]
+                itl_ms=float(data.get("itl_ms", math.nan)),  # type: ignore[arg-type]
+                knobs=dict(data.get("knobs") or {}),  # type: ignore[call-overload]
+                prefix_tokens=int(data.get("prefix_tokens", 0)),  # type: ignore[call-overload]
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise InvalidArgument(f"bad calibration point {data!r:.80}: {err}") from None
+        if point.concurrency < 1 or point.prompt_tokens < 1 or point.max_tokens < 1 or not point.ttft_ms > 0:
+            raise InvalidArgument(f"calibration point {point.name}: counts must be >= 1 and ttft_ms > 0")
+        return point
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "concurrency": self.concurrency,
+            "prompt_tokens": self.prompt_tokens,
+            "max_tokens": self.max_tokens,
+            "ttft_ms": self.ttft_ms,
+            "itl_ms": self.itl_ms,
+            "knobs": self.knobs,
+            "prefix_tokens": self.prefix_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class Residual:
+    """The model against one measure of one point."""
+
+    name: str  #: the point's name
+    measure: str  #: "ttft_ms" or "itl_ms"
+    measured: float  #: what the engine did
+    predicted: float  #: what the model says
+    rel_err: float  #: (predicted - measured) / measured
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The outcome of a calibration."""
+
+    efficiency: Efficiency  #: the fitted factors
+    residuals: tuple[Residual, ...]  #: per point and measure
+    loss: float  #: sum of squared log ratios at the optimum
+    evaluations: int  #: model evaluations the search made
+    at_bound: tuple[str, ...] = ()  #: factors that ended at the search's bound (the data do not pin them)
+
+    @property
+    def median_abs_err(self) -> float:
+        return statistics.median(abs(r.rel_err) for r in self.residuals) if self.residuals else math.nan
+
+    @property
+    def max_abs_err(self) -> float:
+        return max((abs(r.rel_err) for r in self.residuals), default=math.nan)
+
+
+def predict(
+    point: CalibrationPoint,
+    *,
+    model: ModelArch,
+    hardware: HardwareProfile,
+    efficiency: Efficiency,
+    base: EngineSpec,
+) -> dict[str, float]:
+    """The model's median TTFT and inter-token gap (ms) for a point's shape."""
+    spec = base.model_copy(update=point.knobs) if point.knobs else base
+    inputs = _shape_inputs(
+        point.concurrency,
+        point.prompt_tokens,
+        point.max_tokens,
+        block_size_of(spec, hardware),
+        point.prefix_tokens,
+        point.name,
+    )
+    summary = simulate(inputs, spec, hardware, model, efficiency=efficiency).summary
+    return {"ttft_ms": summary.ttft_ms.p50, "itl_ms": summary.itl_ms.p50}
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_inputs(
+    count: int, prompt_tokens: int, max_tokens: int, block_size: int, prefix_tokens: int, tag: str
+) -> tuple[SimInput, ...]:
+    """The simulator's inputs of a shape (cached: a fit simulates each shape hundreds of times)."""
+    return tuple(
+        synthetic(
+            count=count,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            block_size=block_size,
+            prefix_tokens=prefix_tokens,
+            tag=tag,
+        )
+    )
+
+
+def residuals(
+    points: Sequence[CalibrationPoint],
+    *,
+    model: ModelArch,
+    hardware: HardwareProfile,
+    efficiency: Efficiency,
+    base: EngineSpec,
+) -> list[Residual]:
+    """Relative errors of the model with `efficiency` on every measure of every point."""
+    out: list[Residual] = []
+    for point in points:
+        predicted = predict(point, model=model, hardware=hardware, efficiency=efficiency, base=base)
+        for measure in MEASURES:
+            measured = float(getattr(point, measure))
+            if not measured > 0 or math.isnan(predicted[measure]):
+                continue
+            out.append(
+                Residual(
+                    name=point.name,
+                    measure=measure,
+                    measured=measured,
+                    predicted=predicted[measure],
+                    rel_err=(predicted[measure] - measured) / measured,
+                )
+            )
+    return out
+
+
+#: The fitted factors, in the order of the search vector (each searched as its logarithm).
+FACTORS = ("compute", "bandwidth", "attention", "step_overhead_s", "seq_overhead_s", "request_overhead_s")
+#: Bounds of the search, in natural log: a factor ends in [e^-30, e^3] (an efficiency may exceed 1
+#: where a profile's peak understates what the engine reaches, e.g. weights that stay in cache).
+LOG_LOW, LOG_HIGH = -30.0, 3.0
+
+
+def _efficiency(theta: Sequence[float]) -> Efficiency:
+    return Efficiency(**{name: math.exp(t) for name, t in zip(FACTORS, theta, strict=True)})
+
+
+def nelder_mead(
+    f: Callable[[list[float]], float],
+    start: Sequence[float],
+    *,
+    step: float = 1.0,
+    iterations: int = 300,
+    tol: float = 1e-9,
+) -> tuple[list[float], float, int]:
+    """Minimise `f` from `start` (standard reflection/expansion/contraction/shrink); returns
+    (best point, its value, evaluations)."""
+    n = len(start)
+    simplex = [list(start)]
+    for i in range(n):
+        vertex = list(start)
+        vertex[i] += step
+        simplex.append(vertex)
+    values = [f(v) for v in simplex]
+    evals = n + 1
+    for _ in range(iterations):
+        order = sorted(range(n + 1), key=values.__getitem__)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if values[-1] - values[0] < tol:
+            break
+        centroid = [sum(v[j] for v in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+        reflected = [c + (c - w) for c, w in zip(centroid, worst, strict=True)]
+        fr = f(reflected)
+        evals += 1
+        if fr < values[0]:
+            expanded = [c + 2 * (c - w) for c, w in zip(centroid, worst, strict=True)]
+            fe = f(expanded)
+            evals += 1
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = [c + 0.5 * (w - c) for c, w in zip(centroid, worst, strict=True)]
+            fc = f(contracted)
+            evals += 1
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [
+                    [b + 0.5 * (x - b) for b, x in zip(best, v, strict=True)] for v in simplex[1:]
+                ]
+                values = [values[0]] + [f(v) for v in simplex[1:]]
+                evals += n
+    i = min(range(n + 1), key=values.__getitem__)
+    return simplex[i], values[i], evals
+
+
+def fit(
+    points: Sequence[CalibrationPoint],
+    *,
+    model: ModelArch,
+    hardware: HardwareProfile,
+    base: EngineSpec,
+    starts: Sequence[Efficiency] = (),
+    iterations: int = 300,
+) -> Fit:
+    """Fit the six factors to `points` (see the module doc)."""
+    if len(points) < 2:
+        raise InvalidArgument(f"calibration needs at least 2 measured points, got {len(points)}")
+
+    def loss(theta: list[float]) -> float:
+        if any(t > LOG_HIGH or t < LOG_LOW for t in theta):
+            return math.inf
+        total = 0.0
+        for r in residuals(points, model=model, hardware=hardware, efficiency=_efficiency(theta), base=base):
+            total += math.log((r.predicted + 1e-12) / r.measured) ** 2
+        return total
+
+    candidates = list(starts) or [
+        Efficiency(
+            compute=0.3,
+            bandwidth=0.3,
+            attention=0.3,
+            step_overhead_s=1e-3,
+            seq_overhead_s=1e-4,
+            request_overhead_s=1e-3,
+        ),
+        Efficiency(
+            compute=0.05,
+            bandwidth=0.05,
+            attention=0.05,
+            step_overhead_s=1e-2,
+            seq_overhead_s=1e-3,
+            request_overhead_s=1e-2,
+        ),
+    ]
+    best: tuple[list[float], float] | None = None
+    evaluations = 0
+    for start in candidates:
+        theta0 = [math.log(max(float(getattr(start, name)), 1e-9)) for name in FACTORS]
+        theta, value, evals = nelder_mead(loss, theta0, iterations=iterations)
+        # Restart once from the optimum: Nelder-Mead can stall on a collapsed simplex.
+        theta, value, more = nelder_mead(loss, theta, step=0.5, iterations=iterations)
+        evaluations += evals + more
+        if best is None or value < best[1]:
+            best = (theta, value)
+    assert best is not None
+    efficiency = _efficiency(best[0])
+    return Fit(
+        efficiency=efficiency,
+        residuals=tuple(residuals(points, model=model, hardware=hardware, efficiency=efficiency, base=base)),
+        loss=best[1],
+        evaluations=evaluations,
+        at_bound=tuple(
+            name
+            for name, t in zip(FACTORS, best[0], strict=True)
+            if t > LOG_HIGH - 0.05 or t < LOG_LOW + 0.05
+        ),
+    )

@@ -1,0 +1,116 @@
+"""Calibration recovers known factors from synthetic measurements, and stores what it fitted."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from evertune.cli import main
+from evertune.engines import EngineSpec
+from evertune.engines.hardware import HardwareProfile
+from evertune.errors import InvalidArgument
+from evertune.perfmodel.arch import ModelArch
+from evertune.perfmodel.calibrate import CalibrationPoint, fit, nelder_mead, predict
+from evertune.perfmodel.calibration import calibration_path, load_efficiency
+from evertune.perfmodel.steptime import Efficiency
+
+TRUE = Efficiency(
+    compute=0.2,
+    bandwidth=0.4,
+    attention=0.05,
+    step_overhead_s=0.004,
+    seq_overhead_s=0.0003,
+    request_overhead_s=0.006,
+)
+SHAPES = [(1, 64, 16), (1, 2000, 4), (8, 512, 16), (16, 128, 16), (4, 1500, 8), (32, 64, 16), (2, 4000, 4)]
+
+
+def _points(arch: ModelArch, hardware: HardwareProfile, efficiency: Efficiency) -> list[CalibrationPoint]:
+    base = EngineSpec(model="m", kv_cache_space_gib=2)
+    out = []
+    for n, p, m in SHAPES:
+        point = CalibrationPoint(
+            name=f"n{n}-p{p}-m{m}", concurrency=n, prompt_tokens=p, max_tokens=m, ttft_ms=1.0, itl_ms=1.0
+        )
+        predicted = predict(point, model=arch, hardware=hardware, efficiency=efficiency, base=base)
+        out.append(replace(point, ttft_ms=predicted["ttft_ms"], itl_ms=predicted["itl_ms"]))
+    return out
+
+
+def test_nelder_mead_finds_a_quadratic_minimum() -> None:
+    best, value, _ = nelder_mead(
+        lambda x: (x[0] - 1.5) ** 2 + 3 * (x[1] + 2.0) ** 2, [0.0, 0.0], iterations=500
+    )
+    assert best == pytest.approx([1.5, -2.0], abs=1e-3)
+    assert value < 1e-6
+
+
+def test_fit_recovers_known_factors_from_synthetic_points(tiny_arch: ModelArch, cpu: HardwareProfile) -> None:
+    points = _points(tiny_arch, cpu, TRUE)
+    result = fit(points, model=tiny_arch, hardware=cpu, base=EngineSpec(model="m", kv_cache_space_gib=2))
+    for name in (
+        "compute",
+        "bandwidth",
+        "attention",
+        "step_overhead_s",
+        "seq_overhead_s",
+        "request_overhead_s",
+    ):
+        assert getattr(result.efficiency, name) == pytest.approx(getattr(TRUE, name), rel=0.02), name
+    assert result.max_abs_err < 0.01
+    assert len(result.residuals) == 2 * len(SHAPES)
+    assert result.at_bound == ()
+
+
+def test_fit_needs_two_points(tiny_arch: ModelArch, cpu: HardwareProfile) -> None:
+    point = CalibrationPoint(name="x", concurrency=1, prompt_tokens=10, max_tokens=2, ttft_ms=5.0, itl_ms=1.0)
+    with pytest.raises(InvalidArgument, match="at least 2"):
+        fit([point], model=tiny_arch, hardware=cpu, base=EngineSpec(model="m"))
+
+
+def test_a_bad_point_is_refused_in_one_line() -> None:
+    with pytest.raises(InvalidArgument, match="concurrency"):
+        CalibrationPoint.parse({"prompt_tokens": 10, "max_tokens": 2, "ttft_ms": 5.0})
+
+
+def test_calibrate_command_stores_factors_and_residuals(
+    tmp_path: Path, tiny_model_dir: Path, tiny_arch: ModelArch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evertune.engines.hardware import detect_local
+
+    points = _points(tiny_arch, detect_local(), TRUE)[:3]
+    points_file = tmp_path / "points.json"
+    points_file.write_text(json.dumps([p.as_dict() for p in points]))
+    code = main(
+        [
+            "model",
+            "calibrate",
+            "--data-dir",
+            str(tmp_path),
+            "--model",
+            str(tiny_model_dir),
+            "--points",
+            str(points_file),
+            "--json",
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    stored = json.loads(calibration_path(tmp_path, "cpu").read_text())
+    assert stored["hardware"] == "cpu"
+    assert stored["fit"]["points"] == 3
+    assert len(stored["residuals"]) == 6
+    assert report["fit"]["median_rel_err"] == stored["fit"]["median_rel_err"]
+    assert load_efficiency(tmp_path, "cpu") is not None
+    assert load_efficiency(tmp_path, "h200") is None
+
+
+def test_calibrate_command_without_points_says_what_to_give(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["model", "calibrate", "--data-dir", str(tmp_path), "--model", str(tiny_model_dir)])
+    assert code != 0
+    assert "--points" in capsys.readouterr().err
