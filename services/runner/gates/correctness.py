@@ -1,0 +1,134 @@
+"""The correctness gate: does the candidate answer the golden set as the reference config does?
+
+Which changes must be exact: those that only reorganise the same arithmetic (batching, chunked
+prefill, prefix caching, replicas, block size, KV cache size, eager mode, context length). Greedy
+answers of one request served alone must agree token for token. Everything else that differs
+(quantization, dtype, kernels, speculative decoding, tensor parallelism, a different model or
+engine) is lossy: it must reach the agreement threshold the endpoint's policy sets (the job's
+GateSpec.threshold; 0 = `DEFAULT_AGREEMENT`), and the figure is reported either way.
+
+Agreement: the share of the reference's answer tokens the candidate reproduces before its first
+differing token, over the whole set (after greedy answers differ once, they continue from
+different text, so later positions say nothing). It is at most the share of positions that agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from evertune.runner.gates.common import GateOutcome
+from evertune.runner.golden import common_prefix
+
+from evertune.engines import EngineSpec
+
+NAME = "correctness"
+#: Agreement a lossy change must reach when the job leaves the threshold at 0 (EndpointSpec's default).
+DEFAULT_AGREEMENT = 0.95
+#: Knobs whose changes must not change outputs.
+EXACT_KNOBS: frozenset[str] = frozenset(
+    {
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "enable_chunked_prefill",
+        "enable_prefix_caching",
+        "enforce_eager",
+        "block_size",
+        "kv_cache_space_gib",
+        "replicas",
+        "max_model_len",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ChangeClass:
+    """How a candidate config differs from the reference."""
+
+    changed: tuple[str, ...]  #: every field that differs, sorted
+    lossy: tuple[str, ...]  #: those that may change outputs, sorted
+
+    @property
+    def exact(self) -> bool:
+        """No lossy change: outputs must agree token for token."""
+        return not self.lossy
+
+
+def classify_change(reference: EngineSpec, candidate: EngineSpec) -> ChangeClass:
+    """Which fields differ, and which of them are lossy (anything not in `EXACT_KNOBS`)."""
+    ref, cand = reference.model_dump(), candidate.model_dump()
+    changed = sorted(name for name in ref if ref[name] != cand.get(name))
+    return ChangeClass(changed=tuple(changed), lossy=tuple(n for n in changed if n not in EXACT_KNOBS))
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How far the candidate's golden answers agree with the reference's."""
+
+    prompts: int  #: prompts compared
+    exact_prompts: int  #: prompts whose whole answer agrees
+    reference_tokens: int  #: answer tokens of the reference, all prompts
+    matched_tokens: int  #: of those, reproduced before the first difference
+    first_divergence: tuple[int | None, ...]  #: per prompt, the first differing position (None: none)
+
+    @property
+    def share(self) -> float:
+        """matched / reference tokens (1.0 for an empty set)."""
+        return self.matched_tokens / self.reference_tokens if self.reference_tokens else 1.0
+
+
+def agreement(reference: Sequence[Sequence[int]], candidate: Sequence[Sequence[int]]) -> Agreement:
+    """Compare hash chains prompt by prompt (the two sets must have the same prompts)."""
+    if len(reference) != len(candidate):
+        raise ValueError(
+            f"golden sets differ in size: {len(reference)} reference vs {len(candidate)} candidate answers"
+        )
+    matched = 0
+    exact = 0
+    divergence: list[int | None] = []
+    for ref, cand in zip(reference, candidate, strict=True):
+        n = common_prefix(ref, cand)
+        matched += n
+        same = n == len(ref) == len(cand)
+        exact += same
+        divergence.append(None if same else n)
+    return Agreement(
+        prompts=len(reference),
+        exact_prompts=exact,
+        reference_tokens=sum(len(r) for r in reference),
+        matched_tokens=matched,
+        first_divergence=tuple(divergence),
+    )
+
+
+def correctness_gate(*, change: ChangeClass, result: Agreement, threshold: float) -> GateOutcome:
+    """Exact changes need every answer equal; lossy ones `threshold` (0 = default) of the tokens."""
+    summary = (
+        f"{result.matched_tokens}/{result.reference_tokens} tokens agree, "
+        f"{result.exact_prompts}/{result.prompts} answers identical"
+    )
+    if change.exact:
+        passed = result.exact_prompts == result.prompts
+        what = f"exact change ({', '.join(change.changed) or 'same config'})"
+        detail = f"{what}: {summary}" + ("" if passed else f"; first difference at token {_first(result)}")
+        return GateOutcome(name=NAME, passed=passed, value=result.share, threshold=1.0, detail=detail)
+    needed = threshold or DEFAULT_AGREEMENT
+    passed = result.share >= needed
+    detail = f"lossy change ({', '.join(change.lossy)}): {summary}; needs {needed:.3f}"
+    return GateOutcome(name=NAME, passed=passed, value=result.share, threshold=needed, detail=detail)
+
+
+def baseline_gate() -> GateOutcome:
+    """A baseline trial's answers ARE the reference: nothing to compare."""
+    return GateOutcome(
+        name=NAME,
+        passed=True,
+        value=1.0,
+        threshold=1.0,
+        detail="baseline: its golden answers are the reference",
+    )
+
+
+def _first(result: Agreement) -> str:
+    positions = [p for p in result.first_divergence if p is not None]
+    return str(min(positions)) if positions else "?"

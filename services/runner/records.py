@@ -1,0 +1,77 @@
+"""The runner's side of the `trials` table: store a result once, find a stored one, read a reference."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from typing import Any
+
+from evertune.runner.report import COLUMNS, dedup_token
+from evertune.runner.trial import Reference
+from google.protobuf.message import DecodeError
+
+from evertune.engines import EngineSpec
+from evertune.errors import EvertuneError
+from evertune.store import Store
+from evertune.v1 import events_pb2
+
+TABLE = "trials"
+
+
+class TrialRecords:
+    """Reads and writes trial rows in one store's database."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @property
+    def _table(self) -> str:
+        return f"{self.store.database}.{TABLE}"
+
+    async def insert(self, values: Sequence[Any], *, trial_id: str, job_id: str) -> None:
+        """Store one row (a repeat of the same job is dropped by its deduplication token)."""
+        await self.store.insert(
+            self._table, [list(values)], COLUMNS, dedup_token=dedup_token(trial_id, job_id)
+        )
+
+    async def completed(self, job_id: str) -> events_pb2.TrialCompleted | None:
+        """The stored result of a job, if a runner already finished it."""
+        rows = await self.store.query(
+            f"SELECT completed_pb FROM {self._table} WHERE job_id = {{job:String}} "
+            "ORDER BY finished_at LIMIT 1",
+            {"job": job_id},
+        )
+        if not rows:
+            return None
+        return _decode(rows[0][0])
+
+    async def reference(self, trial_id: str) -> Reference | None:
+        """The golden answers of trial `trial_id` (its latest successful row that has some)."""
+        rows = await self.store.query(
+            f"SELECT golden_set, golden_hashes, completed_pb FROM {self._table} "
+            "WHERE trial_id = {trial:String} AND status = 'ok' AND length(golden_hashes) > 0 "
+            "ORDER BY finished_at DESC LIMIT 1",
+            {"trial": trial_id},
+        )
+        if not rows:
+            return None
+        golden_set, hashes, payload = rows[0]
+        try:
+            spec = EngineSpec.from_proto(_decode(payload).engine_config)
+        except (DecodeError, EvertuneError):
+            return None
+        return Reference(
+            trial_id=trial_id,
+            golden_set_id=str(golden_set),
+            chains=[[int(h) for h in chain] for chain in hashes],
+            spec=spec,
+        )
+
+
+def _decode(data: str) -> events_pb2.TrialCompleted:
+    """The stored payload (base64 of the serialized TrialCompleted)."""
+    try:
+        return events_pb2.TrialCompleted.FromString(base64.b64decode(data))
+    except (ValueError, binascii.Error) as err:
+        raise DecodeError(str(err)) from None

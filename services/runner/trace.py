@@ -1,0 +1,125 @@
+"""What a trial replays: a job's `trace_uri` turned into plans at a request rate.
+
+Two kinds of trace:
+
+- `voice:` (optionally `voice:key=value&key=value` with `VoiceWorkload` fields, e.g.
+  `voice:agents=2&system_prompt_words=400`): the synthetic voice agent on a flat daily curve. A
+  rate is reached with more or fewer calls (think times stay real), and each run draws its own
+  calls from the run's seed.
+- `file:///abs/path.jsonl` or `.csv` (evertune JSONL or Azure CSV): the recorded timing,
+  compressed or stretched in time to the rate; each run gets its own text (same prompt shapes and
+  prefix structure) from the run's seed, so a later run does not hit the prefix cache on a whole
+  earlier prompt. The file's SHA-256 is checked against the job's `trace_sha256` when one is given.
+
+Store-held traces (`clickhouse://...`) are not read yet: such a job fails with one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from evertune.errors import InvalidArgument
+from evertune.replay import plan_rps
+from evertune.workloads import DailyCurve, PlannedRequest, VoiceWorkload, WordListText, plan_voice
+from evertune.workloads.errors import WorkloadError
+from evertune.workloads.seeding import derive
+from evertune.workloads.source import CorpusText, load_workload
+
+
+class TraceUnavailable(InvalidArgument):
+    """The job's trace cannot be read, or is not the one the searcher meant."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The requests of one replay run and the rate multiplier that plays them at the asked rate."""
+
+    plan: list[PlannedRequest]  #: requests by send time
+    multiplier: float  #: `replay(rate=...)`: at_s / multiplier is the send time
+
+
+def _run_seed(seed: int, *parts: object) -> int:
+    return derive(seed, *parts).randrange(2**31)
+
+
+class TraceSource:
+    """Makes the plan of each run of a trial from one trace."""
+
+    def __init__(
+        self, *, voice: VoiceWorkload | None = None, path: Path | None = None, model_dir: Path
+    ) -> None:
+        self._voice = voice
+        self._path = path
+        self._model_dir = model_dir
+
+    @property
+    def kind(self) -> str:
+        return "voice" if self._voice is not None else "file"
+
+    def run(self, *, rate_rps: float, duration_s: float, seed: int, run: str) -> RunPlan:
+        """The plan of run `run` (e.g. "r2.1" or "warmup-r2") at `rate_rps` for `duration_s` seconds."""
+        run_seed = _run_seed(seed, run)
+        if self._voice is not None:
+            # The rate one call a second makes, from a plan long enough to say (plans are cheap).
+            probe = self._voice.model_copy(update={"duration_s": max(duration_s, 300.0), "seed": run_seed})
+            calls_per_rps = probe.peak_calls_per_s / plan_rps(plan_voice(probe, text=WordListText()))
+            base = probe.model_copy(
+                update={"duration_s": duration_s, "peak_calls_per_s": rate_rps * calls_per_rps}
+            )
+            plan = plan_voice(base, text=CorpusText())
+            if len(plan) < 2:
+                raise TraceUnavailable(
+                    f"voice traffic of {duration_s:g} s at {rate_rps:g} rps has under 2 requests"
+                )
+            return RunPlan(plan=plan, multiplier=rate_rps / plan_rps(plan))
+        assert self._path is not None
+        loaded = load_workload(
+            str(self._path), duration_s=None, seed=run_seed, rate_scale=1.0, tokenizer_dir=self._model_dir
+        )
+        plan = loaded.plan
+        multiplier = rate_rps / plan_rps(plan)
+        cut = [r for r in plan if r.at_s / multiplier < duration_s]
+        if len(cut) < 2:
+            raise TraceUnavailable(
+                f"trace {self._path} has fewer than 2 requests in {duration_s:g} s at {rate_rps:g} rps"
+            )
+        return RunPlan(plan=cut, multiplier=multiplier)
+
+
+def _voice(query: str) -> VoiceWorkload:
+    settings: dict[str, object] = {"curve": DailyCurve(shape="flat")}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        settings[key] = value
+    try:
+        return VoiceWorkload.parse(settings)
+    except WorkloadError as err:
+        raise TraceUnavailable(str(err)) from None
+
+
+def sha256_of(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def open_trace(uri: str, *, sha256: str, model_dir: Path) -> TraceSource:
+    """The trace of a job (blocking: reads and hashes a file). Raises `TraceUnavailable` (one line)."""
+    if uri == "voice" or uri.startswith("voice:"):
+        return TraceSource(voice=_voice(uri.partition(":")[2]), model_dir=model_dir)
+    parts = urlsplit(uri)
+    if parts.scheme != "file":
+        raise TraceUnavailable(f"trace {uri!r}: this runner reads voice: and file:// traces only")
+    path = Path(unquote(parts.path))
+    if path.suffix not in (".jsonl", ".csv"):
+        raise TraceUnavailable(f"trace {uri!r} is neither .jsonl nor .csv")
+    if not path.is_file():
+        raise TraceUnavailable(f"trace {path} not found on this runner")
+    if sha256 and sha256_of(path) != sha256:
+        raise TraceUnavailable(f"trace {path} does not have the SHA-256 the job names ({sha256[:12]}...)")
+    return TraceSource(path=path, model_dir=model_dir)

@@ -1,0 +1,414 @@
+"""One trial, start to end: engine up, warm-up, golden answers, replay at each rate, gates, engine down.
+
+`TrialRunner.run(job)` never raises for anything the trial itself runs into: an invalid job, a
+trace it cannot read, an engine that never gets ready or crashes, a deadline passed: each is a
+`TrialOutcome` with status "error" or "timeout", its one-line error, and the engine log's tail.
+The engine is always stopped before `run` returns (or is cancelled).
+
+Engines come from an `EngineFactory` (`evertune.engines.backend.make_engine` by default, vLLM's
+shell where that module is missing); anything with the `TrialEngine` methods serves, which is how
+the tests put a small HTTP server in the engine's place and how `sim-*` runners get the
+performance model (engine kind "sim").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from evertune.runner.gates import (
+    Agreement,
+    GateOutcome,
+    agreement,
+    classify_change,
+    correctness_gate,
+    slo_gate,
+    stability_gate,
+)
+from evertune.runner.gates.correctness import baseline_gate
+from evertune.runner.golden import GoldenSet, collect_golden, golden_set
+from evertune.runner.job import TrialPlan, engine_spec, plan_trial
+from evertune.runner.measure import RateFigures, at_rate, rate_figures, skip_higher
+from evertune.runner.settings import RunnerSettings
+from evertune.runner.trace import TraceSource, open_trace
+
+from evertune.engines import EngineSpec, EngineStartFailed, VllmEngine, get_profile
+from evertune.engines.backend import make_engine
+from evertune.errors import EvertuneError, InvalidArgument, Unavailable
+from evertune.logging import get_logger
+from evertune.replay import list_models, replay, summarize_run
+from evertune.v1 import events_pb2, jobs_pb2
+from evertune.workloads import VoiceWorkload, plan_voice
+from evertune.workloads.source import CorpusText
+
+log = get_logger("evertune.runner.trial")
+
+Status = Literal["ok", "error", "timeout", "cancelled"]
+
+
+class TrialEngine(Protocol):
+    """What a trial needs of an engine (VllmEngine has it; so does the tests' stand-in)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def wait_ready(self, timeout_s: float = ...) -> None: ...
+
+    async def stop(self, timeout_s: float = ...) -> None: ...
+
+    async def health(self) -> Any: ...
+
+    def log_tail(self, n: int = ...) -> list[str]: ...
+
+
+#: Builds the engine of a spec, its logs under the folder; nothing is started yet.
+EngineFactory = Callable[[EngineSpec, Path], TrialEngine]
+
+
+class EngineCrashed(Unavailable):
+    """The engine stopped answering while the trial ran."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The golden answers of the reference trial, as stored."""
+
+    trial_id: str  #: the reference trial
+    golden_set_id: str  #: the set its answers belong to
+    chains: list[list[int]]  #: one hash chain per golden prompt
+    spec: EngineSpec  #: the config that produced them
+
+
+#: Finds a reference trial's golden answers ("trial:<id>" -> Reference, None when not stored).
+ReferenceLookup = Callable[[str], Awaitable[Reference | None]]
+#: Called at each phase change and finished rate: (phase, rate being replayed, rates done, rates in all).
+ProgressCallback = Callable[[events_pb2.TrialPhase, float, int, int], Awaitable[None]]
+
+
+@dataclass
+class TrialOutcome:
+    """Everything a finished trial reports (filled in as the trial goes)."""
+
+    job: jobs_pb2.TrialJob  #: the job as received
+    started_at: float  #: wall clock (Unix s) when the runner took it
+    plan: TrialPlan | None = None  #: the validated plan (None: the job was invalid)
+    spec: EngineSpec | None = None  #: the config actually started (runner defaults applied)
+    status: Status = "ok"  #: how the run ended
+    error: str = ""  #: one line when status is not ok
+    log_tail: list[str] = field(default_factory=list)  #: engine log tail (failed trials)
+    finished_at: float = 0.0  #: wall clock when it ended
+    startup_s: float = math.nan  #: engine start to ready, s
+    rates: list[RateFigures] = field(default_factory=list)  #: measured rates, ascending
+    skipped_rates: list[float] = field(default_factory=list)  #: rates not replayed (above a failure)
+    gates: list[GateOutcome] = field(default_factory=list)  #: gate outcomes, in the job's order
+    golden: GoldenSet | None = None  #: the golden set answered (None: not collected)
+    golden_chains: list[list[int]] = field(default_factory=list)  #: its answers as hash chains
+    reference_trial: str = ""  #: trial the correctness gate compared with
+    agreement: Agreement | None = None  #: the comparison's figures
+
+    @property
+    def passed(self) -> bool:
+        """Ran to the end and every gate passed."""
+        return self.status == "ok" and all(g.passed for g in self.gates)
+
+    def fail(self, status: Status, error: str, *, log_tail: list[str] | None = None) -> None:
+        self.status = status
+        self.error = " ".join(error.split())[:1000]
+        if log_tail is not None:
+            self.log_tail = log_tail
+
+
+def default_engine_factory(settings: RunnerSettings) -> EngineFactory:
+    """Engines through `evertune.engines.backend.make_engine`, or vLLM's shell where it is missing.
+
+    On CPU with `split_cores`, a one-replica engine is bound to every allowed core but the last,
+    which the measuring client keeps (see `client_core`).
+    """
+
+    def make(spec: EngineSpec, log_dir: Path) -> TrialEngine:
+        # "cpu" is this machine; a named class validates against its profile (an unknown one
+        # fails the trial with one line, not the runner's start).
+        hardware = None if settings.hardware == "cpu" else get_profile(settings.hardware)
+        engine = make_engine(spec, log_dir=log_dir, hardware=hardware)
+        if not isinstance(engine, VllmEngine):  # EngineGroup: one URL per replica, no balancer
+            raise ReplicasUnsupported(
+                f"{spec.replica_count} replicas: the runner replays against one URL and has no "
+                "balancer in front of replicas yet"
+            )
+        bind = engine_cores(settings)
+        if bind and spec.kind == "vllm":  # make_engine takes no environment: set it on the shell
+            engine.extra_env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(str(c) for c in sorted(bind)))
+        return engine
+
+    return make
+
+
+def engine_cores(settings: RunnerSettings) -> set[int] | None:
+    """Cores a CPU engine is bound to (all allowed but the last), or None: no split."""
+    if settings.hardware != "cpu" or not settings.split_cores:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    return set(cores[:-1]) if len(cores) >= 2 else None
+
+
+@contextlib.contextmanager
+def client_core(settings: RunnerSettings) -> Any:
+    """While measuring on CPU, the calling thread (the event loop: the client) keeps the last core."""
+    cores = engine_cores(settings)
+    if cores is None:
+        yield
+        return
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, allowed - cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def reference_id(uri: str) -> str:
+    """The trial id of a correctness reference URI (`trial:<id>`); "" when it is not one."""
+    scheme, _, rest = uri.partition(":")
+    return rest.removeprefix("//") if scheme == "trial" and rest else ""
+
+
+class TrialRunner:
+    """Runs trial jobs one at a time for one runner instance."""
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        *,
+        engine_factory: EngineFactory,
+        model_dir: Path | Callable[[], Path],
+        log_dir: Path,
+        references: ReferenceLookup,
+    ) -> None:
+        self.settings = settings
+        self.engine_factory = engine_factory
+        self._model_dir = model_dir
+        self.log_dir = log_dir
+        self.references = references
+        self.golden = golden_set(
+            count=settings.golden_prompts, max_tokens=settings.golden_max_tokens, seed=settings.golden_seed
+        )
+
+    async def model_dir(self) -> Path:
+        """The local model a job without one runs (made on first use when given as a callable)."""
+        if callable(self._model_dir):
+            self._model_dir = await asyncio.to_thread(self._model_dir)
+        return self._model_dir
+
+    async def run(self, job: jobs_pb2.TrialJob, *, progress: ProgressCallback) -> TrialOutcome:
+        """Run `job` to its outcome (see the module doc); cancelling stops the engine first."""
+        outcome = TrialOutcome(job=job, started_at=time.time())
+        try:
+            await self._run(outcome, progress)
+        finally:
+            outcome.finished_at = time.time()
+        return outcome
+
+    async def _run(self, outcome: TrialOutcome, progress: ProgressCallback) -> None:
+        s = self.settings
+        model_dir = await self.model_dir()
+        try:
+            plan = outcome.plan = plan_trial(outcome.job, slo_headroom=s.slo_headroom)
+            outcome.spec = engine_spec(
+                plan,
+                default_model=str(model_dir),
+                simulated=s.simulated,
+                cpu_default_kv_gib=s.cpu_default_kv_cache_gib,
+                cpu=s.hardware == "cpu",
+            )
+        except EvertuneError as err:
+            outcome.fail("error", f"invalid job: {err}")
+            return
+        budget = None
+        if plan.deadline is not None:
+            budget = plan.deadline.timestamp() - time.time()
+            if budget <= 0:
+                outcome.fail("timeout", "the job's deadline had passed when the runner took it")
+                return
+        engine: TrialEngine | None = None
+        try:
+            async with asyncio.timeout(budget) as scope:
+                reference = await self._reference(plan)
+                trace = await asyncio.to_thread(
+                    open_trace, plan.trace_uri, sha256=plan.trace_sha256, model_dir=model_dir
+                )
+                await progress(events_pb2.TRIAL_PHASE_STARTING_ENGINE, 0.0, 0, len(plan.rates_rps))
+                engine = self.engine_factory(outcome.spec, self.log_dir)
+                started = time.monotonic()
+                await engine.start()
+                await engine.wait_ready(timeout_s=s.engine_ready_timeout_s)
+                outcome.startup_s = time.monotonic() - started
+                with client_core(s):
+                    await self._measure(engine, plan, trace, reference, outcome, progress)
+        except TimeoutError:
+            if scope.expired():
+                outcome.fail(
+                    "timeout",
+                    f"deadline passed after {time.time() - outcome.started_at:.0f} s",
+                    log_tail=_tail(engine, s),
+                )
+            else:
+                outcome.fail("error", "timed out", log_tail=_tail(engine, s))
+        except EngineStartFailed as err:
+            outcome.fail("error", str(err), log_tail=err.log_tail or _tail(engine, s))
+        except EvertuneError as err:
+            outcome.fail("error", str(err), log_tail=_tail(engine, s))
+        except Exception as err:  # a bug here must end the trial, not the runner
+            log.exception("trial failed unexpectedly", trial=outcome.job.trial_id)
+            outcome.fail("error", f"runner error: {type(err).__name__}: {err}", log_tail=_tail(engine, s))
+        finally:
+            if engine is not None:
+                await engine.stop()
+
+    async def _reference(self, plan: TrialPlan) -> Reference | None:
+        """The correctness reference, checked before any engine starts (a missing one fails early)."""
+        gate = plan.gate("correctness")
+        if gate is None or plan.baseline or self.settings.simulated:
+            return None
+        trial_id = reference_id(gate.reference_uri)
+        if not trial_id:
+            raise CorrectnessReferenceMissing(
+                f"the correctness gate needs reference_uri 'trial:<trial id>', got {gate.reference_uri!r}"
+            )
+        reference = await self.references(trial_id)
+        if reference is None:
+            raise CorrectnessReferenceMissing(f"reference trial {trial_id} has no stored golden answers")
+        if reference.golden_set_id != self.golden.set_id:
+            raise CorrectnessReferenceMissing(
+                f"reference trial {trial_id} answered golden set {reference.golden_set_id}, "
+                f"this runner uses {self.golden.set_id}"
+            )
+        return reference
+
+    async def _measure(
+        self,
+        engine: TrialEngine,
+        plan: TrialPlan,
+        trace: TraceSource,
+        reference: Reference | None,
+        outcome: TrialOutcome,
+        progress: ProgressCallback,
+    ) -> None:
+        s = self.settings
+        url = engine.base_url
+        total = len(plan.rates_rps)
+        await progress(events_pb2.TRIAL_PHASE_WARMUP, 0.0, 0, total)
+        if s.warmup_turns:
+            warm = plan_voice(VoiceWorkload(duration_s=60, seed=99), text=CorpusText())[: s.warmup_turns]
+            await replay(warm, target=url, time_scale=1000.0, timeout_s=s.request_timeout_s)
+            await self._alive(engine, "warm-up")
+        if plan.needs_golden and not s.simulated:
+            models = await list_models(url)
+            outcome.golden = self.golden
+            outcome.golden_chains = await collect_golden(
+                url,
+                self.golden,
+                model=models[0] if models else "",
+                key=s.golden_hash_key,
+                concurrency=s.golden_concurrency,
+                timeout_s=s.request_timeout_s * 2,
+            )
+        for index, rate in enumerate(plan.rates_rps):
+            await progress(events_pb2.TRIAL_PHASE_REPLAYING, rate, index, total)
+            if plan.warmup_s > 0:
+                warm_run = await asyncio.to_thread(
+                    trace.run,
+                    rate_rps=rate,
+                    duration_s=plan.warmup_s,
+                    seed=plan.seed,
+                    run=f"warmup/{rate:.6g}",
+                )
+                await replay(
+                    warm_run.plan, target=url, rate=warm_run.multiplier, timeout_s=s.request_timeout_s
+                )
+            runs = []
+            for repeat in range(plan.repeats):
+                run_plan = await asyncio.to_thread(
+                    trace.run,
+                    rate_rps=rate,
+                    duration_s=plan.duration_s,
+                    seed=plan.seed,
+                    run=f"{rate:.6g}/{repeat}",
+                )
+                result = await replay(
+                    run_plan.plan, target=url, rate=run_plan.multiplier, timeout_s=s.request_timeout_s
+                )
+                await self._alive(engine, f"the replay at {rate:g} rps")
+                runs.append((summarize_run(result, slo=plan.slo), result.results))
+            figures = rate_figures(rate, runs, slo=plan.slo)
+            outcome.rates.append(figures)
+            if s.skip_rates_above_failure and skip_higher(figures, gate_rate_rps=plan.gate_rate_rps):
+                outcome.skipped_rates = list(plan.rates_rps[index + 1 :])
+                break
+        await progress(events_pb2.TRIAL_PHASE_GATES, 0.0, len(outcome.rates), total)
+        outcome.gates = [self._gate(name, plan, reference, outcome) for name in (g.name for g in plan.gates)]
+
+    def _gate(
+        self, name: str, plan: TrialPlan, reference: Reference | None, outcome: TrialOutcome
+    ) -> GateOutcome:
+        s = self.settings
+        gate = plan.gate(name)
+        assert gate is not None
+        if name == "slo":
+            return slo_gate(
+                figures=at_rate(outcome.rates, plan.gate_rate_rps),
+                slo=plan.slo,
+                p50_target_ms=plan.ttft_p50_target_ms,
+                threshold=gate.threshold,
+                rate_rps=plan.gate_rate_rps,
+            )
+        if name == "stability":
+            return stability_gate(
+                rates=outcome.rates,
+                gate_rate_rps=plan.gate_rate_rps,
+                threshold=gate.threshold,
+                tolerance=s.stability_tolerance,
+                floor_ms=s.stability_floor_ms,
+            )
+        if s.simulated:
+            return GateOutcome(
+                name=name, passed=False, value=math.nan, threshold=gate.threshold,
+                detail="simulated trial: outputs not checked (verify on real hardware)",
+            )  # fmt: skip
+        if plan.baseline:
+            return baseline_gate()
+        assert reference is not None and outcome.spec is not None
+        outcome.reference_trial = reference.trial_id
+        outcome.agreement = agreement(reference.chains, outcome.golden_chains)
+        change = classify_change(reference.spec, outcome.spec)
+        return correctness_gate(change=change, result=outcome.agreement, threshold=gate.threshold)
+
+    async def _alive(self, engine: TrialEngine, during: str) -> None:
+        healthy = await engine.health()
+        if not (all(healthy) if isinstance(healthy, list) else healthy):
+            raise EngineCrashed(f"the engine stopped answering /health during {during}")
+
+
+class ReplicasUnsupported(InvalidArgument):
+    """A config with several replicas: the runner cannot spread a replay over them yet."""
+
+
+class CorrectnessReferenceMissing(EvertuneError):
+    """The correctness gate cannot run: its reference is not named, not stored, or of another set."""
+
+
+def _tail(engine: TrialEngine | None, settings: RunnerSettings) -> list[str]:
+    if engine is None:
+        return []
+    try:
+        return engine.log_tail(settings.log_tail_lines)
+    except Exception:  # the tail is a courtesy; a missing log must not hide the real error
+        return []

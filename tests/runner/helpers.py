@@ -1,0 +1,105 @@
+"""Shared pieces of the runner tests: the stand-in engine, jobs, settings."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from evertune.runner import RunnerSettings
+from evertune.runner.trial import EngineFactory, TrialEngine
+from google.protobuf.duration_pb2 import Duration
+
+from evertune.engines import EngineSpec, VllmEngine
+from evertune.settings import load_settings
+from evertune.v1 import endpoint_pb2, jobs_pb2
+
+SERVER = Path(__file__).with_name("fake_engine.py")
+
+
+class FakeEngine(VllmEngine):
+    """vLLM's process shell (start, ready, health, stop, log tail) around `fake_engine.py`."""
+
+    def __init__(self, spec: EngineSpec, *, log_dir: Path, args: list[str]) -> None:
+        super().__init__(spec, log_dir=log_dir)
+        self.fake_args = args
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, str(SERVER), "--port", str(self.port), *self.fake_args], dict(os.environ)
+
+
+def fake_factory(behaviour: Callable[[EngineSpec], list[str]] = lambda spec: []) -> EngineFactory:
+    """Engines whose behaviour (fake_engine.py options) depends on the spec."""
+
+    def make(spec: EngineSpec, log_dir: Path) -> TrialEngine:
+        return FakeEngine(spec, log_dir=log_dir, args=behaviour(spec))
+
+    return make
+
+
+def settings(**overrides: object) -> RunnerSettings:
+    """Runner settings for a fast test on its own hardware class (its own work-queue subject)."""
+    values: dict[str, object] = {
+        "hardware": f"test-{uuid.uuid4().hex[:8]}",
+        "ack_wait_s": 3.0,
+        "fetch_timeout_s": 0.5,
+        "warmup_turns": 2,
+        "golden_prompts": 6,
+        "golden_max_tokens": 8,
+        "request_timeout_s": 10.0,
+        "engine_ready_timeout_s": 20.0,
+        **overrides,
+    }
+    return load_settings(RunnerSettings, **values)
+
+
+def seconds(value: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(round(value * 1e9))
+    return d
+
+
+def job(
+    *,
+    hardware: str,
+    config: endpoint_pb2.EngineConfig | None = None,
+    gates: tuple[str, ...] = ("slo", "stability"),
+    reference: str = "",
+    baseline: bool = False,
+    rates: tuple[float, ...] = (8.0,),
+    target: float = 8.0,
+    duration_s: float = 2.0,
+    ttft_p99_ms: float = 200.0,
+    endpoint: str = "ep-runner",
+    trace_uri: str = "voice:agents=2&system_prompt_words=60",
+    threshold: float = 0.0,
+    repeats: int = 2,
+) -> jobs_pb2.TrialJob:
+    """A small trial job: voice traffic for `duration_s` a rate, `repeats` times."""
+    trial = uuid.uuid4().hex[:12]
+    return jobs_pb2.TrialJob(
+        job_id=f"job-{trial}",
+        search_id="search-test",
+        trial_id=f"trial-{trial}",
+        endpoint=endpoint,
+        hardware_class=hardware,
+        engine_config=config or endpoint_pb2.EngineConfig(engine="vllm", model="/models/fake"),
+        trace_uri=trace_uri,
+        rates_rps=list(rates),
+        target_rate_rps=target,
+        duration_per_rate=seconds(duration_s),
+        repeats=repeats,
+        seed=7,
+        slo=endpoint_pb2.Slo(ttft_p99_ms=ttft_p99_ms, itl_p99_ms=100.0, attainment_target=0.9),
+        gates=[
+            jobs_pb2.GateSpec(
+                name=name,
+                threshold=threshold if name == "correctness" else 0.0,
+                reference_uri=reference if name == "correctness" else "",
+            )
+            for name in gates
+        ],
+        baseline=baseline,
+    )

@@ -1,0 +1,139 @@
+"""The gates as pure functions of measured figures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from evertune.runner.gates import (
+    agreement,
+    classify_change,
+    correctness_gate,
+    p99_spread,
+    slo_gate,
+    stability_gate,
+)
+from evertune.runner.measure import goodput_rps, rate_figures, skip_higher
+
+from evertune.engines import EngineSpec, SpeculativeSpec
+from evertune.replay import RequestResult, Slo, summarize
+
+SLO = Slo(ttft_ms=100.0, itl_ms=50.0, share=0.9)
+
+
+def _result(i: int, ttft: float | None, *, error: bool = False) -> RequestResult:
+    return RequestResult(
+        request_id=f"r{i}",
+        conversation_id="",
+        scheduled_s=i * 0.1,
+        sent_s=i * 0.1,
+        lag_ms=0.0,
+        ttft_ms=None if error else ttft,
+        itl_ms=(5.0, 5.0),
+        e2e_ms=(ttft or 0.0) + 10.0,
+        prompt_tokens=10,
+        completion_tokens=3,
+        chunks=3,
+        status=500 if error else 200,
+        error_class="http_5xx" if error else "",
+    )
+
+
+def _run(ttfts: list[float], errors: int = 0) -> tuple:  # type: ignore[type-arg]
+    results = [_result(i, t) for i, t in enumerate(ttfts)] + [
+        _result(100 + i, None, error=True) for i in range(errors)
+    ]
+    return summarize(results, slo=SLO), results
+
+
+def test_exact_and_lossy_changes_are_told_apart() -> None:
+    base = EngineSpec(model="m")
+    assert classify_change(base, base).exact and classify_change(base, base).changed == ()
+    exact = classify_change(
+        base, EngineSpec(model="m", max_num_seqs=64, enable_chunked_prefill=False, replicas=2)
+    )
+    assert exact.exact and exact.changed == ("enable_chunked_prefill", "max_num_seqs", "replicas")
+    lossy = classify_change(
+        base,
+        EngineSpec(
+            model="m",
+            max_num_seqs=64,
+            quantization="awq",
+            speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=3),
+        ),
+    )
+    assert not lossy.exact and lossy.lossy == ("quantization", "speculative")
+
+
+def test_agreement_counts_tokens_before_the_first_difference() -> None:
+    ref = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    result = agreement(ref, [[1, 2, 3, 4], [5, 6, 0, 0]])
+    assert (result.matched_tokens, result.reference_tokens, result.exact_prompts) == (6, 8, 1)
+    assert result.share == 0.75 and result.first_divergence == (None, 2)
+    with pytest.raises(ValueError, match="differ in size"):
+        agreement(ref, ref[:1])
+
+
+def test_the_correctness_gate_wants_all_for_exact_and_the_threshold_for_lossy() -> None:
+    result = agreement([[1, 2, 3, 4]] * 10, [[1, 2, 3, 4]] * 9 + [[1, 2, 3, 9]])
+    base = EngineSpec(model="m")
+    exact = correctness_gate(
+        change=classify_change(base, EngineSpec(model="m", block_size=64)), result=result, threshold=0.5
+    )
+    assert not exact.passed and exact.threshold == 1.0 and exact.value == 39 / 40
+    lossy_change = classify_change(base, EngineSpec(model="m", dtype="float32"))
+    assert correctness_gate(change=lossy_change, result=result, threshold=0.0).passed  # default 0.95
+    strict = correctness_gate(change=lossy_change, result=result, threshold=0.99)
+    assert not strict.passed and "lossy change (dtype)" in strict.detail
+
+
+def test_p99_spread_is_relative_with_an_absolute_floor() -> None:
+    assert p99_spread([100.0, 125.0], tolerance=0.3, floor_ms=20.0).stable  # 25 <= 33.75
+    assert not p99_spread([100.0, 150.0], tolerance=0.3, floor_ms=20.0).stable  # 50 > 37.5
+    assert p99_spread([10.0, 25.0], tolerance=0.3, floor_ms=20.0).stable  # 15 ms: under the floor
+    assert not p99_spread([10.0], tolerance=0.3, floor_ms=20.0).stable
+    assert not p99_spread([10.0, math.nan], tolerance=0.3, floor_ms=20.0).stable
+
+
+def test_stability_fails_on_errors_below_the_gate_rate_and_on_unstable_p99() -> None:
+    steady = [20.0] * 50
+    calm = rate_figures(4.0, [_run(steady), _run(steady)], slo=SLO)
+    overload = rate_figures(8.0, [_run(steady, errors=5), _run(steady, errors=5)], slo=SLO)
+    ok = stability_gate(
+        rates=[calm, overload], gate_rate_rps=4.0, threshold=0.0, tolerance=0.3, floor_ms=20.0
+    )
+    assert ok.passed and ok.value == 0.0  # errors above the gate rate do not count
+    bad = stability_gate(
+        rates=[calm, overload], gate_rate_rps=8.0, threshold=0.0, tolerance=0.3, floor_ms=20.0
+    )
+    assert not bad.passed and "10 of 210 requests failed" in bad.detail
+    shaky = rate_figures(4.0, [_run([20.0] * 49 + [40.0]), _run([20.0] * 49 + [300.0])], slo=SLO)
+    unstable = stability_gate(rates=[shaky], gate_rate_rps=4.0, threshold=0.0, tolerance=0.3, floor_ms=20.0)
+    assert not unstable.passed and "TTFT p99 unstable" in unstable.detail
+    single = rate_figures(4.0, [_run(steady)], slo=SLO)
+    assert (
+        "2 needed"
+        in stability_gate(
+            rates=[single], gate_rate_rps=4.0, threshold=0.0, tolerance=0.3, floor_ms=20.0
+        ).detail
+    )
+
+
+def test_the_slo_gate_checks_attainment_and_the_median_target_at_the_gate_rate() -> None:
+    fast = rate_figures(5.0, [_run([30.0] * 95 + [500.0] * 5)], slo=SLO)
+    met = slo_gate(figures=fast, slo=SLO, p50_target_ms=0.0, threshold=0.0, rate_rps=5.0)
+    assert met.passed and met.value == 0.95 and met.threshold == 0.9
+    assert not slo_gate(figures=fast, slo=SLO, p50_target_ms=25.0, threshold=0.0, rate_rps=5.0).passed
+    assert not slo_gate(figures=fast, slo=SLO, p50_target_ms=0.0, threshold=0.99, rate_rps=5.0).passed
+    missing = slo_gate(figures=None, slo=SLO, p50_target_ms=0.0, threshold=0.0, rate_rps=5.0)
+    assert not missing.passed and "not measured" in missing.detail
+
+
+def test_goodput_is_the_highest_pass_below_the_lowest_fail() -> None:
+    good, bad = _run([30.0] * 20), _run([500.0] * 20)
+    rates = [
+        rate_figures(r, [run], slo=SLO) for r, run in ((2.0, good), (4.0, good), (6.0, bad), (8.0, good))
+    ]
+    assert goodput_rps(rates, slo=SLO) == 4.0
+    assert goodput_rps(rates[2:3], slo=SLO) == 0.0
+    assert skip_higher(rates[2], gate_rate_rps=5.0) and not skip_higher(rates[2], gate_rate_rps=7.0)
