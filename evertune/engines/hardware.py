@@ -97,7 +97,7 @@ class HardwareProfile:
     block_size_multiple: int  #: KV block sizes must be a multiple of this (attention kernels)
     default_max_num_seqs: int  #: vLLM's API-server default of `--max-num-seqs` here
     default_max_num_batched_tokens: int  #: vLLM's API-server default of `--max-num-batched-tokens`
-    kernels: frozenset[str]  #: kernel sets available: "vllm"; "evertune" once its plugin ships
+    kernels: frozenset[str]  #: kernel sets available: "vllm", and "evertune" (its vLLM plugin) on GPUs
     #: Dense bf16/fp16 peak of one device in FLOP/s (CPU: of all `cores` together), for the perf model.
     peak_flops: float = 0.0
     #: Memory bandwidth of one device in bytes/s (CPU: what the engine's cores reach), for the perf model.
@@ -151,7 +151,8 @@ def _accelerator_profile(
         block_size_multiple=16,
         default_max_num_seqs=1024,
         default_max_num_batched_tokens=batched_tokens,
-        kernels=frozenset({"vllm"}),
+        # evertune's Triton kernels load through its vLLM plugin on CUDA and ROCm (docs/kernels.md).
+        kernels=frozenset({"vllm", "evertune"}),
         peak_flops=peak_tflops * 1e12,
         memory_bandwidth=bandwidth_tbs * 1e12,
     )

@@ -200,9 +200,8 @@ def refuse_reasons(
             reasons.append(f"speculative draft_model {draft!r} is not a local path (nothing is downloaded)")
 
     if spec.kernels is not None and spec.kernels not in hardware.kernels:
-        reasons.append(
-            f"kernels {spec.kernels!r} are not available on {hardware.name} (no evertune vLLM plugin yet)"
-        )
+        offered = ", ".join(sorted(hardware.kernels))
+        reasons.append(f"kernels {spec.kernels!r} are not available on {hardware.name} (it offers {offered})")
     return reasons
 
 

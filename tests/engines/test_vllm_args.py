@@ -178,7 +178,6 @@ def _exists(path: str) -> bool:
             "draft_model 'org/eagle' is not a local path",
         ),
         (CPU, {"kernels": "evertune"}, "kernels 'evertune' are not available on cpu"),
-        (H200, {"kernels": "evertune"}, "kernels 'evertune' are not available on h200"),
         (CPU, {"kind": "sim"}, "engine kind 'sim' has no process backend"),
     ],
 )
@@ -200,6 +199,7 @@ def test_accepted_on_bigger_or_other_hardware() -> None:
     assert refuse_reasons(spec(quantization="modelopt_fp4"), NAMED_PROFILES["b200"]) == []
     assert refuse_reasons(spec(block_size=16), H200) == []
     assert refuse_reasons(spec(replicas=4), H200) == []
+    assert refuse_reasons(spec(kernels="evertune"), H200) == []  # the kernels' vLLM plugin runs on GPUs
     draft = SpeculativeSpec(method="draft_model", num_speculative_tokens=2, draft_model="/models/draft")
     assert refuse_reasons(spec(speculative=draft), CPU, path_exists=_exists) == []
     # vLLM raises the batch budget to max_model_len itself when the budget is left unset
