@@ -53,10 +53,15 @@ class KvDef:
     bucket: str  #: bucket name
     description: str  #: what it holds
     history: int  #: revisions kept per key
+    ttl_s: float = 0.0  #: seconds a key lives after its last write (0 = forever)
 
     def config(self, replicas: int) -> KeyValueConfig:
         return KeyValueConfig(
-            bucket=self.bucket, description=self.description, history=self.history, replicas=replicas
+            bucket=self.bucket,
+            description=self.description,
+            history=self.history,
+            ttl=self.ttl_s or None,
+            replicas=replicas,
         )
 
 
@@ -84,7 +89,12 @@ def load_definitions(path: Path = DEFAULT_DEFINITIONS) -> Definitions:
             for s in raw.get("stream", [])
         )
         buckets = tuple(
-            KvDef(bucket=k["bucket"], description=k.get("description", ""), history=int(k.get("history", 1)))
+            KvDef(
+                bucket=k["bucket"],
+                description=k.get("description", ""),
+                history=int(k.get("history", 1)),
+                ttl_s=float(k.get("ttl_s", 0)),
+            )
             for k in raw.get("kv", [])
         )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as err:

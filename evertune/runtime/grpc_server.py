@@ -1,4 +1,8 @@
-"""gRPC servers for services: the service's own servicers plus standard health and reflection."""
+"""gRPC servers for services: the service's own servicers plus standard health and reflection.
+
+A server optionally takes server interceptors (authentication), TLS credentials (the port then
+speaks TLS only) and its own message-size cap.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,12 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 class GrpcServer:
-    """An asyncio gRPC server with health and reflection. `await start()`, `.address`, `await stop()`."""
+    """An asyncio gRPC server with health and reflection. `await start()`, `.address`, `await stop()`.
+
+    `interceptors` run before every handler (health and reflection included: an interceptor lets
+    those through itself); `credentials` make the port TLS-only; `max_message_bytes` caps requests
+    and responses (larger is RESOURCE_EXHAUSTED).
+    """
 
     def __init__(
         self,
@@ -25,11 +34,17 @@ class GrpcServer:
         port: int,
         add_servicers: Sequence[Callable[[grpc.aio.Server], None]] = (),
         service_names: Sequence[str] = (),
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        credentials: grpc.ServerCredentials | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self._host = host
         self._port = port
         self._add_servicers = add_servicers
         self._service_names = list(service_names)
+        self._interceptors = list(interceptors)
+        self._credentials = credentials
+        self._max_message_bytes = max_message_bytes
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self.port = 0
@@ -38,15 +53,21 @@ class GrpcServer:
     def address(self) -> str:
         return f"{self._host}:{self.port}"
 
+    @property
+    def tls(self) -> bool:
+        """Whether the port speaks TLS."""
+        return self._credentials is not None
+
     async def start(self) -> None:
         server = grpc.aio.server(
+            interceptors=self._interceptors,
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", self._max_message_bytes),
+                ("grpc.max_send_message_length", self._max_message_bytes),
                 # gRPC sets SO_REUSEPORT by default, so a second server on a taken port would
                 # silently share it; a taken port must be an error instead.
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         for add in self._add_servicers:
             add(server)
@@ -57,10 +78,14 @@ class GrpcServer:
             reflection.SERVICE_NAME,
         ]
         reflection.enable_server_reflection(names, server)
+        address = f"{self._host}:{self._port}"
         try:
-            self.port = server.add_insecure_port(f"{self._host}:{self._port}")
+            if self._credentials is not None:
+                self.port = server.add_secure_port(address, self._credentials)
+            else:
+                self.port = server.add_insecure_port(address)
         except RuntimeError as err:
-            raise Unavailable(f"cannot listen on {self._host}:{self._port}: {err}") from None
+            raise Unavailable(f"cannot listen on {address}: {err}") from None
         if self.port == 0:
             raise Unavailable(f"cannot listen on {self._host}:{self._port} (port in use?)")
         await server.start()

@@ -48,6 +48,8 @@ class ServingBackend(Protocol):
 
     #: Backend name for logs and docs ("local", "kubernetes").
     name: str
+    #: Whether the deployer can reach the deployments' URLs (warm-up requests); False in a dry run.
+    reachable: bool
 
     def check(self, target: Target) -> None:
         """Raise InvalidArgument (a knob refused) or FailedPrecondition (a hardware class this

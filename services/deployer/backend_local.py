@@ -105,6 +105,7 @@ class LocalBackend:
     """Engines as local processes. See the module docstring."""
 
     name = "local"
+    reachable = True
 
     def __init__(
         self,

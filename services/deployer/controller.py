@@ -4,9 +4,13 @@ The API calls in here after validation; each call changes KV with compare-and-se
 events, and leaves the slow part (starting engines, draining, deleting) to a background task that
 records its progress in KV, so a restarted deployer picks it up (`resume`).
 
-The rollout is interim: a new deployment starts, waits until ready, then takes 100% of the weight
-at once; the replaced deployment drains and stops. The progressive rollout (canary steps with
-analysis) replaces `_switch_traffic` and is the only piece that changes.
+A rollout: the new deployment starts, waits until ready and is warmed up; then, with a stable
+deployment to compare with, it is a canary driven by `rollout.Rollout` (weights per step, each step
+analysed with `canary.analyse` over the arms' telemetry, `deploy.canary_step` each time) until it is
+promoted or rolled back (analysis, an `sla.breach`, a failure). Without a stable deployment (the
+first one), with `skip_canary`, or for a Rollback that restarts an old config, all traffic moves at
+once. A promoted deployment takes 100%; the replaced one drains (in-flight requests finish) and
+stops. The rollout's progress lives in its KV record, so a restarted deployer carries it on.
 """
 
 from __future__ import annotations
@@ -16,14 +20,17 @@ import contextlib
 import json
 import uuid
 from collections.abc import Callable, Coroutine
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from evertune.deployer import plan
 from evertune.deployer.auth import Principal
 from evertune.deployer.backend import EngineReport, ServingBackend, Target
+from evertune.deployer.canary import Analysis, ArmWindow, Verdict, analyse
 from evertune.deployer.plan import FULL_WEIGHT
-from evertune.deployer.state import RequestRecord, State, request_key
+from evertune.deployer.rollout import Action, ActionKind, Rollout, RolloutPolicy, Trigger
+from evertune.deployer.state import RequestRecord, RolloutRecord, State, request_key
+from evertune.deployer.telemetry import SloTargets, Telemetry, Windows
 from evertune.deployer.trials import find_trial
 from evertune.deployer.validation import (
     CreateCommand,
@@ -36,6 +43,7 @@ from evertune.deployer.validation import (
     page_token,
     update_command,
 )
+from evertune.deployer.warmup import warm_up
 
 from evertune.engines import EngineSpec
 from evertune.errors import (
@@ -48,6 +56,7 @@ from evertune.errors import (
 )
 from evertune.events import EventKind
 from evertune.logging import bound_ids, get_logger
+from evertune.replay.percentiles import percentile
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2
 
 log = get_logger("evertune.deployer")
@@ -55,10 +64,38 @@ log = get_logger("evertune.deployer")
 D = endpoint_pb2
 #: Seconds between in-flight checks while a deployment drains.
 DRAIN_POLL_S: Final = 0.5
+#: Attainment target of an Slo that leaves it 0 (see endpoint.proto).
+DEFAULT_ATTAINMENT: Final = 0.9
+
+_TRIGGERS: Final = {
+    Trigger.CANARY_ANALYSIS: events_pb2.DEPLOY_TRIGGER_CANARY_ANALYSIS,
+    Trigger.BREACH: events_pb2.DEPLOY_TRIGGER_BREACH,
+    Trigger.FAILURE: events_pb2.DEPLOY_TRIGGER_FAILURE,
+}
+_VERDICTS: Final = {
+    Verdict.PROCEED: events_pb2.CANARY_VERDICT_PROCEED,
+    Verdict.HOLD: events_pb2.CANARY_VERDICT_HOLD,
+    Verdict.ROLL_BACK: events_pb2.CANARY_VERDICT_ROLL_BACK,
+}
 
 
 def new_deployment_id() -> str:
     return f"dep-{uuid.uuid4().hex[:12]}"
+
+
+class _CanarySignal:
+    """How a running canary loop hears of a breach or a failure (set by the consumers)."""
+
+    def __init__(self, deployment_id: str) -> None:
+        self.deployment_id = deployment_id  #: the canary
+        self.breach_id = ""  #: an sla.breach on it, when one came
+        self.failure = ""  #: why its engines failed, when they did
+        self.event = asyncio.Event()  #: set on either
+
+    async def wait(self, seconds: float) -> None:
+        """Sleep `seconds`, or less when a breach or failure arrives."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), seconds)
 
 
 class Deployer:
@@ -71,11 +108,23 @@ class Deployer:
         backend: ServingBackend,
         ready_timeout_s: float,
         drain_timeout_s: float,
+        policy: RolloutPolicy | None = None,
+        telemetry: Telemetry | None = None,
+        warmup_requests: int = 3,
+        telemetry_lag_s: float = 2.0,
+        search_max_age_s: float = 3600.0,
     ) -> None:
         self.state = state
         self.backend = backend
         self.ready_timeout_s = ready_timeout_s
         self.drain_timeout_s = drain_timeout_s
+        self.policy = policy or RolloutPolicy()
+        self.telemetry = telemetry
+        self.warmup_requests = warmup_requests
+        self.telemetry_lag_s = telemetry_lag_s
+        self.search_max_age_s = search_max_age_s
+        self._canaries: dict[str, _CanarySignal] = {}  #: endpoint -> its running canary loop
+        self._last_windows: dict[str, Windows] = {}  #: canary id -> the windows just analysed
         self._tasks: dict[str, set[asyncio.Task[None]]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._draining: dict[str, asyncio.Task[Any]] = {}  #: deployment id -> its drain task
@@ -275,7 +324,9 @@ class Deployer:
         deployment.update_time.FromDatetime(now)
         return deployment
 
-    async def _emit_started(self, deployment: endpoint_pb2.Deployment, *, trigger: int) -> None:
+    async def _emit_started(
+        self, deployment: endpoint_pb2.Deployment, *, trigger: int, steps: list[int] | None = None
+    ) -> None:
         await self.state.emit(
             EventKind.DEPLOY_STARTED,
             deployment.endpoint,
@@ -286,6 +337,7 @@ class Deployer:
                 trigger=trigger,  # type: ignore[arg-type]
                 search_id=deployment.origin_search_id,
                 trial_id=deployment.origin_trial_id,
+                canary_steps=steps or [],
             ),
         )
 
@@ -429,26 +481,151 @@ class Deployer:
         )
         if await self.state.claim_request(key, record) is not None:
             return await self._repeat(key, command.fingerprint, name, rpc="promote")
-        deployment = self._new_deployment(
-            name,
+        return await self._begin(
+            endpoint,
             record.deployment_id,
             engine,
             origin=D.DEPLOYMENT_ORIGIN_PROMOTE,
-            now=self.state.clock(),
-            previous=endpoint.stable_deployment_id,
+            trigger=events_pb2.DEPLOY_TRIGGER_API,
             trial_id=command.trial_id,
             search_id=search_id,
-            message=command.reason,
+            reason=command.reason,
+            skip_canary=command.skip_canary,
         )
-        await self.state.begin_rollout(name, deployment.id)
+
+    async def _begin(
+        self,
+        endpoint: endpoint_pb2.Endpoint,
+        deployment_id: str,
+        engine: EngineSpec,
+        *,
+        origin: int,
+        trigger: int,
+        trial_id: str,
+        search_id: str,
+        reason: str,
+        skip_canary: bool,
+    ) -> endpoint_pb2.Deployment:
+        """Store a new deployment under the rollout mutex, announce it, and roll it out."""
+        name = endpoint.spec.name
+        deployment = self._new_deployment(
+            name,
+            deployment_id,
+            engine,
+            origin=origin,
+            now=self.state.clock(),
+            previous=endpoint.stable_deployment_id,
+            trial_id=trial_id,
+            search_id=search_id,
+            message=reason,
+        )
+        rollout = RolloutRecord(
+            deployment_id=deployment_id,
+            skip_canary=skip_canary,
+            trigger=trigger,
+            policy=self.policy.model_dump(mode="json"),
+        )
+        await self.state.begin_rollout(name, deployment.id, rollout)
         try:
             await self.state.create_deployment(deployment)
         except BaseException:
             await self.state.end_rollout(name, deployment.id)
             raise
-        await self._emit_started(deployment, trigger=events_pb2.DEPLOY_TRIGGER_API)
-        self._spawn(name, self._roll_out(name, deployment.id), name="promote")
+        steps = [] if skip_canary or not endpoint.stable_deployment_id else list(self.policy.steps)
+        await self._emit_started(deployment, trigger=trigger, steps=steps)
+        self._spawn(name, self._roll_out(name, deployment.id), name="rollout")
         return deployment
+
+    # -- search winners and breaches (the consumers call these) --------------------------------
+
+    async def on_search_completed(self, event: events_pb2.Event) -> None:
+        """Roll out a search's verified winner under SEARCH_POLICY_AUTO (idempotent on the
+        search id); log and do nothing otherwise (ADVISORY, OFF, no winner, stale, busy)."""
+        name = event.endpoint
+        done = event.search_completed
+        where = {"endpoint": name, "search": done.search_id}
+        endpoint = await self.state.get_endpoint(name) if name else None
+        if endpoint is None:
+            log.info("search.completed for no endpoint of ours; ignored", **where)
+            return
+        if done.outcome != events_pb2.SEARCH_OUTCOME_WINNER or not done.HasField("winner"):
+            log.info("search ended without a winner; nothing to roll out", **where, outcome=done.outcome)
+            return
+        policy = endpoint.spec.search_policy
+        if policy == D.SEARCH_POLICY_ADVISORY:
+            log.info(
+                "search winner under policy advisory: not rolled out", **where, trial=done.winner_trial_id
+            )
+            return
+        if policy != D.SEARCH_POLICY_AUTO:
+            log.info("search winner for an endpoint whose policy is not auto; ignored", **where)
+            return
+        if not done.verified:
+            log.warning("search winner not verified on real hardware: not rolled out", **where)
+            return
+        pool = endpoint.spec.hardware_pool.hardware_class
+        if done.winner_hardware_class and done.winner_hardware_class != pool:
+            log.warning(
+                "search winner measured on other hardware: not rolled out",
+                **where,
+                measured_on=done.winner_hardware_class,
+                pool=pool,
+            )
+            return
+        age_s = (self.state.clock() - event.time.ToDatetime(tzinfo=self.state.clock().tzinfo)).total_seconds()
+        if age_s > self.search_max_age_s:
+            log.info("search.completed too old to roll out", **where, age_s=round(age_s))
+            return
+        engine = EngineSpec.from_proto(done.winner, default_model=endpoint.spec.model)
+        key = request_key(tenant=endpoint.spec.tenant, rpc="search", request_id=done.search_id)
+        record = RequestRecord(
+            rpc="search", fingerprint=done.search_id, endpoint=name, deployment_id=new_deployment_id()
+        )
+        try:
+            self._check_can_roll_out(endpoint)
+            self.backend.check(
+                Target(deployment_id=record.deployment_id, endpoint=name, engine=engine, hardware_class=pool)
+            )
+            if await self.state.claim_request(key, record) is not None:
+                log.info("search winner already rolled out (redelivered)", **where)
+                return
+            deployment = await self._begin(
+                endpoint,
+                record.deployment_id,
+                engine,
+                origin=D.DEPLOYMENT_ORIGIN_SEARCH,
+                trigger=events_pb2.DEPLOY_TRIGGER_SEARCH,
+                trial_id=done.winner_trial_id,
+                search_id=done.search_id,
+                reason=f"winner of search {done.search_id}",
+                skip_canary=False,
+            )
+        except (FailedPrecondition, InvalidArgument) as err:
+            log.warning("search winner not rolled out", **where, reason=str(err))
+            return
+        log.info("rolling out a search winner", **where, deployment=deployment.id)
+
+    async def on_breach(self, event: events_pb2.Event) -> None:
+        """An sla.breach: roll back the endpoint's canary when it breaches during the rollout (the
+        breach names the canary, or the endpoint as a whole). A breach of the stable deployment
+        alone, or one older than the canary's first traffic, changes nothing."""
+        name = event.endpoint
+        breach = event.sla_breach
+        record = await self.state.get_rollout(name) if name else None
+        if record is None or record.step < 0:
+            return
+        if breach.deployment and breach.deployment != record.deployment_id:
+            log.info("breach of another deployment during a rollout; the canary stays", endpoint=name)
+            return
+        if event.time.ToNanoseconds() / 1e9 < record.started_s:
+            return
+        signal = self._canaries.get(name)
+        if signal is not None and signal.deployment_id == record.deployment_id:
+            signal.breach_id = breach.breach_id
+            signal.event.set()
+            return
+        # Another deployer runs this rollout: it reads the record after its step.
+        await self.state.change_rollout(name, record.deployment_id, breach_id=breach.breach_id)
 
     def _check_can_roll_out(self, endpoint: endpoint_pb2.Endpoint) -> None:
         name = endpoint.spec.name
@@ -472,15 +649,11 @@ class Deployer:
             raise NotFound(f"deployment {record.deployment_id} of the earlier request is gone")
         return deployment
 
-    # -- the (interim) rollout -------------------------------------------------------------------
+    # -- the rollout ------------------------------------------------------------------------------
 
-    async def _roll_out(
-        self, name: str, deployment_id: str, *, replaced_final: int = D.DEPLOYMENT_STATE_RETIRED
-    ) -> None:
-        """Start the deployment, wait until ready, move all traffic to it, drain the one it replaces.
-
-        On a failed start the deployment is FAILED and traffic stays where it was.
-        """
+    async def _roll_out(self, name: str, deployment_id: str) -> None:
+        """Start the deployment, wait until ready, warm it up; then the canary (with a stable to
+        compare with) or all traffic at once. A failed start marks it FAILED, traffic unchanged."""
         with bound_ids(deployment=deployment_id):
             async with self._lock(name):
                 endpoint = await self.state.get_endpoint(name)
@@ -488,41 +661,73 @@ class Deployer:
                 if endpoint is None or deployment is None or deployment.state not in plan.ROLLOUT_STATES:
                     await self.state.end_rollout(name, deployment_id)
                     return
-                target = Target(
-                    deployment_id=deployment_id,
-                    endpoint=name,
-                    engine=EngineSpec.from_proto(deployment.engine_config, default_model=endpoint.spec.model),
-                    hardware_class=endpoint.spec.hardware_pool.hardware_class,
-                )
+                record = await self.state.get_rollout(name)
+                if record is None or record.deployment_id != deployment_id:
+                    record = RolloutRecord(deployment_id=deployment_id, skip_canary=True)
                 await self._set_deployment(name, deployment_id, state=D.DEPLOYMENT_STATE_STARTING)
-                try:
-                    urls = await self.backend.start(target)
-                    await self._set_deployment(name, deployment_id, upstream_url=",".join(urls))
-                    await self.backend.wait_ready(deployment_id, self.ready_timeout_s)
-                except EvertuneError as err:
-                    await self._start_failed(endpoint, deployment, str(err))
+                urls = await self._start_engines(endpoint, deployment)
+                if urls is None:
                     return
                 previous = endpoint.stable_deployment_id
-                await self._switch_traffic(name, new=deployment_id, old=previous, urls=urls)
-                await self._set_deployment(
-                    name, deployment_id, state=D.DEPLOYMENT_STATE_ACTIVE, weight=FULL_WEIGHT
-                )
-                await self._set_endpoint_state(name, D.ENDPOINT_STATE_READY, "", stable=deployment_id)
-                await self.state.end_rollout(name, deployment_id)
-                started = deployment.create_time.ToDatetime()
-                promoted = events_pb2.DeployPromoted(
-                    deployment_id=deployment_id,
-                    previous_deployment_id=previous,
-                    engine_config=deployment.engine_config,
-                )
-                promoted.rollout_duration.FromTimedelta(self.state.clock().replace(tzinfo=None) - started)
-                await self.state.emit(EventKind.DEPLOY_PROMOTED, name, promoted)
-                log.info("deployment serving", endpoint=name, urls=urls)
-            if previous:
-                self._spawn(name, self._drain(name, previous, final=replaced_final), name="drain")
+                canary = bool(previous) and not record.skip_canary and await self._serving(name, previous)
+                if not canary:
+                    await self._switch_traffic(name, new=deployment_id, old=previous, urls=urls)
+                    await self._promoted(name, deployment, previous)
+            if not canary:
+                if previous:
+                    final = record.replaced_final
+                    self._spawn(name, self._drain(name, previous, final=final), name="drain")
+                return
+            policy = RolloutPolicy.model_validate(record.policy) if record.policy else self.policy
+            await self._canary(name, deployment, stable_id=previous, policy=policy, urls=urls)
+
+    async def _start_engines(
+        self, endpoint: endpoint_pb2.Endpoint, deployment: endpoint_pb2.Deployment
+    ) -> list[str] | None:
+        """Start, wait until ready, warm up; the URLs, or None after `_start_failed`."""
+        name = endpoint.spec.name
+        target = Target(
+            deployment_id=deployment.id,
+            endpoint=name,
+            engine=EngineSpec.from_proto(deployment.engine_config, default_model=endpoint.spec.model),
+            hardware_class=endpoint.spec.hardware_pool.hardware_class,
+        )
+        try:
+            urls = await self.backend.start(target)
+            await self._set_deployment(name, deployment.id, upstream_url=",".join(urls))
+            await self.backend.wait_ready(deployment.id, self.ready_timeout_s)
+            if self.backend.reachable:
+                await warm_up(urls, model=name, requests=self.warmup_requests)
+        except EvertuneError as err:
+            await self._start_failed(endpoint, deployment, str(err))
+            return None
+        return urls
+
+    async def _serving(self, name: str, deployment_id: str) -> bool:
+        """Whether `deployment_id` is in the route table with weight (a stable to compare with)."""
+        table = await self.state.get_routes(name)
+        return table is not None and plan.weights_of(table).get(deployment_id, 0) > 0
+
+    async def _promoted(self, name: str, deployment: endpoint_pb2.Deployment, previous: str) -> None:
+        """Record that `deployment` took all traffic: ACTIVE, the endpoint's stable, the mutex
+        released, deploy.promoted."""
+        await self._set_deployment(name, deployment.id, state=D.DEPLOYMENT_STATE_ACTIVE, weight=FULL_WEIGHT)
+        if previous:
+            await self._set_deployment(name, previous, state=D.DEPLOYMENT_STATE_DRAINING, weight=0)
+        await self._set_endpoint_state(name, D.ENDPOINT_STATE_READY, "", stable=deployment.id)
+        await self.state.end_rollout(name, deployment.id)
+        promoted = events_pb2.DeployPromoted(
+            deployment_id=deployment.id,
+            previous_deployment_id=previous,
+            engine_config=deployment.engine_config,
+        )
+        started = deployment.create_time.ToDatetime()
+        promoted.rollout_duration.FromTimedelta(self.state.clock().replace(tzinfo=None) - started)
+        await self.state.emit(EventKind.DEPLOY_PROMOTED, name, promoted)
+        log.info("deployment promoted", endpoint=name, deployment=deployment.id)
 
     async def _switch_traffic(self, name: str, *, new: str, old: str, urls: list[str]) -> None:
-        """Interim: all weight to `new` at once; `old` stays listed at weight 0 while it drains."""
+        """All weight to `new` at once; `old` stays listed at weight 0 while it drains."""
 
         def weights(current: dict[str, int]) -> dict[str, int]:
             return {**dict.fromkeys(current, 0), new: FULL_WEIGHT}
@@ -531,12 +736,239 @@ class Deployer:
         if old:
             await self._set_deployment(name, old, state=D.DEPLOYMENT_STATE_DRAINING, weight=0)
 
+    # -- the canary -------------------------------------------------------------------------------
+
+    async def _canary(
+        self,
+        name: str,
+        deployment: endpoint_pb2.Deployment,
+        *,
+        stable_id: str,
+        policy: RolloutPolicy,
+        urls: list[str],
+        resume: RolloutRecord | None = None,
+    ) -> None:
+        """Drive `Rollout` until the canary is promoted or rolled back (see the module docstring)."""
+        canary_id = deployment.id
+        signal = _CanarySignal(canary_id)
+        self._canaries[name] = signal
+        rollout = Rollout(policy)
+        try:
+            await self.state.change_rollout(
+                name, canary_id, stable_id=stable_id, policy=policy.model_dump(mode="json")
+            )
+            await self._set_deployment(name, canary_id, state=D.DEPLOYMENT_STATE_CANARY)
+            if resume is None:
+                action = rollout.ready()
+            else:
+                action = rollout.resume(step=resume.step, failures=resume.failures)
+            started_s = resume.started_s if resume is not None and resume.started_s else 0.0
+            step_started_s = 0.0
+            analysis: Analysis | None = None
+            while True:
+                if action.kind is ActionKind.SET_WEIGHT:
+                    step_started_s = self.state.clock().timestamp()
+                    started_s = started_s or step_started_s
+                    await self._canary_weight(name, canary_id, stable_id, action.weight, urls)
+                    await self.state.change_rollout(
+                        name,
+                        canary_id,
+                        step=action.step,
+                        weight=action.weight,
+                        started_s=started_s,
+                        step_started_s=step_started_s,
+                        failures=rollout.failures,
+                    )
+                    log.info("canary step", endpoint=name, step=action.step, weight=action.weight)
+                elif action.kind is ActionKind.HOLD:
+                    await self.state.change_rollout(name, canary_id, failures=rollout.failures)
+                elif action.kind is ActionKind.PROMOTE:
+                    await self._promote_canary(name, deployment, stable_id)
+                    return
+                elif action.kind is ActionKind.ROLL_BACK:
+                    await self._roll_back_canary(name, canary_id, stable_id, action, signal.breach_id)
+                    return
+                else:
+                    return
+                await signal.wait(policy.step_duration_s + self.telemetry_lag_s)
+                record = await self.state.get_rollout(name)
+                if record is None or record.deployment_id != canary_id:
+                    return  # a Rollback or a delete took the endpoint
+                if signal.breach_id or record.breach_id:
+                    signal.breach_id = signal.breach_id or record.breach_id
+                    action = rollout.on_breach(signal.breach_id)
+                    continue
+                if signal.failure:
+                    action = rollout.on_failure(signal.failure)
+                    continue
+                analysis = await self._analyse(
+                    name, canary_id, stable_id, policy=policy, since_s=started_s, step_since_s=step_started_s
+                )
+                step = rollout.step
+                action = rollout.on_analysis(analysis)
+                await self._emit_canary_step(name, canary_id, stable_id, step, policy, action, analysis)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the rollout must never be left half way: back to the stable
+            log.error("canary failed", endpoint=name, error=str(err) or repr(err), exc_info=True)
+            with contextlib.suppress(Exception):
+                failed = rollout.on_failure(f"rollout error: {err}"[:300])
+                await self._roll_back_canary(name, canary_id, stable_id, failed, "")
+        finally:
+            if self._canaries.get(name) is signal:
+                del self._canaries[name]
+
+    async def _canary_weight(
+        self, name: str, canary_id: str, stable_id: str, weight: int, urls: list[str]
+    ) -> None:
+        """The canary at `weight`, the stable at the rest (other deployments keep their 0)."""
+
+        def weights(current: dict[str, int]) -> dict[str, int]:
+            out = {k: 0 for k in current}
+            out[stable_id] = FULL_WEIGHT - weight
+            out[canary_id] = weight
+            return out
+
+        await self._write_routes(name, weights, new_urls={canary_id: urls})
+        await self._set_deployment(name, canary_id, weight=weight)
+        await self._set_deployment(name, stable_id, weight=FULL_WEIGHT - weight)
+
+    async def _analyse(
+        self,
+        name: str,
+        canary_id: str,
+        stable_id: str,
+        *,
+        policy: RolloutPolicy,
+        since_s: float,
+        step_since_s: float,
+    ) -> Analysis:
+        """The step's verdict from the arms' telemetry (HOLD when there is none to read)."""
+        endpoint = await self.state.get_endpoint(name)
+        if endpoint is None:
+            return Analysis(verdict=Verdict.HOLD, reason="the endpoint is gone")
+        slo = endpoint.spec.slo
+        target = slo.attainment_target or DEFAULT_ATTAINMENT
+        if self.telemetry is None:
+            return Analysis(verdict=Verdict.HOLD, reason="no telemetry store to analyse the canary with")
+        tz = self.state.clock().tzinfo
+        until = self.state.clock() - _seconds(self.telemetry_lag_s)
+        try:
+            windows = await self.telemetry.windows(
+                endpoint=name,
+                canary=canary_id,
+                stable=stable_id,
+                canary_since=datetime.fromtimestamp(step_since_s, tz),
+                stable_since=datetime.fromtimestamp(since_s, tz),
+                until=until,
+                targets=SloTargets(ttft_ms=slo.ttft_p99_ms, itl_ms=slo.itl_p99_ms),
+            )
+        except EvertuneError as err:
+            return Analysis(verdict=Verdict.HOLD, reason=f"telemetry unavailable: {err}")
+        self._last_windows[canary_id] = windows
+        return analyse(
+            canary=windows.canary, stable=windows.stable, policy=policy.canary, attainment_target=target
+        )
+
+    async def _emit_canary_step(
+        self,
+        name: str,
+        canary_id: str,
+        stable_id: str,
+        step: int,
+        policy: RolloutPolicy,
+        action: Action,
+        analysis: Analysis,
+    ) -> None:
+        windows = self._last_windows.pop(canary_id, None)
+        empty = ArmWindow(ttft_ms=[], itl_p99_ms=[], requests=0, errors=0)
+        canary = windows.canary if windows else empty
+        stable = windows.stable if windows else empty
+        await self.state.emit(
+            EventKind.DEPLOY_CANARY_STEP,
+            name,
+            events_pb2.DeployCanaryStep(
+                deployment_id=canary_id,
+                stable_deployment_id=stable_id,
+                step=step,
+                steps=len(policy.steps),
+                weight=action.weight,
+                verdict=_VERDICTS[analysis.verdict],
+                canary_ttft_p99_ms=_p99(canary.ttft_ms),
+                stable_ttft_p99_ms=_p99(stable.ttft_ms),
+                canary_attainment=canary.attainment or 0.0,
+                stable_attainment=stable.attainment or 0.0,
+                canary_error_share=canary.error_share,
+                canary_requests=canary.requests,
+            ),
+            severity=common_pb2.SEVERITY_WARNING if analysis.verdict is Verdict.ROLL_BACK else None,
+        )
+        log.info(
+            "canary analysed",
+            endpoint=name,
+            step=step,
+            verdict=analysis.verdict.value,
+            reason=analysis.reason,
+            canary_requests=canary.requests,
+            stable_requests=stable.requests,
+        )
+
+    async def _promote_canary(self, name: str, deployment: endpoint_pb2.Deployment, stable_id: str) -> None:
+        """Every step passed: the canary takes 100% and is the stable one; the old one drains."""
+        async with self._lock(name):
+            record = await self.state.get_rollout(name)
+            if record is None or record.deployment_id != deployment.id:
+                return
+            urls = [u for u in deployment.upstream_url.split(",") if u]
+            current = await self.state.get_deployment(name, deployment.id)
+            if current is not None and current.upstream_url:
+                urls = [u for u in current.upstream_url.split(",") if u]
+            await self._switch_traffic(name, new=deployment.id, old=stable_id, urls=urls)
+            await self._promoted(name, deployment, stable_id)
+            final = record.replaced_final
+        self._spawn(name, self._drain(name, stable_id, final=final), name="drain")
+
+    async def _roll_back_canary(
+        self, name: str, canary_id: str, stable_id: str, action: Action, breach_id: str
+    ) -> None:
+        """Canary weight 0 and the stable back to 100% at once; deploy.rolled_back; then the
+        canary drains (its streams in flight finish) and stops as ROLLED_BACK."""
+        trigger = _TRIGGERS[action.trigger or Trigger.FAILURE]
+        async with self._lock(name):
+            record = await self.state.get_rollout(name)
+            if record is None or record.deployment_id != canary_id:
+                return
+            await self._write_routes(
+                name, lambda w: {**dict.fromkeys(w, 0), stable_id: FULL_WEIGHT, canary_id: 0}
+            )
+            await self._set_deployment(name, stable_id, weight=FULL_WEIGHT)
+            await self._set_deployment(name, canary_id, weight=0, message=action.reason)
+            await self.state.end_rollout(name, canary_id)
+            await self.state.emit(
+                EventKind.DEPLOY_ROLLED_BACK,
+                name,
+                events_pb2.DeployRolledBack(
+                    deployment_id=canary_id,
+                    restored_deployment_id=stable_id,
+                    trigger=trigger,
+                    breach_id=breach_id if trigger == events_pb2.DEPLOY_TRIGGER_BREACH else "",
+                    step=action.step,
+                    reason=action.reason[:500],
+                ),
+                severity=common_pb2.SEVERITY_WARNING,
+            )
+            log.warning("canary rolled back", endpoint=name, deployment=canary_id, reason=action.reason)
+        self._spawn(name, self._drain(name, canary_id, final=D.DEPLOYMENT_STATE_ROLLED_BACK), name="drain")
+
     async def _start_failed(
         self, endpoint: endpoint_pb2.Endpoint, deployment: endpoint_pb2.Deployment, why: str
     ) -> None:
         name = endpoint.spec.name
         log.warning("deployment failed to start", endpoint=name, deployment=deployment.id, error=why)
         await self.backend.stop(deployment.id)
+        table = await self.state.get_routes(name)
+        if table is not None and deployment.id in plan.weights_of(table):
+            await self._write_routes(name, _without(deployment.id))
         await self._set_deployment(
             name, deployment.id, state=D.DEPLOYMENT_STATE_FAILED, weight=0, message=why
         )
@@ -613,11 +1045,33 @@ class Deployer:
         in_progress = plan.rollout_in_progress(deployments)
         if in_progress is not None:
             await self._cancel_work(name)
-            await self.backend.stop(in_progress.id)
-            await self._write_routes(name, _without(in_progress.id))
-            await self._set_deployment(
-                name, in_progress.id, state=D.DEPLOYMENT_STATE_ROLLED_BACK, weight=0, message=command.reason
-            )
+            taking_traffic = in_progress.state == D.DEPLOYMENT_STATE_CANARY
+            if restore.id == endpoint.stable_deployment_id:  # the canary's share goes back to it
+                await self._write_routes(
+                    name, lambda w: {k: FULL_WEIGHT if k == restore.id else 0 for k in w}
+                )
+                await self._set_deployment(name, restore.id, weight=FULL_WEIGHT)
+            else:
+                await self._write_routes(
+                    name, lambda w: {**w, in_progress.id: 0} if in_progress.id in w else w
+                )
+            if taking_traffic:  # its streams in flight finish, then it stops (ROLLED_BACK)
+                await self._set_deployment(name, in_progress.id, weight=0, message=command.reason)
+                self._spawn(
+                    name,
+                    self._drain(name, in_progress.id, final=D.DEPLOYMENT_STATE_ROLLED_BACK),
+                    name="drain",
+                )
+            else:
+                await self.backend.stop(in_progress.id)
+                await self._write_routes(name, _without(in_progress.id))
+                await self._set_deployment(
+                    name,
+                    in_progress.id,
+                    state=D.DEPLOYMENT_STATE_ROLLED_BACK,
+                    weight=0,
+                    message=command.reason,
+                )
             await self.state.end_rollout(name, in_progress.id)
             if restore.id == endpoint.stable_deployment_id:
                 await self._emit_rolled_back(name, in_progress.id, restore.id, command.reason)
@@ -634,7 +1088,16 @@ class Deployer:
                 previous=stable,
                 message=command.reason or f"rollback to the configuration of {restore.id}",
             )
-            await self.state.begin_rollout(name, deployment.id)
+            await self.state.begin_rollout(
+                name,
+                deployment.id,
+                RolloutRecord(
+                    deployment_id=deployment.id,
+                    skip_canary=True,  # a way back is taken at once, not by canary
+                    trigger=events_pb2.DEPLOY_TRIGGER_API,
+                    replaced_final=D.DEPLOYMENT_STATE_ROLLED_BACK,
+                ),
+            )
             await self.state.create_deployment(deployment)
             if restore.state == D.DEPLOYMENT_STATE_DRAINING:  # its drain was cancelled above: finish it
                 self._spawn(
@@ -642,11 +1105,7 @@ class Deployer:
                 )
             await self._emit_started(deployment, trigger=events_pb2.DEPLOY_TRIGGER_API)
             await self._emit_rolled_back(name, stable, deployment.id, command.reason)
-            self._spawn(
-                name,
-                self._roll_out(name, deployment.id, replaced_final=D.DEPLOYMENT_STATE_ROLLED_BACK),
-                name="rollback",
-            )
+            self._spawn(name, self._roll_out(name, deployment.id), name="rollback")
             return deployment
         # The target still runs (it is draining): traffic back to it at once.
         async with self._lock(name):
@@ -687,6 +1146,11 @@ class Deployer:
         if endpoint is None:
             return
         is_stable = endpoint.stable_deployment_id == deployment_id
+        signal = self._canaries.get(name)
+        if report.what == "gave_up" and signal is not None and signal.deployment_id == deployment_id:
+            signal.failure = f"the canary's engine failed: {report.detail}"
+            signal.event.set()  # the canary loop rolls it back
+            return
         if report.what == "exited":
             await self._set_deployment(name, deployment_id, message=report.detail)
             if is_stable:
@@ -726,20 +1190,42 @@ class Deployer:
                 elif action == "finish_start":
                     await self.state.begin_rollout(name, deployment.id)
                     self._spawn(name, self._roll_out(name, deployment.id), name="resume-rollout")
-                elif action == "abort_rollout":
+                elif action == "continue_canary":
+                    self._spawn(name, self._continue_canary(endpoint, deployment), name="resume-canary")
+                elif action == "finish_drain":
+                    self._spawn(
+                        name, self._drain(name, deployment.id, final=D.DEPLOYMENT_STATE_RETIRED), name="drain"
+                    )
+
+    async def _continue_canary(
+        self, endpoint: endpoint_pb2.Endpoint, deployment: endpoint_pb2.Deployment
+    ) -> None:
+        """A canary a previous deployer left: no traffic until its engines serve again, then back
+        to the step its record names (fresh windows); rolled back if it cannot start again."""
+        name = endpoint.spec.name
+        with bound_ids(deployment=deployment.id):
+            async with self._lock(name):
+                record = await self.state.get_rollout(name)
+                stable_id = (record.stable_id if record else "") or endpoint.stable_deployment_id
+                if record is None or record.deployment_id != deployment.id or not stable_id:
                     await self._write_routes(name, _without(deployment.id))
                     await self._set_deployment(
                         name,
                         deployment.id,
                         state=D.DEPLOYMENT_STATE_ROLLED_BACK,
                         weight=0,
-                        message="the deployer restarted during the canary",
+                        message="its rollout record was gone when the deployer restarted",
                     )
-                    await self.state.end_rollout(name, deployment.id)
-                elif action == "finish_drain":
-                    self._spawn(
-                        name, self._drain(name, deployment.id, final=D.DEPLOYMENT_STATE_RETIRED), name="drain"
-                    )
+                    return
+                await self._write_routes(
+                    name, lambda w: {**w, stable_id: FULL_WEIGHT, deployment.id: 0} if w else w
+                )
+                urls = await self._start_engines(endpoint, deployment)
+                if urls is None:
+                    return
+            policy = RolloutPolicy.model_validate(record.policy) if record.policy else self.policy
+            log.info("canary resumed", endpoint=name, step=record.step)
+            await self._canary(name, deployment, stable_id=stable_id, policy=policy, urls=urls, resume=record)
 
     async def _restart(self, endpoint: endpoint_pb2.Endpoint, deployment: endpoint_pb2.Deployment) -> None:
         """Start an ACTIVE deployment's engines again and point its routes at them."""
@@ -821,3 +1307,11 @@ def _without(deployment_id: str) -> Callable[[dict[str, int]], dict[str, int]]:
         return {k: v for k, v in weights.items() if k != deployment_id}
 
     return change
+
+
+def _p99(values: list[float] | Any) -> float:
+    return percentile(values, 99.0) if values else 0.0
+
+
+def _seconds(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)

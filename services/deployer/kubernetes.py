@@ -357,6 +357,10 @@ class KubernetesApplier:
                 await self._apps.delete_namespaced_deployment(name, namespace)
             elif kind == "Service":
                 await self._core.delete_namespaced_service(name, namespace)
+            elif kind == "HTTPRoute":
+                await self._custom.delete_namespaced_custom_object(
+                    "gateway.networking.k8s.io", "v1", namespace, "httproutes", name
+                )
             else:
                 raise InvalidArgument(f"the kubernetes backend does not delete kind {kind!r}")
         except ApiException as err:
@@ -364,3 +368,42 @@ class KubernetesApplier:
                 raise KubernetesUnavailable(
                     f"deleting {kind} {name} failed: HTTP {err.status} {err.reason}"
                 ) from None
+
+    async def deployment_status(self, *, name: str, namespace: str) -> RolloutStatus | None:
+        """The rollout status of a Deployment; None when it does not exist."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            deployment = await self._apps.read_namespaced_deployment_status(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise KubernetesUnavailable(
+                f"reading Deployment {name} failed: HTTP {err.status} {err.reason}"
+            ) from None
+        status = deployment.status
+        wanted = deployment.spec.replicas if deployment.spec and deployment.spec.replicas is not None else 1
+        generation = (deployment.metadata.generation if deployment.metadata else None) or 0
+        return RolloutStatus(
+            replicas=wanted,
+            ready_replicas=(status.ready_replicas if status else None) or 0,
+            updated_replicas=(status.updated_replicas if status else None) or 0,
+            current=((status.observed_generation if status else None) or 0) >= generation,
+        )
+
+
+@dataclass(frozen=True)
+class RolloutStatus:
+    """Where a Deployment's rollout is (from its status)."""
+
+    replicas: int  #: replicas wanted (spec)
+    ready_replicas: int  #: replicas passing their readiness probe
+    updated_replicas: int  #: replicas of the current pod template
+    current: bool  #: the controller has seen the latest spec (observedGeneration >= generation)
+
+    @property
+    def ready(self) -> bool:
+        """Every wanted replica is updated and ready."""
+        return (
+            self.current and self.ready_replicas >= self.replicas and self.updated_replicas >= self.replicas
+        )

@@ -137,7 +137,7 @@ def plan_rollback(
     return RollbackPlan(restore=target, restart=target.state in STOPPED_STATES, take_out=take_out)
 
 
-ResumeAction = Literal["restart", "finish_start", "abort_rollout", "finish_drain", "nothing"]
+ResumeAction = Literal["restart", "finish_start", "continue_canary", "finish_drain", "nothing"]
 
 
 def resume_action(deployment: endpoint_pb2.Deployment, *, endpoint_state: int) -> ResumeAction:
@@ -146,7 +146,9 @@ def resume_action(deployment: endpoint_pb2.Deployment, *, endpoint_state: int) -
 
     - ACTIVE: start it again ("restart"); the route table gets its new URLs.
     - PENDING / STARTING: carry on with the interim rollout ("finish_start").
-    - CANARY: roll back; a canary's analysis cannot resume half way ("abort_rollout").
+    - CANARY: carry the canary on at the step its rollout record names: its engines start again,
+      then the step's weight is set again and analysed over a fresh window ("continue_canary");
+      a canary that cannot start again is rolled back (trigger FAILURE).
     - DRAINING: its traffic is gone; stop it ("finish_drain").
     - Anything of an endpoint being deleted: the deletion resumes instead ("nothing").
     """
@@ -157,7 +159,7 @@ def resume_action(deployment: endpoint_pb2.Deployment, *, endpoint_state: int) -
     if deployment.state in (D.DEPLOYMENT_STATE_PENDING, D.DEPLOYMENT_STATE_STARTING):
         return "finish_start"
     if deployment.state == D.DEPLOYMENT_STATE_CANARY:
-        return "abort_rollout"
+        return "continue_canary"
     if deployment.state == D.DEPLOYMENT_STATE_DRAINING:
         return "finish_drain"
     return "nothing"

@@ -117,6 +117,15 @@ class Rollout:
         self.phase = Phase.CANARY
         return self._set_weight(0, "canary ready")
 
+    def resume(self, *, step: int, failures: int) -> Action:
+        """Carry on a rollout a restarted deployer found at `step` (its canary is up again): back to
+        that step's weight (the last step when the policy has fewer), with the failures so far."""
+        if self.phase is not Phase.STARTING:
+            return self._none("resume outside STARTING")
+        self.phase = Phase.CANARY
+        self.failures = failures
+        return self._set_weight(max(0, min(step, len(self.policy.steps) - 1)), "resumed after a restart")
+
     def on_analysis(self, analysis: Analysis) -> Action:
         """The analysis of the current step came back."""
         if self.phase is not Phase.CANARY:

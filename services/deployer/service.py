@@ -1,5 +1,6 @@
 """The deployer service: the EndpointService gRPC API (with health and reflection), endpoint and
-deployment state in KV, and the local serving backend. See docs/services/deployer.md.
+deployment state in KV, progressive rollouts analysed over the telemetry store, the `search.completed`
+and `sla.breach` consumers, and the local or kubernetes serving backend. See docs/services/deployer.md.
 """
 
 from __future__ import annotations
@@ -8,14 +9,26 @@ from typing import Any, ClassVar
 
 from evertune.deployer.api import SERVICE_NAME, EndpointApi
 from evertune.deployer.auth import AuthInterceptor, TokenTable, parse_tokens
+from evertune.deployer.backend import ServingBackend
+from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
 from evertune.deployer.backend_local import EngineFactory, LocalBackend, make_engine
 from evertune.deployer.controller import Deployer
-from evertune.deployer.server import DeployerGrpcServer, server_credentials
+from evertune.deployer.server import server_credentials
 from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.state import State
+from evertune.deployer.telemetry import Telemetry
+from google.protobuf.message import DecodeError
+from nats.aio.msg import Msg
 
+from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage
 from evertune.errors import InvalidArgument, SettingsError
-from evertune.runtime import GrpcService, ServiceContext
+from evertune.events import EventKind, event_filter_subject
+from evertune.runtime import GrpcServer, GrpcService, ServiceContext
+from evertune.v1 import events_pb2
+
+#: Durable consumer names (deployers sharing one share the work).
+SEARCH_DURABLE = "deployer-search-completed"
+BREACH_DURABLE = "deployer-sla-breach"
 
 
 def load_tokens(settings: DeployerSettings) -> TokenTable | None:
@@ -40,9 +53,18 @@ def load_tokens(settings: DeployerSettings) -> TokenTable | None:
     return TokenTable(tokens) if tokens else None
 
 
+def _event(msg: Msg) -> events_pb2.Event:
+    try:
+        return events_pb2.Event.FromString(msg.data)
+    except DecodeError as err:
+        raise PoisonMessage(f"not an Event: {err}") from None
+
+
 class DeployerService(GrpcService):
     name: ClassVar[str] = "deployer"
     description: ClassVar[str] = "Endpoints and deployments, progressive rollout, rollback"
+    #: The canary analysis reads telemetry from the store.
+    needs_store: ClassVar[bool] = True
 
     def __init__(self, settings: DeployerSettings, *, engine_factory: EngineFactory = make_engine) -> None:
         super().__init__(host=settings.grpc_host, port=settings.grpc_port)
@@ -61,7 +83,8 @@ class DeployerService(GrpcService):
             else None
         )
         self.deployer: Deployer | None = None
-        self.server = DeployerGrpcServer(
+        self.consumers: list[DurableConsumer] = []
+        self.server = GrpcServer(
             host=settings.grpc_host,
             port=settings.grpc_port,
             add_servicers=[self._add_api],
@@ -78,7 +101,7 @@ class DeployerService(GrpcService):
 
     async def on_start(self, ctx: ServiceContext) -> None:
         settings = self.settings
-        state = await State.open(ctx.js, replicas=ctx.shared.nats_replicas)
+        state = await State.open(ctx.js)
         log_dir = settings.engine_log_dir or ctx.shared.data_dir.expanduser() / "deployer" / "engines"
         reports: list[Deployer] = []
 
@@ -86,21 +109,42 @@ class DeployerService(GrpcService):
             if reports:
                 await reports[0].on_engine_report(event)
 
-        backend = LocalBackend(
-            log_dir=log_dir,
-            hardware_classes=settings.local_hardware_classes,
-            report=report,
-            health_interval_s=settings.health_interval_s,
-            max_restarts=settings.max_restarts,
-            restart_window_s=settings.restart_window_s,
-            ready_timeout_s=settings.ready_timeout_s,
-            engine_factory=self.engine_factory,
-        )
+        backend: ServingBackend
+        if settings.backend == "kubernetes":
+            kubeconfig, context = settings.kubernetes_kubeconfig, settings.kubernetes_context
+
+            async def api_client() -> Any:
+                return await api_client_from_config(kubeconfig, context)
+
+            backend = KubernetesBackend(
+                target=settings.kubernetes_target(),
+                hardware_classes=settings.kubernetes_hardware_classes,
+                api_client=api_client,
+                dry_run_dir=settings.kubernetes_dry_run_dir,
+            )
+        else:
+            backend = LocalBackend(
+                log_dir=log_dir,
+                hardware_classes=settings.local_hardware_classes,
+                report=report,
+                health_interval_s=settings.health_interval_s,
+                max_restarts=settings.max_restarts,
+                restart_window_s=settings.restart_window_s,
+                ready_timeout_s=settings.ready_timeout_s,
+                engine_factory=self.engine_factory,
+            )
+        if ctx.store is None:
+            self.log.warning("no telemetry store: every canary step holds, then rolls back")
         self.deployer = Deployer(
             state=state,
             backend=backend,
             ready_timeout_s=settings.ready_timeout_s,
             drain_timeout_s=settings.drain_timeout_s,
+            policy=settings.rollout_policy(),
+            telemetry=Telemetry(ctx.store) if ctx.store is not None else None,
+            warmup_requests=settings.warmup_requests,
+            telemetry_lag_s=settings.telemetry_lag_s,
+            search_max_age_s=settings.search_max_age_s,
         )
         reports.append(self.deployer)
         if self.tokens is None:
@@ -115,8 +159,25 @@ class DeployerService(GrpcService):
         except BaseException:
             await self.deployer.close()
             raise
+        deployer = self.deployer
+
+        async def on_search(msg: Msg) -> None:
+            await deployer.on_search_completed(_event(msg))
+
+        async def on_breach(msg: Msg) -> None:
+            await deployer.on_breach(_event(msg))
+
+        for durable, kind, handler in (
+            (SEARCH_DURABLE, EventKind.SEARCH_COMPLETED, on_search),
+            (BREACH_DURABLE, EventKind.SLA_BREACH, on_breach),
+        ):
+            spec = ConsumerSpec(stream="EVENTS", durable=durable, filter_subject=event_filter_subject(kind))
+            consumer = DurableConsumer(ctx.js, spec, handler, source=self.name)
+            self.consumers.append(consumer)
+            self.spawn(consumer.run(self.stopping), name=durable)
         self.log.info(
             "deployer serving",
+            backend=backend.name,
             address=self.server.address,
             tls=self.server.tls,
             auth="tokens" if self.tokens is not None else "off",
@@ -130,4 +191,7 @@ class DeployerService(GrpcService):
     def details(self) -> dict[str, Any]:
         if self.deployer is None:
             return {}
-        return {"deployments_running": len(self.deployer.backend.running())}
+        return {
+            "deployments_running": len(self.deployer.backend.running()),
+            "events_handled": sum(c.stats.acked for c in self.consumers),
+        }

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from evertune.deployer.canary import CanaryPolicy
+from evertune.deployer.kubernetes import KubernetesTarget
+from evertune.deployer.rollout import RolloutPolicy
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -32,8 +35,8 @@ class DeployerSettings(BaseSettings):
     tls_cert_file: Path | None = None
     #: TLS private key (PEM).
     tls_key_file: Path | None = Field(default=None, validate_default=True)
-    #: Serving backend: "local" (engine processes on this machine).
-    backend: Literal["local"] = "local"
+    #: Serving backend: "local" (engine processes on this machine) or "kubernetes".
+    backend: Literal["local", "kubernetes"] = "local"
     #: Hardware classes the local backend serves (an engine of kind "sim" also serves "sim-*").
     local_hardware_classes: list[str] = Field(default_factory=lambda: ["cpu"])
     #: Engine logs of the local backend; empty: `<data-dir>/deployer/engines`.
@@ -48,6 +51,119 @@ class DeployerSettings(BaseSettings):
     max_restarts: int = Field(default=3, ge=0)
     #: Window of `max_restarts`, in seconds.
     restart_window_s: float = Field(default=600.0, gt=0)
+
+    # -- progressive rollout (defaults of every endpoint; see docs/services/deployer.md) ----------
+    #: Canary weights in basis points, increasing, the last 10000 (JSON list).
+    rollout_steps: list[int] = Field(default_factory=lambda: [1000, 5000, 10000])
+    #: Seconds of traffic at a step before it is analysed.
+    rollout_step_duration_s: float = Field(default=60.0, gt=0)
+    #: Analyses that may HOLD (too few requests) at one step before the rollout rolls back.
+    rollout_max_holds: int = Field(default=5, ge=0)
+    #: Failed analyses tolerated (analysed again at the same weight) before rolling back.
+    rollout_failure_limit: int = Field(default=0, ge=0)
+    #: Requests each arm must have served in a window before it is judged.
+    canary_min_requests: int = Field(default=30, ge=1)
+    #: Canary requests from which the TTFT tail check uses p99 (p90 below).
+    canary_tail_min_requests: int = Field(default=200, ge=1)
+    #: Allowed relative TTFT regression (p50 and tail) of the canary.
+    canary_max_ttft_regression: float = Field(default=0.10, ge=0)
+    #: And allowed absolute TTFT regression, ms (a regression must exceed both).
+    canary_ttft_slack_ms: float = Field(default=5.0, ge=0)
+    #: Allowed relative regression of the p99 inter-token gap.
+    canary_max_itl_regression: float = Field(default=0.20, ge=0)
+    #: And allowed absolute inter-token regression, ms.
+    canary_itl_slack_ms: float = Field(default=2.0, ge=0)
+    #: Allowed increase of the error share (absolute: 0.01 = one point).
+    canary_max_error_share_increase: float = Field(default=0.01, ge=0, le=1)
+    #: Significance of the one-sided Mann-Whitney test on TTFT.
+    canary_p_value: float = Field(default=0.01, gt=0, lt=1)
+    #: Requests sent straight to a new deployment once ready, before it takes traffic.
+    warmup_requests: int = Field(default=3, ge=0)
+    #: Seconds telemetry takes from the gateway to the store (waited before each analysis).
+    telemetry_lag_s: float = Field(default=2.0, ge=0)
+    #: A search.completed older than this (seconds) is not rolled out (a replayed backlog).
+    search_max_age_s: float = Field(default=3600.0, gt=0)
+
+    # -- the kubernetes backend (KubernetesTarget's fields) ------------------------------------
+    #: Kubeconfig file; none: the in-cluster service account (or ~/.kube/config outside a pod).
+    kubernetes_kubeconfig: Path | None = None
+    #: Kubeconfig context (none: its current context).
+    kubernetes_context: str | None = None
+    #: Write manifests into this folder instead of applying them (no cluster needed).
+    kubernetes_dry_run_dir: Path | None = None
+    #: Hardware classes the cluster serves (JSON list); each must be a known hardware profile.
+    kubernetes_hardware_classes: list[str] = Field(default_factory=lambda: ["h200"])
+    #: Namespace of every object the deployer applies.
+    kubernetes_namespace: str = Field(
+        default="evertune", pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=63
+    )
+    #: vLLM OpenAI-server container image.
+    kubernetes_image: str = "vllm/vllm-openai:v0.32.0"
+    #: Gateway (Gateway API) the HTTPRoutes attach to, and its namespace (none: the namespace above).
+    kubernetes_gateway_name: str = "evertune"
+    kubernetes_gateway_namespace: str | None = None
+    #: Host name the HTTPRoutes answer for (none: every host of the Gateway's listener).
+    kubernetes_hostname: str | None = None
+    #: Kubernetes version whose schemas manifests are validated against.
+    kubernetes_version: str = "1.33"
+    #: Extended resource of one accelerator.
+    kubernetes_accelerator_resource: str = "nvidia.com/gpu"
+    #: PersistentVolumeClaim with the model weights (mounted read-only), and where.
+    kubernetes_model_volume_claim: str | None = None
+    kubernetes_model_mount_path: str = "/models"
+    #: Seconds a pod gets to finish its streams when told to stop.
+    kubernetes_termination_grace_s: int = Field(default=120, ge=1)
+    #: Seconds a pod may take to load the model.
+    kubernetes_startup_timeout_s: int = Field(default=1800, ge=10)
+    #: CPU cores and memory (GiB) per replica on a CPU hardware class.
+    kubernetes_cpu_cores: int = Field(default=8, ge=1)
+    kubernetes_cpu_memory_gib: int = Field(default=32, ge=1)
+
+    @field_validator("rollout_steps")
+    @classmethod
+    def _steps(cls, steps: list[int]) -> list[int]:
+        try:
+            RolloutPolicy(steps=tuple(steps))
+        except ValidationError as err:
+            raise ValueError(str(err.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+        return steps
+
+    def rollout_policy(self) -> RolloutPolicy:
+        """The rollout policy every endpoint gets (the API has no per-endpoint policy yet)."""
+        return RolloutPolicy(
+            steps=tuple(self.rollout_steps),
+            step_duration_s=self.rollout_step_duration_s,
+            max_holds=self.rollout_max_holds,
+            failure_limit=self.rollout_failure_limit,
+            canary=CanaryPolicy(
+                min_requests=self.canary_min_requests,
+                tail_min_requests=self.canary_tail_min_requests,
+                max_ttft_regression=self.canary_max_ttft_regression,
+                ttft_slack_ms=self.canary_ttft_slack_ms,
+                max_itl_regression=self.canary_max_itl_regression,
+                itl_slack_ms=self.canary_itl_slack_ms,
+                max_error_share_increase=self.canary_max_error_share_increase,
+                p_value=self.canary_p_value,
+            ),
+        )
+
+    def kubernetes_target(self) -> KubernetesTarget:
+        """Where the kubernetes backend puts deployments."""
+        return KubernetesTarget(
+            namespace=self.kubernetes_namespace,
+            image=self.kubernetes_image,
+            gateway_name=self.kubernetes_gateway_name,
+            gateway_namespace=self.kubernetes_gateway_namespace,
+            hostname=self.kubernetes_hostname,
+            kubernetes_version=self.kubernetes_version,
+            accelerator_resource=self.kubernetes_accelerator_resource,
+            model_volume_claim=self.kubernetes_model_volume_claim,
+            model_mount_path=self.kubernetes_model_mount_path,
+            termination_grace_s=self.kubernetes_termination_grace_s,
+            startup_timeout_s=self.kubernetes_startup_timeout_s,
+            cpu_cores=self.kubernetes_cpu_cores,
+            cpu_memory_gib=self.kubernetes_cpu_memory_gib,
+        )
 
     @field_validator("tls_key_file")
     @classmethod

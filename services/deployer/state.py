@@ -12,8 +12,11 @@ Layout (values are the protobufs, serialized):
 
 Every write is a compare-and-set on the KV revision read just before; a conflict re-reads and
 re-applies the change (the change functions are pure), so two deployers writing the same endpoint
-never lose an update. The `requests` bucket is declared here (not in infra/nats/jetstream.toml,
-which has no TTL field yet).
+never lose an update. Every bucket, `requests` with its TTL included, is declared from
+infra/nats/jetstream.toml by the host.
+
+The rollout mutex's value is a JSON `RolloutRecord`: the rollout's progress (policy, step, weight,
+windows, failures), so a deployer that restarts carries the rollout on where it was.
 """
 
 from __future__ import annotations
@@ -21,14 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from google.protobuf.message import Message
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig
-from nats.js.errors import BucketNotFoundError
 
 from evertune.bus import Bucket, publish_event
 from evertune.errors import AlreadyExists, ConflictError, FailedPrecondition, NotFound
@@ -42,8 +43,6 @@ ENDPOINTS: Final = "endpoints"
 DEPLOYMENTS: Final = "deployments"
 ROUTES: Final = "routes"
 REQUESTS: Final = "requests"
-#: How long request ids are remembered (the API promises at least 24 h).
-REQUEST_TTL_S: Final = 48 * 3600
 #: Key suffix of an endpoint's rollout mutex in the deployments bucket.
 ROLLOUT_KEY: Final = "_rollout"
 #: Attempts of one compare-and-set change before giving up.
@@ -65,6 +64,37 @@ class RequestRecord:
     fingerprint: str  #: sha256 of the normalized request
     endpoint: str  #: endpoint concerned
     deployment_id: str  #: the deployment the first call made (or restored)
+
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """A rollout in progress: the value of the endpoint's rollout mutex, updated at every step."""
+
+    deployment_id: str  #: the deployment rolling out (the canary)
+    skip_canary: bool = False  #: move all traffic at once when ready (Promote.skip_canary, Rollback)
+    trigger: int = 0  #: DeployTrigger of its deploy.started (API, SEARCH, ...)
+    replaced_final: int = endpoint_pb2.DEPLOYMENT_STATE_RETIRED  #: the replaced deployment's final state
+    policy: dict[str, Any] = field(default_factory=dict)  #: RolloutPolicy as JSON (fixed at start)
+    stable_id: str = ""  #: the stable deployment the canary is compared with
+    step: int = -1  #: canary step index now (-1: not taking traffic yet)
+    weight: int = 0  #: canary weight now, basis points
+    started_s: float = 0.0  #: unix time the canary first took traffic (the stable arm's window)
+    step_started_s: float = 0.0  #: unix time the current step's weight was set (the canary's window)
+    failures: int = 0  #: failed analyses so far
+    breach_id: str = ""  #: an sla.breach recorded by a deployer that does not run this rollout
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> RolloutRecord:
+        """The record; a plain deployment id (an older deployer's mutex) reads as a bare record."""
+        text = data.decode()
+        if not text.startswith("{"):
+            return cls(deployment_id=text)
+        raw = json.loads(text)
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in raw.items() if k in known})
 
 
 def request_key(*, tenant: str, rpc: str, request_id: str) -> str:
@@ -101,20 +131,8 @@ class State:
         self.clock = clock
 
     @classmethod
-    async def open(cls, js: JetStreamContext, *, replicas: int = 1, clock: Clock = utc_now) -> State:
-        """Open the buckets (declared by the host); create the `requests` bucket when missing."""
-        try:
-            await js.key_value(REQUESTS)
-        except BucketNotFoundError:
-            await js.create_key_value(
-                KeyValueConfig(
-                    bucket=REQUESTS,
-                    description="Deployer request ids (idempotency of Create/Promote/Rollback).",
-                    history=1,
-                    ttl=REQUEST_TTL_S,
-                    replicas=replicas,
-                )
-            )
+    async def open(cls, js: JetStreamContext, *, clock: Clock = utc_now) -> State:
+        """Open the buckets (declared by the host from infra/nats/jetstream.toml)."""
         return cls(
             js,
             endpoints=await Bucket.open(js, ENDPOINTS),
@@ -263,33 +281,60 @@ class State:
 
     # -- the rollout mutex ----------------------------------------------------------------------
 
-    async def begin_rollout(self, endpoint: str, deployment_id: str) -> None:
-        """Take the endpoint's rollout mutex for `deployment_id` (idempotent for the same id);
-        FailedPrecondition when another deployment holds it."""
+    async def begin_rollout(
+        self, endpoint: str, deployment_id: str, record: RolloutRecord | None = None
+    ) -> None:
+        """Take the endpoint's rollout mutex for `deployment_id` (idempotent for the same id: the
+        stored record stays); FailedPrecondition when another deployment holds it."""
         key = f"{endpoint}.{ROLLOUT_KEY}"
+        value = (record or RolloutRecord(deployment_id=deployment_id)).to_json()
         try:
-            await self.deployments.create(key, deployment_id.encode())
+            await self.deployments.create(key, value)
         except AlreadyExists:
             holder = await self.rollout_holder(endpoint)
             if holder == deployment_id:
                 return
             if holder is None:  # released in between: try once more
-                await self.deployments.create(key, deployment_id.encode())
+                await self.deployments.create(key, value)
                 return
             raise FailedPrecondition(
                 f"endpoint {endpoint} has a rollout in progress (deployment {holder}); "
                 "wait for it or call Rollback"
             ) from None
 
-    async def rollout_holder(self, endpoint: str) -> str | None:
+    async def get_rollout(self, endpoint: str) -> RolloutRecord | None:
+        """The rollout holding the endpoint, if any."""
         entry = await self.deployments.get(f"{endpoint}.{ROLLOUT_KEY}")
-        return entry.value.decode() if entry else None
+        return RolloutRecord.from_json(entry.value) if entry else None
+
+    async def rollout_holder(self, endpoint: str) -> str | None:
+        record = await self.get_rollout(endpoint)
+        return record.deployment_id if record else None
+
+    async def change_rollout(self, endpoint: str, deployment_id: str, **changes: Any) -> RolloutRecord | None:
+        """Set fields of the rollout record of `deployment_id` (compare-and-set); None when that
+        deployment no longer holds the mutex."""
+        key = f"{endpoint}.{ROLLOUT_KEY}"
+        for _ in range(CAS_ATTEMPTS):
+            entry = await self.deployments.get(key)
+            if entry is None:
+                return None
+            record = RolloutRecord.from_json(entry.value)
+            if record.deployment_id != deployment_id:
+                return None
+            new = replace(record, **changes)
+            try:
+                await self.deployments.update(key, new.to_json(), revision=entry.revision)
+            except ConflictError:
+                continue
+            return new
+        raise ConflictError(f"{DEPLOYMENTS}/{key}: gave up after {CAS_ATTEMPTS} conflicting writes")
 
     async def end_rollout(self, endpoint: str, deployment_id: str) -> None:
         """Release the mutex if `deployment_id` holds it."""
         key = f"{endpoint}.{ROLLOUT_KEY}"
         entry = await self.deployments.get(key)
-        if entry is None or entry.value.decode() != deployment_id:
+        if entry is None or RolloutRecord.from_json(entry.value).deployment_id != deployment_id:
             return
         try:
             await self.deployments.delete(key, revision=entry.revision)

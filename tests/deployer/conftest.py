@@ -18,6 +18,7 @@ from evertune.bus import Bucket
 from evertune.errors import NotFound
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings
+from evertune.store import Store, migrate
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from tests.deployer.helpers import StandInFactory
 from tests.gateway.conftest import gateway
@@ -70,19 +71,30 @@ def deployer_settings(tmp_path: Path, **overrides: object) -> DeployerSettings:
         "ready_timeout_s": 20.0,
         "restart_window_s": 60.0,
         "max_restarts": 2,
+        "rollout_step_duration_s": 0.3,
+        "telemetry_lag_s": 0.0,
+        "warmup_requests": 1,
     }
     values.update(overrides)
     return DeployerSettings(**values)  # type: ignore[arg-type]
 
 
 async def start_stack(
-    nc: Client, tmp_path: Path, *, real_engines: bool = False, **overrides: object
+    nc: Client,
+    tmp_path: Path,
+    *,
+    real_engines: bool = False,
+    store: Store | None = None,
+    **overrides: object,
 ) -> Stack:
-    """A started deployer: stand-in engines, or `make_engine`'s real ones with `real_engines`."""
+    """A started deployer: stand-in engines, or `make_engine`'s real ones with `real_engines`;
+    canary analyses read `store` (migrated here), else every canary step holds."""
     factory = StandInFactory()
     settings = deployer_settings(tmp_path, **overrides)
     service = DeployerService(settings) if real_engines else DeployerService(settings, engine_factory=factory)
-    ctx = ServiceContext(shared=SharedSettings(data_dir=tmp_path), nc=nc, js=nc.jetstream(), store=None)
+    if store is not None:
+        await migrate(store)
+    ctx = ServiceContext(shared=SharedSettings(data_dir=tmp_path), nc=nc, js=nc.jetstream(), store=store)
     await service.start(ctx)
     channel = grpc.aio.insecure_channel(service.server.address)
     return Stack(

@@ -8,7 +8,8 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,6 +17,7 @@ import aiohttp
 
 from evertune.engines import EngineSpec, EngineStartFailed, HardwareProfile
 from evertune.nats_server import free_port
+from evertune.store import Store
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
 
@@ -180,3 +182,66 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or check}")
         await asyncio.sleep(0.05)
+
+
+# --- telemetry rows ---------------------------------------------------------------------------------
+
+#: Columns of the `requests` table the helpers fill (the rest take their defaults).
+REQUEST_COLUMNS = (
+    "endpoint",
+    "deployment",
+    "request_id",
+    "ts",
+    "api",
+    "model",
+    "stream",
+    "status_code",
+    "error_class",
+    "ttft_ms",
+    "e2e_ms",
+    "upstream_ttft_ms",
+    "itl_ms",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "prefix_hashes",
+    "client_disconnected",
+)
+
+
+def request_row(
+    endpoint: str,
+    deployment: str,
+    *,
+    ts: datetime,
+    ttft_ms: float,
+    itl_ms: Sequence[float] | None = None,
+    status_code: int = 200,
+    error_class: str = "",
+) -> tuple[object, ...]:
+    """One `requests` row as the profiler's sink would store it (no text, as always)."""
+    gaps = list(itl_ms or [])
+    return (
+        endpoint,
+        deployment,
+        uuid.uuid4().hex,
+        ts,
+        "chat.completions",
+        endpoint,
+        True,
+        status_code,
+        error_class,
+        float(ttft_ms),
+        float(ttft_ms + sum(gaps)),
+        float(ttft_ms),
+        gaps,
+        100,
+        0,
+        len(gaps) + 1,
+        [],
+        error_class == "client_disconnect",
+    )
+
+
+async def insert_requests(store: Store, rows: list[tuple[object, ...]]) -> None:
+    await store.insert("requests", rows, REQUEST_COLUMNS, dedup_token=uuid.uuid4().hex)

@@ -271,6 +271,7 @@ async def test_promote_swaps_traffic_and_rollback_restores(stack: Stack) -> None
         request_id=uuid.uuid4().hex,
         engine_config=D.EngineConfig(max_num_seqs=2),
         reason="faster",
+        skip_canary=True,
     )
     promoted = (await stack.stub.Promote(promote, metadata=stack.a)).deployment
     again = (await stack.stub.Promote(promote, metadata=stack.a)).deployment
@@ -486,7 +487,9 @@ async def test_rollback_to_a_draining_deployment_reuses_it(stack: Stack) -> None
 
     holding = asyncio.create_task(held_request())
     await asyncio.sleep(0.2)
-    promote = pb.PromoteRequest(endpoint=name, request_id="p", engine_config=D.EngineConfig(max_num_seqs=2))
+    promote = pb.PromoteRequest(
+        endpoint=name, request_id="p", engine_config=D.EngineConfig(max_num_seqs=2), skip_canary=True
+    )
     promoted = (await stack.stub.Promote(promote, metadata=stack.a)).deployment
 
     async def draining() -> bool:

@@ -98,3 +98,14 @@ def test_finished_rollouts_ignore_later_events() -> None:
 def test_bad_step_plans_are_refused(steps: tuple[int, ...], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         RolloutPolicy(steps=steps)
+
+
+def test_a_resumed_rollout_returns_to_its_step_with_its_failures() -> None:
+    rollout = Rollout(RolloutPolicy(failure_limit=1))
+    action = rollout.resume(step=1, failures=1)
+    assert (action.kind, action.weight, action.step) == (ActionKind.SET_WEIGHT, 5000, 1)
+    assert rollout.on_analysis(FAIL).kind is ActionKind.ROLL_BACK  # the earlier failure counts
+    clamped = Rollout(RolloutPolicy(steps=(2000, FULL_WEIGHT)))
+    assert clamped.resume(step=5, failures=0).weight == FULL_WEIGHT  # a policy with fewer steps
+    assert Rollout(RolloutPolicy()).resume(step=-1, failures=0).weight == 1000  # before the first step
+    assert clamped.resume(step=0, failures=0).kind is ActionKind.NONE  # only from STARTING

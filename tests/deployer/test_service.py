@@ -224,6 +224,7 @@ async def test_two_deployers_racing_on_one_endpoint(nc: Client, tmp_path: Path) 
                         endpoint=name,
                         request_id=uuid.uuid4().hex,
                         engine_config=D.EngineConfig(max_num_seqs=n),
+                        skip_canary=True,
                     ),
                     metadata=stack.a,
                 )
@@ -303,7 +304,8 @@ async def test_promote_a_trial(stack: Stack) -> None:
         )
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     reply = await stack.stub.Promote(
-        pb.PromoteRequest(endpoint=name, request_id="t2", trial_id="trial-good"), metadata=stack.a
+        pb.PromoteRequest(endpoint=name, request_id="t2", trial_id="trial-good", skip_canary=True),
+        metadata=stack.a,
     )
     deployment = reply.deployment
     assert deployment.origin_trial_id == "trial-good" and deployment.origin_search_id == "search-1"
