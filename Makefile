@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
-DEMO_ARGS ?= --duration 60
+DEMO_ARGS ?= --duration 300
+ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint proto clean
@@ -24,8 +25,9 @@ $(STAMP): pyproject.toml
 	$(PY) -c 'import evertune.gateway, vllm, nats, clickhouse_connect, grpc' 
 	touch $(STAMP)
 
+# `make demo ARGS="--duration 120 --engine sim"`: ARGS come after DEMO_ARGS, so they win.
 demo: $(STAMP)
-	$(VENV)/bin/evertune up --demo $(DEMO_ARGS)
+	$(VENV)/bin/evertune up --demo $(DEMO_ARGS) $(ARGS)
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

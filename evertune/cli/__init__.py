@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     _data_dir_arg(up)
     up.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
     up.add_argument("--demo", action="store_true", help="run the demo (what `make demo` runs)")
+    up.add_argument("--engine", choices=("vllm", "sim"), default="vllm", help="demo engine (sim: fast)")
+    up.add_argument("--no-drift", action="store_true", help="demo: keep the traffic as it is (no shift)")
+    up.add_argument("--peak-calls", type=float, default=None, help="demo: voice calls/s before the shift")
 
     status = commands.add_parser("status", help="list running services and their state")
     _data_dir_arg(status)
@@ -142,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_trial_commands(commands)
 
+    from evertune.cli.search import add_commands as add_search_commands
+
+    add_search_commands(commands)
+
     bench = commands.add_parser("bench", help="run a benchmark; with --json the last line is one JSON object")
     bench.add_argument("name", help="benchmark name (`evertune bench list` lists them)")
     bench.add_argument("--quick", action="store_true", help="a short run, for smoke checks")
@@ -155,7 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "up":
             from evertune.cli.up import up
 
-            return up(data_dir=args.data_dir, duration_s=args.duration, demo=args.demo)
+            return up(
+                data_dir=args.data_dir,
+                duration_s=args.duration,
+                demo=args.demo,
+                engine=args.engine,
+                drift=not args.no_drift,
+                peak_calls_per_s=args.peak_calls,
+            )
         if args.command == "status":
             from evertune.cli.status import status
 
@@ -243,6 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from evertune.cli.trial import run as run_trial_command
 
             return run_trial_command(args)
+        if args.command == "search":
+            from evertune.cli.search import run as run_search_command
+
+            return run_search_command(args)
         if args.command == "bench":
             from evertune.cli.bench import bench
 

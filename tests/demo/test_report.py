@@ -1,0 +1,106 @@
+"""The report's figures and files, from a DemoRun with known contents."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from evertune.demo.driver import DemoRun, RequestPoint
+from evertune.demo.panel import DemoEvent
+from evertune.demo.report import before_after, figures, summarize, write_report
+from evertune.demo.shift import BASELINE, SHIFTED, plan_traffic
+
+
+def _points(phase: str, start: float, ttfts: list[float]) -> list[RequestPoint]:
+    return [
+        RequestPoint(sent_t_s=start + i, phase=phase, ttft_ms=t, ok=True, sent=True, error_class="")
+        for i, t in enumerate(ttfts)
+    ]
+
+
+def _run(events: list[DemoEvent]) -> DemoRun:
+    run = DemoRun(
+        engine="sim", endpoint="voice-demo", started_at=0.0, ttft_target_ms=100.0, attainment_target=0.9
+    )
+    run.traffic = plan_traffic(duration_s=40, peak_calls_per_s=1.0, shift_at_s=20)
+    run.traffic_start_s = 0.0
+    run.points = _points(BASELINE, 0.0, [10.0] * 20) + _points(SHIFTED, 20.0, [50.0] * 10 + [200.0] * 10)
+    run.points.append(
+        RequestPoint(
+            sent_t_s=math.nan, phase=SHIFTED, ttft_ms=None, ok=False, sent=False, error_class="client_lag"
+        )
+    )
+    run.sent_count = 40
+    run.telemetry_rows = 40
+    run.events = events
+    run.initial_deployment = "dep-first"
+    return run
+
+
+def test_figures_count_only_sent_requests_and_the_target() -> None:
+    run = _run([])
+    f = figures([p for p in run.points if p.phase == SHIFTED], label="x", target_ms=100.0)
+    assert f.requests == 20 and f.completed == 20
+    assert f.ttft_p50_ms == pytest.approx(125.0)
+    assert f.attainment == pytest.approx(0.5)
+    assert f.good_rps == pytest.approx(10 / 19)
+
+
+def test_without_a_promotion_before_and_after_is_the_shift() -> None:
+    before, after = before_after(_run([]))
+    assert before.label == "before the shift" and before.ttft_p99_ms == pytest.approx(10.0)
+    assert "first configuration still serving" in after.label
+
+
+def test_after_a_promotion_the_after_set_starts_at_it() -> None:
+    promoted = DemoEvent(
+        t_s=30.0, kind="deploy.promoted", endpoint="voice-demo", line="", payload={"deployment_id": "dep-2"}
+    )
+    before, after = before_after(_run([promoted]))
+    assert after.requests == 10 and after.ttft_p50_ms == pytest.approx(200.0)
+    assert before.requests == 10 and before.ttft_p50_ms == pytest.approx(50.0)
+
+
+def test_the_report_is_written_with_its_plots_and_says_what_did_not_happen(tmp_path: Path) -> None:
+    events = [
+        DemoEvent(
+            t_s=-1.0,
+            kind="deploy.promoted",
+            endpoint="voice-demo",
+            line="",
+            payload={"deployment_id": "dep-first"},
+        ),
+        DemoEvent(t_s=5.0, kind="profile.ready", endpoint="voice-demo", line="profile.ready p1", payload={}),
+        DemoEvent(
+            t_s=25.0,
+            kind="trial.completed",
+            endpoint="voice-demo",
+            line="trial.completed t1",
+            payload={
+                "trial_id": "t1",
+                "ttft_p50_ms": 30.0,
+                "passed": True,
+                "simulated": True,
+                "gates": [{"name": "correctness", "passed": True, "value": 0.97}],
+                "engine_config": {"engine": "sim", "max_num_seqs": 64},
+            },
+        ),
+    ]
+    run = _run(events)
+    path = write_report(run, tmp_path / "report")
+    text = path.read_text()
+    assert "| profile | yes | +5.0 s |" in text
+    assert "| drift | **no** |" in text
+    assert (
+        "Stages that did not happen in this run: drift, search, deploy (canary), promotion or rollback."
+        in text
+    )
+    assert "max_num_seqs=64" in text and "0.970" in text
+    for plot in ("ttft_over_time.png", "ttft_before_after.png", "trials.png"):
+        assert (tmp_path / "report" / plot).stat().st_size > 5_000
+    summary = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert summary == json.loads(json.dumps(summarize(run)))
+    assert summary["lost_records"] == 0 and summary["real_trials"] == 0
