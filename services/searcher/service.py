@@ -1,20 +1,152 @@
-"""The searcher service. Serves gRPC (standard health and reflection today; `SearchService` with the work
-that implements it, see docs/services/searcher.md) and runs the shared lifecycle.
+"""The searcher service: the SearchService gRPC API, searches started by `profile.ready`, trials
+over the runners' work queues. A thin shell: `Searches` (control.py) does the work, `run_search`
+(orchestrate.py) decides.
+
+Consumers (durable, on EVENTS):
+- `searcher-trials` (`trial.completed`): hands each report to the search waiting for it;
+- `searcher-profiles` (`profile.ready`): starts a search for the endpoint when its search policy
+  is auto or advisory. Skipped: policy off, unknown endpoints, empty profiles, a profile that is
+  not the endpoint's newest stored one (so a consumer created on an old stream does not replay
+  history), and endpoints with a search running. The request id is `profile:<event id>`, so a
+  redelivered event starts nothing new.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from evertune.searcher.api import SERVICE_NAME, SearchApi
+from evertune.searcher.control import Searches
 from evertune.searcher.settings import SearcherSettings
+from evertune.searcher.space import SpaceLimits
+from evertune.searcher.trials import TrialBus, completed_consumer
+from google.protobuf.message import DecodeError
+from nats.aio.msg import Msg
 
-from evertune.runtime import GrpcService
+from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage
+from evertune.errors import FailedPrecondition, NotFound
+from evertune.events import EventKind, event_filter_subject
+from evertune.perfmodel import Efficiency
+from evertune.runtime import GrpcService, ServiceContext
+from evertune.v1 import endpoint_pb2, events_pb2
+from evertune.v1 import search_service_pb2 as pb
 
 
 class SearcherService(GrpcService):
     name: ClassVar[str] = "searcher"
     description: ClassVar[str] = "Candidate space, model-ranked trials, gates, winner"
+    needs_store: ClassVar[bool] = True
 
-    def __init__(self, settings: SearcherSettings) -> None:
-        super().__init__(host=settings.grpc_host, port=settings.grpc_port)
+    def __init__(
+        self,
+        settings: SearcherSettings,
+        *,
+        limits: SpaceLimits | None = None,
+        efficiency: dict[str, Efficiency] | None = None,
+        durable_prefix: str = "searcher",
+    ) -> None:
+        """`limits` narrows the candidate space and `efficiency` fixes the model's factors per class
+        (tests and benchmarks); `durable_prefix` names the consumers."""
+        self.api = SearchApi()
+        super().__init__(
+            host=settings.grpc_host,
+            port=settings.grpc_port,
+            add_servicers=[self.api.add_to],
+            service_names=[SERVICE_NAME],
+        )
+        self.api.stopping = self.stopping
         self.settings = settings
+        self._limits = limits
+        self._efficiency = efficiency
+        self._durable_prefix = durable_prefix
+        self.searches: Searches | None = None
+        self.trials: TrialBus | None = None
+        self._consumers: list[DurableConsumer] = []
+        self.profiles_skipped = 0  #: profile.ready events that started no search
+
+    async def on_start(self, ctx: ServiceContext) -> None:
+        assert ctx.store is not None, "the searcher needs the store (needs_store)"
+        self.trials = TrialBus(ctx.js, ctx.store)
+        self.searches = Searches(
+            self.settings,
+            js=ctx.js,
+            store=ctx.store,
+            data_dir=ctx.shared.data_dir.expanduser(),
+            execute=self.trials.execute,
+            limits=self._limits,
+            efficiency=self._efficiency,
+        )
+        await self.searches.open()
+        self.api.searches = self.searches
+        trials = DurableConsumer(
+            ctx.js,
+            completed_consumer(f"{self._durable_prefix}-trials"),
+            self.trials.on_completed,
+            source=self.name,
+        )
+        profiles = DurableConsumer(
+            ctx.js,
+            ConsumerSpec(
+                stream="EVENTS",
+                durable=f"{self._durable_prefix}-profiles",
+                filter_subject=event_filter_subject(EventKind.PROFILE_READY),
+                ack_wait_s=60.0,
+            ),
+            self._on_profile,
+            source=self.name,
+        )
+        self._consumers = [trials, profiles]
+        self.spawn(trials.run(self.stopping), name="trials")
+        self.spawn(profiles.run(self.stopping), name="profiles")
+        await super().on_start(ctx)
+
+    async def on_stop(self) -> None:
+        if self.searches is not None:
+            await self.searches.close()
+        await super().on_stop()
+
+    def details(self) -> dict[str, Any]:
+        searches, trials = self.searches, self.trials
+        return {
+            "searches_running": searches.running if searches else 0,
+            "searches_completed": searches.completed if searches else 0,
+            "jobs_published": trials.published if trials else 0,
+            "trial_reports": trials.reports if trials else 0,
+            "profiles_skipped": self.profiles_skipped,
+        }
+
+    async def _on_profile(self, msg: Msg) -> None:
+        """Start a search for a new profile when the endpoint's policy allows (see the module doc)."""
+        assert self.searches is not None
+        try:
+            event = events_pb2.Event.FromString(msg.data)
+        except DecodeError as err:
+            raise PoisonMessage(f"undecodable event: {err}") from None
+        ready = event.profile_ready
+        if ready.empty_reason or not ready.request_count or not event.endpoint:
+            self.profiles_skipped += 1
+            return
+        endpoint = await self.searches.endpoint(event.endpoint)
+        if endpoint is None:
+            self.profiles_skipped += 1
+            self.log.info("profile of an unknown endpoint; no search", endpoint=event.endpoint)
+            return
+        policy = endpoint.spec.search_policy
+        if policy == endpoint_pb2.SEARCH_POLICY_OFF:
+            self.profiles_skipped += 1
+            self.log.info("search policy off; no search", endpoint=event.endpoint, profile=ready.profile_id)
+            return
+        if await self.searches.latest_profile_id(event.endpoint) != ready.profile_id:
+            # A newer profile exists (or this one is not stored): searching an old one would tune
+            # for traffic that has moved on; also keeps a first start from replaying history.
+            self.profiles_skipped += 1
+            self.log.info("profile superseded; no search", endpoint=event.endpoint, profile=ready.profile_id)
+            return
+        request = pb.StartSearchRequest(
+            request_id=f"profile:{event.id}", endpoint=event.endpoint, profile_id=ready.profile_id
+        )
+        try:
+            await self.searches.start(request, trigger="profile.ready", cause_id=event.id)
+        except (FailedPrecondition, NotFound) as err:
+            self.profiles_skipped += 1
+            self.log.info("profile.ready started no search", endpoint=event.endpoint, reason=str(err))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,3 +18,55 @@ class SearcherSettings(BaseSettings):
     grpc_host: str = "127.0.0.1"
     #: gRPC port; 0 picks a free one.
     grpc_port: int = Field(default=50052, ge=0, le=65535)
+    #: Real trials of a search whose request leaves the budget at 0.
+    default_budget: int = Field(default=8, ge=2, le=1000)
+    #: Most real trials a request may ask for.
+    max_budget: int = Field(default=64, ge=2, le=1000)
+    #: What "best" means: highest goodput at the SLO, lowest p50 TTFT at the peak, or fewest
+    #: accelerators per request/s at the SLO.
+    objective: Literal["goodput", "p50_ttft", "cost"] = "goodput"
+    #: The SLO must hold at the profile's peak rate x this (the runners' gate rate: keep them equal).
+    headroom: float = Field(default=1.25, ge=1.0, le=10.0)
+    #: Rates a trial replays, as multiples of the profile's peak, ascending (goodput is found on it).
+    rate_ladder: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
+    #: Successive halving: keep the best 1/eta of each round, at eta x the trial length.
+    eta: int = Field(default=2, ge=2, le=8)
+    #: A winner must beat the live configuration's score by this share.
+    min_gain: float = Field(default=0.05, ge=0.0, le=10.0)
+    #: Seconds each rate is replayed in a trial of fidelity 1 (fidelity f replays f x this).
+    trial_duration_s: float = Field(default=30.0, gt=0.0, le=3600.0)
+    #: Unmeasured seconds of traffic before each rate.
+    trial_warmup_s: float = Field(default=0.0, ge=0.0, le=3600.0)
+    #: Replays of each rate (the stability gate makes the runner do at least 2).
+    trial_repeats: int = Field(default=1, ge=1, le=20)
+    #: Gates every candidate trial asks for ("correctness" is skipped on sim-* classes).
+    gates: tuple[Literal["correctness", "slo", "stability"], ...] = ("correctness", "slo", "stability")
+    #: Seconds a fidelity-1 trial may take from publication to its report (engine start included);
+    #: past it (x the fidelity) the trial counts as failed: "no runner answered".
+    trial_timeout_s: float = Field(default=1800.0, gt=0.0)
+    #: Seconds of the profile's trace the performance model simulates at each rate.
+    model_horizon_s: float = Field(default=120.0, gt=0.0)
+    #: Most replicas a candidate may have: the runner replays against one engine URL today, so 1.
+    max_replicas: int = Field(default=1, ge=1, le=64)
+    #: Model folder (config.json, tokenizer) the performance model reads when the endpoint's model is
+    #: not a local folder; empty: the local tiny model under the data dir.
+    model_dir: Path | None = None
+    #: Folder the searcher writes profile traces to for the runners (file:// URIs); empty:
+    #: `<data-dir>/searcher/traces`. Runners must see the same folder.
+    trace_dir: Path | None = None
+
+    @field_validator("rate_ladder")
+    @classmethod
+    def _ladder(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if not value or any(m <= 0 for m in value):
+            raise ValueError("needs positive multipliers of the peak rate")
+        if list(value) != sorted(set(value)):
+            raise ValueError("must be ascending without repeats")
+        return value
+
+    @field_validator("max_budget")
+    @classmethod
+    def _budgets(cls, value: int, info: ValidationInfo) -> int:
+        if value < info.data.get("default_budget", 0):
+            raise ValueError("must be at least default_budget")
+        return value

@@ -102,6 +102,25 @@ def _accelerator_options(
     ]
 
 
+def _as_base_leaves(spec: EngineSpec, base: EngineSpec, hardware: HardwareProfile) -> EngineSpec:
+    """`spec` with each knob the base leaves unset put back to unset where the value is the engine's
+    own default there, so the base's own configuration is not tried twice under another key."""
+    defaults: dict[str, object] = {
+        "max_num_seqs": hardware.default_max_num_seqs,
+        "max_num_batched_tokens": hardware.default_max_num_batched_tokens,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "replicas": 1,
+        "tensor_parallel_size": 1,
+    }
+    update = {
+        name: None
+        for name, default in defaults.items()
+        if getattr(base, name) is None and getattr(spec, name) == default
+    }
+    return spec.model_copy(update=update) if update else spec
+
+
 def candidate_space(
     *, base: EngineSpec, hardware: HardwareProfile, limits: SpaceLimits, max_replicas: int
 ) -> list[Candidate]:
@@ -113,6 +132,7 @@ def candidate_space(
     out: list[Candidate] = []
 
     def add(spec: EngineSpec) -> None:
+        spec = _as_base_leaves(spec, base, hardware)
         key = config_key(spec)
         # The knobs are judged as a vLLM engine's, also for a `sim` base (the model of one).
         as_vllm = spec.model_copy(update={"kind": "vllm"})

@@ -7,11 +7,12 @@
 3. After each round the measured scores decide: the best 1/`eta` of the round's candidates go on
    to the next round at `eta`x the fidelity (longer replays, more repeats). Between rounds the
    shell re-calibrates the model from the measured trials and calls `rerank`: a candidate not yet
-   tried whose new prediction beats the round's survivors replaces the weakest of them.
+   tried whose new prediction beats the weakest survivor's measured score replaces it (or, next
+   to a lone survivor, joins it).
 4. The search ends when one candidate is left after a round, or the budget is spent. The winner
    is the best candidate measured at the highest fidelity reached that passed every gate, and
-   only if it beats the baseline measured at that fidelity by `min_gain`; otherwise the search
-   ends with no winner and the live configuration stays.
+   only if it beats the baseline measured in that round by `min_gain`; otherwise the search ends
+   with no winner and the live configuration stays.
 
 Invariant (asserted): real trials started never exceed the budget, and a candidate is trialled at
 most once per fidelity.
@@ -41,8 +42,10 @@ class Figures:
 
     goodput_rps: float  #: highest rate meeting the SLO, requests/s
     ttft_p50_ms: float  #: median TTFT at the target rate, ms
-    meets_slo: bool  #: the SLO holds at the target rate
+    meets_slo: bool  #: the SLO holds at the gate rate (target x headroom)
     gates_passed: bool = True  #: correctness and reliability gates (a prediction: True)
+    ttft_p99_ms: float = math.nan  #: 99th-percentile TTFT at the gate rate, ms (NaN: unknown)
+    attainment: float = math.nan  #: share of requests meeting the SLO at the gate rate (NaN: unknown)
 
 
 def score(figures: Figures, *, objective: Objective, devices: int) -> float:
@@ -156,16 +159,28 @@ class SuccessiveHalving:
             self._close_round(current)
 
     def rerank(self, predicted: Mapping[str, float]) -> None:
-        """New predictions from the re-calibrated model: an untried candidate predicted better than
-        the weakest survivor takes its place (once per call)."""
+        """New predictions from the re-calibrated model: the best untried candidate, if predicted
+        better than the weakest survivor, takes its place (once per call); a lone survivor is
+        kept and the challenger joins it, so the next round measures both at one fidelity. A
+        survivor is judged by what it measured in the last round (its stale prediction would hold
+        it up); one not measured yet, by its prediction."""
         self._predicted.update(predicted)
         tried = {key for key, _ in self._tried}
         untried = [c for c in self._ranked() if c.key not in tried]
         if not untried or not self._survivors:
             return
-        weakest = min(self._survivors, key=lambda c: self._predicted.get(c.key, -math.inf))
+        last = self.rounds[-1].measured if self.rounds else {}
+
+        def standing(c: Candidate) -> float:
+            return last.get(c.key, self._predicted.get(c.key, -math.inf))
+
+        weakest = min(self._survivors, key=standing)
         challenger = untried[0]
-        if self._predicted[challenger.key] > self._predicted.get(weakest.key, -math.inf):
+        if self._predicted[challenger.key] <= standing(weakest):
+            return
+        if len(self._survivors) == 1:
+            self._survivors = [*self._survivors, challenger]
+        else:
             self._survivors = [challenger if c.key == weakest.key else c for c in self._survivors]
 
     def _close_round(self, finished: _Round) -> None:
@@ -181,23 +196,46 @@ class SuccessiveHalving:
 
     # --- the outcome -------------------------------------------------------------------------
     def winner(self) -> tuple[Candidate, float, float] | None:
-        """(winner, its score, the baseline's score) at the highest fidelity with both measured and
-        a passing candidate, if it beats the baseline by `min_gain`; None otherwise."""
+        """(winner, its score, the baseline's score in the same round), or None; see `decision`."""
+        found = self.decision()
+        return (found.candidate, found.score, found.baseline_score) if found else None
+
+    def decision(self) -> Decision | None:
+        """The winner: in the latest round where the baseline and a passing candidate were both
+        measured (so at one fidelity, the highest such), its best candidate, if it beats the
+        baseline by `min_gain`. None otherwise."""
         for finished in reversed(self.rounds):
             base = finished.measured.get(self.baseline.key)
             scored = [
-                (finished.measured[r.candidate.key], r.candidate)
+                (finished.measured[r.candidate.key], r)
                 for r in finished.requests
                 if not r.baseline and r.candidate.key in finished.measured
             ]
-            scored = [(s, c) for s, c in scored if s > -math.inf]
+            scored = [(value, r) for value, r in scored if value > -math.inf]
             if base is None or not scored:
                 continue
-            best_score, best = max(scored, key=lambda sc: (sc[0], sc[1].key))
-            if _beats(best_score, base, self.min_gain):
-                return best, best_score, base
-            return None
+            value, request = max(scored, key=lambda vr: (vr[0], vr[1].candidate.key))
+            if not _beats(value, base, self.min_gain):
+                return None
+            return Decision(
+                candidate=request.candidate,
+                score=value,
+                baseline_score=base,
+                fidelity=finished.fidelity,
+                round=request.round,
+            )
         return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The winner of a search and the round that decided it."""
+
+    candidate: Candidate  #: the winning configuration
+    score: float  #: its measured score in that round
+    baseline_score: float  #: the baseline's measured score in the same round
+    fidelity: int  #: the round's fidelity
+    round: int  #: the round's index
 
 
 def _beats(candidate: float, baseline: float, min_gain: float) -> bool:

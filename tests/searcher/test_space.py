@@ -17,24 +17,38 @@ def test_cpu_space_respects_vllm_constraints_and_starts_with_the_base() -> None:
     assert space[0].spec == BASE and not space[0].lossy
     for c in space[1:]:
         spec = c.spec
-        assert spec.max_num_batched_tokens is not None and spec.max_num_seqs is not None
-        assert spec.max_num_batched_tokens >= spec.max_num_seqs
+        # Knobs the base leaves to vLLM stay unset where the candidate takes vLLM's default.
+        seqs = spec.max_num_seqs or CPU.default_max_num_seqs
+        budget = spec.max_num_batched_tokens or CPU.default_max_num_batched_tokens
+        assert budget >= seqs
+        assert spec.max_num_seqs != CPU.default_max_num_seqs
+        assert spec.max_num_batched_tokens != CPU.default_max_num_batched_tokens
+        assert spec.enable_chunked_prefill in (None, False) and spec.enable_prefix_caching in (None, False)
         if spec.enable_chunked_prefill is False:
-            assert spec.max_num_batched_tokens >= 8192
-        assert spec.kv_cache_space_gib == 2 and spec.replica_count == 1
+            assert budget >= 8192
+        assert spec.kv_cache_space_gib == 2 and spec.replicas is None
         assert not c.lossy and c.devices == 0
         assert refuse_reasons(spec, CPU, path_exists=lambda _p: True) == []
     assert len({c.key for c in space}) == len(space)
     # 5 seq limits x 5 budgets (every budget >= every limit) x 2 caching, chunked on; plus chunked off
-    # at budget 8192 (5 seq limits x 2 caching); plus the base
-    assert len(space) == 1 + 25 * 2 + 5 * 2
+    # at budget 8192 (5 seq limits x 2 caching); less the base's own configuration (128 sequences,
+    # 2048 tokens, chunking and caching on: vLLM's defaults), which comes first as the base itself
+    assert len(space) == 25 * 2 + 5 * 2
+
+
+def test_an_explicit_base_knob_stays_explicit() -> None:
+    base = BASE.model_copy(update={"max_num_seqs": 128, "enable_prefix_caching": True})
+    space = candidate_space(base=base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert all(c.spec.max_num_seqs is not None for c in space)
+    assert all(c.spec.enable_prefix_caching is not None for c in space)
 
 
 def test_max_model_len_decides_when_chunking_can_be_off() -> None:
     base = BASE.model_copy(update={"max_model_len": 2048})
     space = candidate_space(base=base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
     unchunked = [c.spec for c in space if c.spec.enable_chunked_prefill is False]
-    assert unchunked and min(s.max_num_batched_tokens or 0 for s in unchunked) == 2048
+    assert unchunked and min(s.max_num_batched_tokens or 2048 for s in unchunked) == 2048
+    assert {s.max_num_batched_tokens for s in unchunked} >= {None, 4096, 8192}
 
 
 def test_gpu_space_fits_the_node_and_marks_lossy_knobs() -> None:
@@ -51,10 +65,15 @@ def test_gpu_space_fits_the_node_and_marks_lossy_knobs() -> None:
         tp = c.spec.tensor_parallel_size or 1
         assert tp * c.spec.replica_count <= h200.devices == 8
         assert c.devices == tp * c.spec.replica_count
-        assert c.lossy == (c.spec.quantization is not None or c.spec.speculative is not None)
+        assert c.lossy == (
+            c.spec.quantization is not None
+            or c.spec.speculative is not None
+            or (c.spec.kernels or "vllm") != "vllm"
+        )
     assert any(c.spec.quantization == "fp8" for c in space)
     assert any(c.spec.speculative is not None and c.spec.speculative.method == "ngram" for c in space)
-    assert {(c.spec.tensor_parallel_size, c.spec.replicas) for c in space} >= {(8, 1), (1, 8), (2, 4)}
+    # tp 1 and 1 replica are the base's unset defaults
+    assert {(c.spec.tensor_parallel_size, c.spec.replicas) for c in space} >= {(8, None), (None, 8), (2, 4)}
 
 
 def test_a_sim_base_is_searched_like_vllm() -> None:

@@ -118,3 +118,37 @@ def test_bad_budgets_are_refused() -> None:
     cands = _candidates(3)
     with pytest.raises(ValueError, match="at least 2"):
         SuccessiveHalving(baseline=cands[0], predicted={}, candidates=cands, budget=1)
+
+
+def test_a_challenger_joins_a_lone_survivor_and_both_are_judged_at_one_fidelity() -> None:
+    cands = _candidates(8)
+    predicted = {c.key: float(8 - i) for i, c in enumerate(cands)}
+    search = SuccessiveHalving(
+        baseline=cands[0], predicted=predicted, candidates=cands, budget=6, first_round=2
+    )
+    first = search.next_round()  # baseline, cands[1], cands[2]
+    measured = {cands[0].key: 10.0, cands[1].key: 20.0, cands[2].key: 12.0}
+    for request in first:
+        search.report(request, measured[request.candidate.key])
+    # The re-calibrated model says cands[7] beats the survivor's measured 20: it joins it.
+    search.rerank({cands[7].key: 25.0})
+    second = search.next_round()
+    assert [r.candidate.key for r in second] == [cands[0].key, cands[1].key, cands[7].key]
+    assert all(r.fidelity == 2 for r in second)
+    for request, value in zip(second, (10.5, 19.0, 15.0), strict=True):
+        search.report(request, value)  # the challenger measured worse than the model said
+    decision = search.decision()
+    assert decision is not None and decision.candidate.key == cands[1].key
+    assert (decision.fidelity, decision.score, decision.baseline_score) == (2, 19.0, 10.5)
+
+
+def test_rerank_keeps_a_survivor_that_measured_above_the_challengers_prediction() -> None:
+    cands = _candidates(6)
+    predicted = {c.key: float(6 - i) for i, c in enumerate(cands)}
+    search = SuccessiveHalving(
+        baseline=cands[0], predicted=predicted, candidates=cands, budget=6, first_round=2
+    )
+    for request in search.next_round():
+        search.report(request, 30.0 if request.candidate.key == cands[1].key else 5.0)
+    search.rerank({cands[5].key: 25.0})  # above cands[1]'s prediction (5), below what it measured
+    assert [r.candidate.key for r in search.next_round()] == [cands[0].key, cands[1].key]

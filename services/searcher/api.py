@@ -1,0 +1,132 @@
+"""The SearchService servicer: validate, call `Searches`, answer. Errors become gRPC statuses in one
+place (`_unary`): INVALID_ARGUMENT, NOT_FOUND and FAILED_PRECONDITION with one-line details naming
+the field."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+import nats.errors
+from evertune.searcher.control import Searches
+
+from evertune.errors import EvertuneError, InvalidArgument
+from evertune.v1 import events_pb2
+from evertune.v1 import search_service_pb2 as pb
+from evertune.v1 import search_service_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+#: Full name of the service (health and reflection list it).
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SearchService"].full_name
+#: ListSearches page size when the request leaves it at 0, and the most it may ask.
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
+
+
+async def _unary(context: grpc.aio.ServicerContext, method: str, work: Callable[[], Awaitable[T]]) -> T:
+    """Run `work` within the call's deadline; map errors to statuses with one-line details."""
+    remaining = context.time_remaining()
+    timeout = asyncio.timeout(remaining if remaining is not None and remaining > 0 else None)
+    try:
+        async with timeout:
+            return await work()
+    except TimeoutError:
+        if timeout.expired():
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{method}: the deadline ran out")
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: a dependency timed out")
+    except EvertuneError as err:
+        await context.abort(err.grpc_status, str(err))
+    except nats.errors.Error as err:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: NATS: {str(err) or type(err).__name__}")
+    raise AssertionError("unreachable: abort raises")
+
+
+def page_offset(token: str) -> int:
+    """The offset a page token stands for ("" = 0)."""
+    if not token:
+        return 0
+    if not token.startswith("o") or not token[1:].isdigit():
+        raise InvalidArgument("page_token: not a token this server issued (use next_page_token)")
+    return int(token[1:])
+
+
+class SearchApi(pb_grpc.SearchServiceServicer):
+    """gRPC face of `Searches`. `searches` is set once the service has started."""
+
+    def __init__(self) -> None:
+        self.searches: Searches | None = None
+        #: Set when the service stops: open WatchSearch streams end (the service sets it).
+        self.stopping = asyncio.Event()
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_SearchServiceServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+
+    def _require(self) -> Searches:
+        if self.searches is None:
+            raise EvertuneError("the searcher is still starting")
+        return self.searches
+
+    async def StartSearch(
+        self, request: pb.StartSearchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StartSearchResponse:
+        async def work() -> pb.StartSearchResponse:
+            record = await self._require().start(request)
+            return pb.StartSearchResponse(search=record.search)
+
+        return await _unary(context, "StartSearch", work)
+
+    async def GetSearch(
+        self, request: pb.GetSearchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSearchResponse:
+        async def work() -> pb.GetSearchResponse:
+            return pb.GetSearchResponse(search=(await self._require().get(request.search_id)).search)
+
+        return await _unary(context, "GetSearch", work)
+
+    async def ListSearches(
+        self, request: pb.ListSearchesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSearchesResponse:
+        async def work() -> pb.ListSearchesResponse:
+            if request.page_size > MAX_PAGE:
+                raise InvalidArgument(f"page_size: at most {MAX_PAGE}, got {request.page_size}")
+            states = []
+            for i, state in enumerate(request.states):
+                if state not in pb.SearchState.values() or state == pb.SEARCH_STATE_UNSPECIFIED:
+                    raise InvalidArgument(f"states[{i}]: {state} is not a search state")
+                states.append(pb.SearchState.Name(state))
+            offset = page_offset(request.page_token)
+            limit = request.page_size or DEFAULT_PAGE
+            records, more = await self._require().records.page(
+                endpoint=request.endpoint, states=states, limit=limit, offset=offset
+            )
+            return pb.ListSearchesResponse(
+                searches=[r.search for r in records], next_page_token=f"o{offset + limit}" if more else ""
+            )
+
+        return await _unary(context, "ListSearches", work)
+
+    async def CancelSearch(
+        self, request: pb.CancelSearchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CancelSearchResponse:
+        async def work() -> pb.CancelSearchResponse:
+            record = await self._require().cancel(request.search_id, request.reason)
+            return pb.CancelSearchResponse(search=record.search)
+
+        return await _unary(context, "CancelSearch", work)
+
+    async def WatchSearch(
+        self, request: pb.WatchSearchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[events_pb2.Event]:
+        searches = await _unary(context, "WatchSearch", self._check_watch(request))
+        async for event in searches.watch(request.search_id, replay=request.replay, stopping=self.stopping):
+            yield event
+
+    def _check_watch(self, request: pb.WatchSearchRequest) -> Callable[[], Awaitable[Searches]]:
+        async def check() -> Searches:
+            searches = self._require()
+            await searches.get(request.search_id)
+            return searches
+
+        return check

@@ -1,0 +1,719 @@
+"""The searcher's shell: accept searches, run each as a task, keep its record, publish its events.
+
+`Searches` is what the gRPC API and the profile.ready consumer call:
+
+- `start(request, trigger=, cause_id=)`: validates the request, reads the endpoint (`endpoints`
+  KV), its live configuration (the stable deployment's, from `deployments`, else the endpoint's
+  initial one) and the profile (`profiles` table: the one named, else the endpoint's latest),
+  stores the search PENDING and runs it in a task. Idempotent on `request_id`.
+- the task (`_run`): writes the profile's trace where runners read it (`trace_dir`), prepares it
+  for the performance model, builds the candidate space of each hardware class, and calls
+  `orchestrate.run_search` with the model in a worker thread and `TrialBus` as trial executor.
+  `search.started` goes out once the space is ranked; the record is saved after every batch of
+  trials; `search.completed` (winner, evidence, summary in the record) ends it.
+- `get`, `page`, `cancel` (cancels the task; jobs not yet taken are withdrawn), `watch` (the
+  search's events from EVENTS, ending after its `search.completed`).
+
+Event ids of search.started / search.completed derive from the search id (a republish is stored
+once). One searcher instance per deployment: at start it ends searches a previous instance left
+running as failed ("the searcher restarted").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import math
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evertune.searcher.jobs import JobTemplate, replay_slo
+from evertune.searcher.model import SearchModel, ThreadedModel
+from evertune.searcher.orchestrate import (
+    Outcome,
+    SearchPlan,
+    SearchProgress,
+    SearchResult,
+    TrialOrder,
+    TrialResult,
+    run_search,
+)
+from evertune.searcher.records import WIRE_OUTCOME, SearchRecord, SearchRecords
+from evertune.searcher.settings import SearcherSettings
+from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
+from evertune.searcher.strategy import Objective
+from evertune.searcher.summary import Context, explain, knob_changes
+from google.protobuf import json_format
+from google.protobuf.duration_pb2 import Duration
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from evertune.bus import Bucket, publish_event
+from evertune.engines import EngineSpec, HardwareProfile, InvalidEngineConfig, get_profile
+from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument, NotFound
+from evertune.events import EventKind, endpoint_token, event_filter_subject, new_event
+from evertune.logging import get_logger
+from evertune.model import ensure_model, load_tokenizer
+from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
+from evertune.perfmodel.simulate import block_size_of
+from evertune.store import Store
+from evertune.v1 import endpoint_pb2, events_pb2
+from evertune.v1 import search_service_pb2 as pb
+from evertune.workloads.source import load_workload
+
+log = get_logger("evertune.searcher")
+
+SOURCE = "searcher"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A stored profile, as a search uses it."""
+
+    profile_id: str  #: profile id
+    peak_rps: float  #: peak request rate (highest 1-minute mean)
+    trace_jsonl: str  #: the replayable trace
+    requests: int  #: requests in the profiled window
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a search's task needs, read and checked when it was accepted."""
+
+    endpoint: endpoint_pb2.Endpoint  #: the endpoint as stored
+    live: endpoint_pb2.EngineConfig  #: the live configuration (the baseline)
+    profile: Profile  #: the profile searched against
+    classes: tuple[str, ...]  #: hardware classes
+
+
+#: Runs a batch of trial orders for a search (TrialBus.execute with the search's template bound).
+Executor = Callable[..., Any]
+
+
+def _event_id(kind: str, search_id: str) -> str:
+    return hashlib.sha256(f"{kind}:{search_id}".encode()).hexdigest()[:32]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Searches:
+    """See the module doc."""
+
+    def __init__(
+        self,
+        settings: SearcherSettings,
+        *,
+        js: JetStreamContext,
+        store: Store,
+        data_dir: Path,
+        execute: Executor,
+        limits: SpaceLimits | None = None,
+        efficiency: dict[str, Efficiency] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.js = js
+        self.store = store
+        self.records = SearchRecords(store)
+        self.data_dir = data_dir
+        self.execute = execute
+        self.limits = limits or SpaceLimits()
+        self.efficiency = efficiency or {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cancel_reason: dict[str, str] = {}
+        self._lock = asyncio.Lock()
+        self._endpoints: Bucket | None = None
+        self._deployments: Bucket | None = None
+        self.completed = 0  #: searches finished by this instance
+
+    async def open(self) -> None:
+        """Open the buckets and end searches a previous instance left running."""
+        self._endpoints = await Bucket.open(self.js, "endpoints")
+        self._deployments = await Bucket.open(self.js, "deployments")
+        for record in await self.records.unfinished():
+            await self._finish(
+                record, outcome="failed", error="the searcher restarted while the search ran; start it again"
+            )
+
+    async def close(self) -> None:
+        """Cancel running searches: each ends cancelled ("the searcher stopped"), its queued jobs
+        withdrawn. (A searcher that dies instead leaves them to the next start, which fails them.)"""
+        for search_id, task in list(self._tasks.items()):
+            self._cancel_reason[search_id] = "the searcher stopped"
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks.values()), timeout=10.0)
+
+    async def endpoint(self, name: str) -> endpoint_pb2.Endpoint | None:
+        """The endpoint as stored in the `endpoints` bucket, or None."""
+        assert self._endpoints is not None, "Searches.open() first"
+        entry = await self._endpoints.get(name)
+        return endpoint_pb2.Endpoint.FromString(entry.value) if entry is not None else None
+
+    async def latest_profile_id(self, endpoint: str) -> str:
+        """Id of the endpoint's newest stored profile ("" when none)."""
+        rows = await self.store.query(
+            "SELECT profile_id FROM profiles FINAL WHERE endpoint = {e:String} ORDER BY version DESC LIMIT 1",
+            {"e": endpoint},
+        )
+        return str(rows[0][0]) if rows else ""
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+    # --- start -----------------------------------------------------------------------------------
+    async def start(
+        self, request: pb.StartSearchRequest, *, trigger: str = "api", cause_id: str = ""
+    ) -> SearchRecord:
+        """Accept a search (see the module doc); errors are one line naming the field."""
+        if not request.request_id:
+            raise InvalidArgument("request_id: required (a client-chosen id that makes the call idempotent)")
+        if not request.endpoint:
+            raise InvalidArgument("endpoint: required")
+        try:
+            endpoint_token(request.endpoint)
+        except InvalidArgument as err:
+            raise InvalidArgument(f"endpoint: {err}") from None
+        if request.trial_budget == 1 or request.trial_budget > self.settings.max_budget:
+            raise InvalidArgument(
+                f"trial_budget: must be 0 (the default, {self.settings.default_budget}) or "
+                f"2..{self.settings.max_budget}, got {request.trial_budget}"
+            )
+        for i, name in enumerate(request.hardware_classes):
+            self._hardware(name, field=f"hardware_classes[{i}]")
+        async with self._lock:
+            existing = await self.records.by_request(request.request_id)
+            if existing is not None:
+                if existing.search.endpoint != request.endpoint:
+                    raise InvalidArgument(
+                        f"request_id: {request.request_id!r} already started a search for endpoint "
+                        f"{existing.search.endpoint!r}"
+                    )
+                return existing
+            prepared = await self._prepare(request)
+            busy = [r for r in await self.records.unfinished(request.endpoint)]
+            if busy:
+                raise FailedPrecondition(
+                    f"endpoint {request.endpoint!r} already has a search running ({busy[0].search_id}); "
+                    "cancel it or wait for it to finish"
+                )
+            record = self._new_record(request, prepared, trigger=trigger, cause_id=cause_id)
+            await self.records.save(record)
+            task = asyncio.create_task(self._run(record, prepared), name=f"search:{record.search_id}")
+            self._tasks[record.search_id] = task
+            task.add_done_callback(self._forget)
+        log.info("search accepted", search=record.search_id, endpoint=request.endpoint, trigger=trigger)
+        return record
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        for search_id, running in list(self._tasks.items()):
+            if running is task:
+                del self._tasks[search_id]
+
+    def _hardware(self, name: str, *, field: str) -> HardwareProfile:
+        try:
+            return get_profile(name)
+        except InvalidEngineConfig as err:
+            raise InvalidArgument(f"{field}: {err}") from None
+
+    async def _prepare(self, request: pb.StartSearchRequest) -> Prepared:
+        assert self._endpoints is not None and self._deployments is not None, "Searches.open() first"
+        entry = await self._endpoints.get(request.endpoint)
+        if entry is None:
+            raise NotFound(f"endpoint {request.endpoint!r} not found")
+        endpoint = endpoint_pb2.Endpoint.FromString(entry.value)
+        if endpoint.spec.search_policy == endpoint_pb2.SEARCH_POLICY_OFF:
+            raise FailedPrecondition(f"endpoint {request.endpoint!r}: search_policy is OFF")
+        if endpoint.spec.slo.ttft_p99_ms <= 0:
+            raise FailedPrecondition(f"endpoint {request.endpoint!r} has no SLO (slo.ttft_p99_ms)")
+        classes = tuple(request.hardware_classes) or (endpoint.spec.hardware_pool.hardware_class or "cpu",)
+        for i, name in enumerate(classes):
+            self._hardware(name, field=f"hardware_classes[{i}]")
+        live = endpoint.spec.initial_engine_config
+        if endpoint.stable_deployment_id:
+            stable = await self._deployments.get(f"{request.endpoint}.{endpoint.stable_deployment_id}")
+            if stable is not None:
+                live = endpoint_pb2.Deployment.FromString(stable.value).engine_config
+        profile = await self._profile(
+            request.endpoint, request.profile_id if request.HasField("profile_id") else None
+        )
+        return Prepared(endpoint=endpoint, live=live, profile=profile, classes=classes)
+
+    async def _profile(self, endpoint: str, profile_id: str | None) -> Profile:
+        if profile_id is not None:
+            if not profile_id:
+                raise InvalidArgument("profile_id: empty (leave it unset for the endpoint's latest)")
+            where, params = (
+                "endpoint = {e:String} AND profile_id = {p:String}",
+                {"e": endpoint, "p": profile_id},
+            )
+        else:
+            where, params = "endpoint = {e:String}", {"e": endpoint}
+        rows = await self.store.query(
+            "SELECT profile_id, ready_json, trace_jsonl, request_count FROM profiles FINAL "
+            f"WHERE {where} ORDER BY version DESC LIMIT 1",
+            params,
+        )
+        if not rows:
+            if profile_id is not None:
+                raise NotFound(f"profile_id: {profile_id!r} not found for endpoint {endpoint!r}")
+            raise FailedPrecondition(f"endpoint {endpoint!r} has no profile yet: record traffic first")
+        pid, ready_json, trace, count = rows[0]
+        ready = json_format.Parse(ready_json, events_pb2.ProfileReady())
+        peak = ready.summary.peak_rate_rps or ready.summary.rate_rps
+        if ready.empty_reason or not trace or not peak > 0:
+            raise FailedPrecondition(
+                f"profile {pid} has no traffic to replay ({ready.empty_reason or 'no peak rate'})"
+            )
+        return Profile(profile_id=str(pid), peak_rps=float(peak), trace_jsonl=str(trace), requests=int(count))
+
+    def _new_record(
+        self, request: pb.StartSearchRequest, prepared: Prepared, *, trigger: str, cause_id: str
+    ) -> SearchRecord:
+        now = _now()
+        search = pb.Search(
+            id=f"search-{uuid.uuid4().hex[:12]}",
+            endpoint=request.endpoint,
+            profile_id=prepared.profile.profile_id,
+            hardware_classes=list(prepared.classes),
+            trial_budget=request.trial_budget or self.settings.default_budget,
+            state=pb.SEARCH_STATE_PENDING,
+            trigger=trigger,
+        )
+        search.create_time.FromDatetime(now)
+        search.update_time.FromDatetime(now)
+        return SearchRecord(
+            search=search, request_id=request.request_id, cause_id=cause_id, objective=self.settings.objective
+        )
+
+    # --- the search's task -------------------------------------------------------------------------
+    async def _run(self, record: SearchRecord, prepared: Prepared) -> None:
+        started = _now()
+        try:
+            record.search.state = pb.SEARCH_STATE_RUNNING
+            record.touch()
+            await self.records.save(record)
+            setup = await asyncio.to_thread(self._setup, record, prepared)
+            result = await run_search(
+                setup.plan,
+                model=ThreadedModel(setup.model),
+                execute=lambda orders: self.execute(
+                    orders, template=setup.template, slo=prepared.endpoint.spec.slo, gate_rps=setup.gate_rps
+                ),
+                progress=lambda state: self._progress(record, state, setup),
+            )
+        except asyncio.CancelledError:
+            reason = self._cancel_reason.pop(record.search_id, "cancelled")
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._finish(record, outcome="cancelled", error=reason, started=started))
+            raise
+        except EvertuneError as err:
+            await self._finish(record, outcome="failed", error=str(err), started=started)
+            return
+        except Exception as err:
+            log.exception("search failed", search=record.search_id)
+            await self._finish(
+                record,
+                outcome="failed",
+                error=f"searcher error: {type(err).__name__}: {err}",
+                started=started,
+            )
+            return
+        await self._conclude(record, prepared, setup, result, started=started)
+
+    def _setup(self, record: SearchRecord, prepared: Prepared) -> _Setup:
+        """Trace file, model, space, plan (blocking: run in a thread)."""
+        s = self.settings
+        spec = prepared.endpoint.spec
+        model_dir = self._model_dir(spec.model or prepared.live.model)
+        base = EngineSpec.from_proto(prepared.live, default_model=str(model_dir))
+        trace_path, sha = self._trace_file(prepared.profile)
+        plan = load_workload(
+            str(trace_path), duration_s=None, seed=0, rate_scale=1.0, tokenizer_dir=model_dir
+        ).plan
+        hardware = {name: get_profile(name) for name in prepared.classes}
+        first = prepared.classes[0]
+        inputs = prepare(
+            plan, PromptTokens(load_tokenizer(model_dir)), block_size=block_size_of(base, hardware[first])
+        )
+        candidates: list[tuple[Candidate, str]] = []
+        pool_replicas = max(spec.hardware_pool.max_replicas, 1)
+        for name in prepared.classes:
+            sim = name.startswith("sim-")
+            limits = self.limits.model_copy(
+                update={"try_speculative_ngram": self.limits.try_speculative_ngram and not sim}
+            )
+            space = candidate_space(
+                base=base,
+                hardware=hardware[name],
+                limits=limits,
+                max_replicas=min(pool_replicas, s.max_replicas),
+            )
+            for c in space:
+                candidates.append(
+                    (c if name == first else dataclasses.replace(c, key=f"{name}:{c.key}"), name)
+                )
+        if not candidates or candidates[0][0].spec != base:
+            raise FailedPrecondition(
+                f"the live configuration cannot run on {first}: the engines refuse it there"
+            )
+        objective = Objective(record.objective)
+        efficiency = {
+            name: self.efficiency.get(name)
+            or load_efficiency(self.data_dir, hardware[name].name)
+            or Efficiency()
+            for name in prepared.classes
+        }
+        model = SearchModel(
+            inputs=inputs,
+            arch=load_arch(model_dir),
+            hardware=hardware,
+            efficiency=efficiency,
+            slo=replay_slo(spec.slo),
+            p50_target_ms=spec.slo.ttft_p50_ms,
+            target_rps=prepared.profile.peak_rps,
+            ladder=s.rate_ladder,
+            headroom=s.headroom,
+            horizon_s=s.model_horizon_s,
+            goodput=objective is not Objective.P50_TTFT,
+        )
+        search_plan = SearchPlan(
+            search_id=record.search_id,
+            baseline=candidates[0][0],
+            baseline_class=first,
+            candidates=candidates,
+            budget=record.search.trial_budget,
+            objective=objective,
+            eta=s.eta,
+            min_gain=s.min_gain,
+        )
+        template = JobTemplate(
+            search_id=record.search_id,
+            endpoint=record.search.endpoint,
+            profile_id=prepared.profile.profile_id,
+            trace_uri=trace_path.resolve().as_uri(),
+            trace_sha256=sha,
+            slo=spec.slo,
+            target_rps=prepared.profile.peak_rps,
+            ladder=s.rate_ladder,
+            duration_s=s.trial_duration_s,
+            warmup_s=s.trial_warmup_s,
+            repeats=s.trial_repeats,
+            seed=int(hashlib.sha256(record.search_id.encode()).hexdigest()[:8], 16),
+            gates=tuple(s.gates),
+            agreement_threshold=spec.correctness_agreement_threshold,
+            timeout_s=s.trial_timeout_s,
+            engine_model=prepared.live.model,
+        )
+        context = Context(
+            base=base,
+            slo=model.slo,
+            p50_target_ms=model.p50_target_ms,
+            target_rps=model.target_rps,
+            headroom=s.headroom,
+            objective=objective,
+            min_gain=s.min_gain,
+            budget=record.search.trial_budget,
+        )
+        return _Setup(
+            plan=search_plan, model=model, template=template, context=context, gate_rps=model.gate_rps
+        )
+
+    def _model_dir(self, model: str) -> Path:
+        """Where the performance model reads the served model's config and tokenizer."""
+        if model and (Path(model) / "config.json").is_file():
+            return Path(model)
+        if self.settings.model_dir is not None:
+            return self.settings.model_dir
+        return ensure_model(self.data_dir)
+
+    def _trace_file(self, profile: Profile) -> tuple[Path, str]:
+        """The profile's trace written where runners read it; its path and SHA-256."""
+        data = profile.trace_jsonl.encode()
+        sha = hashlib.sha256(data).hexdigest()
+        folder = self.settings.trace_dir or self.data_dir / "searcher" / "traces"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{profile.profile_id}.jsonl"
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != sha:
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        return path, sha
+
+    async def _progress(self, record: SearchRecord, state: SearchProgress, setup: _Setup) -> None:
+        search = record.search
+        first_report = search.modeled_candidates == 0 and state.phase == "trials"
+        search.modeled_candidates = state.modeled
+        search.trials_started = state.trials_started
+        search.trials_completed = len(state.trials)
+        record.feasible_predicted = state.feasible_predicted
+        record.ranking_s = state.ranking_s
+        if state.baseline is not None and state.baseline.metrics is not None:
+            search.baseline_metrics.CopyFrom(state.baseline.metrics)
+        best = state.best
+        if best is not None and best.metrics is not None:
+            search.best_trial_id = best.trial_id
+            search.best_metrics.CopyFrom(best.metrics)
+            spec = next(c.spec for c, _ in setup.plan.candidates if c.key == best.candidate_key)
+            search.best_engine_config.CopyFrom(_engine_config(spec, setup.template))
+            search.verified = not best.simulated
+        record.touch()
+        await self.records.save(record)
+        if first_report:
+            started = events_pb2.SearchStarted(
+                search_id=search.id,
+                profile_id=search.profile_id,
+                hardware_classes=list(search.hardware_classes),
+                trial_budget=search.trial_budget,
+                candidates=state.feasible_predicted,
+                trigger=search.trigger,
+            )
+            await self._publish(EventKind.SEARCH_STARTED, record, started)
+            log.info(
+                "search ranked",
+                search=search.id,
+                candidates=state.modeled,
+                feasible=state.feasible_predicted,
+                ranking_s=round(state.ranking_s, 2),
+            )
+
+    async def _conclude(
+        self,
+        record: SearchRecord,
+        prepared: Prepared,
+        setup: _Setup,
+        result: SearchResult,
+        *,
+        started: datetime,
+    ) -> None:
+        spec_of = {c.key: c.spec for c, _ in setup.plan.candidates}
+        record.summary = explain(result, setup.context, spec_of=spec_of)
+        record.evidence = _evidence(result, setup, spec_of)
+        search = record.search
+        winner_config = None
+        if result.outcome is Outcome.WINNER and result.winner is not None and result.winner_trial is not None:
+            winner_config = _engine_config(result.winner.spec, setup.template)
+            search.best_trial_id = result.winner_trial.trial_id
+            search.best_engine_config.CopyFrom(winner_config)
+            if result.winner_trial.metrics is not None:
+                search.best_metrics.CopyFrom(result.winner_trial.metrics)
+            search.verified = not result.winner_trial.simulated
+        if result.baseline_trial is not None and result.baseline_trial.metrics is not None:
+            search.baseline_metrics.CopyFrom(result.baseline_trial.metrics)
+        search.trials_started = result.progress.trials_started
+        search.trials_completed = len(result.progress.trials)
+        await self._finish(
+            record,
+            outcome=result.outcome.value,
+            error=result.error,
+            started=started,
+            winner=(winner_config, result.winner_trial, result.winner_class) if winner_config else None,
+            baseline=result.baseline_trial,
+        )
+        log.info("search done", search=search.id, outcome=result.outcome.value, summary=record.summary)
+
+    async def _finish(
+        self,
+        record: SearchRecord,
+        *,
+        outcome: str,
+        error: str = "",
+        started: datetime | None = None,
+        winner: tuple[endpoint_pb2.EngineConfig, TrialResult | None, str] | None = None,
+        baseline: TrialResult | None = None,
+    ) -> None:
+        """Mark the search done, store it, publish search.completed."""
+        search = record.search
+        now = _now()
+        search.state = pb.SEARCH_STATE_DONE
+        search.outcome = WIRE_OUTCOME[outcome]
+        search.error = error if outcome in ("failed", "cancelled") else ""
+        search.end_time.FromDatetime(now)
+        record.outcome = outcome
+        if not record.summary:
+            record.summary = f"{outcome.capitalize()}: {error}" if error else outcome
+        record.touch()
+        await self.records.save(record)
+        completed = events_pb2.SearchCompleted(
+            search_id=search.id,
+            profile_id=search.profile_id,
+            outcome=search.outcome,
+            trials=search.trials_completed,
+            modeled_candidates=search.modeled_candidates,
+            error=search.error,
+        )
+        if winner is not None:
+            config, trial, hardware_class = winner
+            completed.winner.CopyFrom(config)
+            if trial is not None:
+                completed.winner_trial_id = trial.trial_id
+                completed.verified = not trial.simulated
+                if trial.metrics is not None:
+                    completed.winner_metrics.CopyFrom(trial.metrics)
+            completed.winner_hardware_class = hardware_class
+        if baseline is not None and baseline.metrics is not None:
+            completed.baseline_metrics.CopyFrom(baseline.metrics)
+        duration = Duration()
+        duration.FromTimedelta(now - (started or search.create_time.ToDatetime(tzinfo=UTC)))
+        completed.duration.CopyFrom(duration)
+        await self._publish(EventKind.SEARCH_COMPLETED, record, completed)
+        self.completed += 1
+
+    async def _publish(
+        self,
+        kind: EventKind,
+        record: SearchRecord,
+        payload: events_pb2.SearchStarted | events_pb2.SearchCompleted,
+    ) -> None:
+        event = new_event(
+            kind,
+            endpoint=record.search.endpoint,
+            source=SOURCE,
+            payload_message=payload,
+            cause_id=record.cause_id,
+        )
+        event.id = _event_id(kind.value, record.search_id)
+        await publish_event(self.js, event)
+
+    # --- read, cancel, watch ------------------------------------------------------------------------
+    async def get(self, search_id: str) -> SearchRecord:
+        if not search_id:
+            raise InvalidArgument("search_id: required")
+        record = await self.records.get(search_id)
+        if record is None:
+            raise NotFound(f"search_id: search {search_id!r} not found")
+        return record
+
+    async def cancel(self, search_id: str, reason: str) -> SearchRecord:
+        record = await self.get(search_id)
+        if record.done:
+            return record
+        task = self._tasks.get(search_id)
+        why = f"cancelled: {reason}" if reason else "cancelled through the API"
+        if task is not None:
+            self._cancel_reason[search_id] = why
+            task.cancel()
+            await asyncio.wait({task})
+        else:
+            await self._finish(record, outcome="cancelled", error=why)
+        return await self.get(search_id)
+
+    async def watch(
+        self, search_id: str, *, replay: bool, stopping: asyncio.Event | None = None
+    ) -> AsyncIterator[events_pb2.Event]:
+        """The search's events (search.*, trial.*), ending after its search.completed."""
+        record = await self.get(search_id)
+        done_at_start = record.done
+        since = record.search.create_time.ToDatetime(tzinfo=UTC) if (replay or done_at_start) else _now()
+        queue: asyncio.Queue[events_pb2.Event] = asyncio.Queue()
+
+        async def on_msg(msg: Any) -> None:
+            with contextlib.suppress(Exception):
+                queue.put_nowait(events_pb2.Event.FromString(msg.data))
+
+        sub = await self.js.subscribe(
+            event_filter_subject(endpoint=record.search.endpoint),
+            stream="EVENTS",
+            cb=on_msg,
+            ordered_consumer=True,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since),
+        )
+        stop = asyncio.create_task((stopping or asyncio.Event()).wait())
+        try:
+            while True:
+                getting = asyncio.create_task(queue.get())
+                await asyncio.wait({getting, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if not getting.done():
+                    getting.cancel()
+                    return
+                event = getting.result()
+                if _search_of(event) != search_id:
+                    continue
+                if done_at_start and not replay and event.kind != EventKind.SEARCH_COMPLETED:
+                    continue
+                yield event
+                if event.kind == EventKind.SEARCH_COMPLETED:
+                    return
+        finally:
+            stop.cancel()
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+@dataclass(frozen=True)
+class _Setup:
+    plan: SearchPlan
+    model: SearchModel
+    template: JobTemplate
+    context: Context
+    gate_rps: float
+
+
+def _search_of(event: events_pb2.Event) -> str:
+    which = event.WhichOneof("payload")
+    if which in ("search_started", "search_completed", "trial_progress", "trial_completed"):
+        return str(getattr(event, which).search_id)
+    return ""
+
+
+def _engine_config(spec: EngineSpec, template: JobTemplate) -> endpoint_pb2.EngineConfig:
+    config = spec.to_proto()
+    config.model = template.engine_model
+    return config
+
+
+def _figures(trial: TrialResult | None) -> dict[str, Any] | None:
+    if trial is None:
+        return None
+
+    def num(x: float) -> float | None:
+        return round(x, 4) if math.isfinite(x) else None
+
+    f = trial.figures
+    return {
+        "trial_id": trial.trial_id,
+        "candidate": trial.candidate_key,
+        "hardware_class": trial.hardware_class,
+        "fidelity": trial.fidelity,
+        "ok": trial.ok,
+        "passed": trial.passed,
+        "simulated": trial.simulated,
+        "goodput_rps": num(f.goodput_rps),
+        "ttft_p50_ms": num(f.ttft_p50_ms),
+        "ttft_p99_ms_at_gate": num(f.ttft_p99_ms),
+        "attainment_at_gate": num(f.attainment),
+        "meets_slo": f.meets_slo,
+        "gates": [dataclasses.asdict(g) for g in trial.gates],
+        "error": trial.error,
+    }
+
+
+def _evidence(result: SearchResult, setup: _Setup, spec_of: dict[str, EngineSpec]) -> dict[str, Any]:
+    p = result.progress
+    winner = result.winner
+    return {
+        "outcome": result.outcome.value,
+        "objective": setup.plan.objective.value,
+        "winner": _figures(result.winner_trial),
+        "baseline": _figures(result.baseline_trial),
+        "knobs_changed": knob_changes(setup.context.base, winner.spec) if winner else [],
+        "closest": knob_changes(setup.context.base, result.closest.spec) if result.closest else None,
+        "ranking_s": round(p.ranking_s, 3),
+        "modeled_candidates": p.modeled,
+        "feasible_predicted": p.feasible_predicted,
+        "recalibrations": [dataclasses.asdict(r) for r in p.recalibrations],
+        "trials": [_figures(t) for t in p.trials],
+        "target_rps": setup.context.target_rps,
+        "gate_rps": setup.gate_rps,
+    }
+
+
+__all__ = ["Prepared", "Profile", "Searches", "TrialOrder"]

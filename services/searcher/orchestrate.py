@@ -1,0 +1,413 @@
+"""One search, start to end, over injected model and trial executor (no I/O of its own).
+
+`run_search(plan, model=, execute=, progress=)`:
+
+1. ranks every candidate of the space with the model (`ModelPort.rank`) and times it;
+2. drives `SuccessiveHalving` over the predicted scores: each round's `TrialOrder`s go to `execute`
+   (the service publishes them as jobs and collects `trial.completed`; tests pass a function). In
+   round 0 the baseline runs alone first: its golden answers are the correctness reference of
+   every later trial (`reference_trial_id`);
+3. scores each result per the objective (a failed gate or a missed SLO is -inf), and between
+   rounds re-calibrates the model from every measured trial and re-ranks the untried candidates;
+4. ends with a `SearchResult`: the winner (the strategy's verified best, measured against the
+   baseline at the same fidelity), or no improvement, or infeasible (no trial met the SLO, the
+   closest named), or failed (the baseline could not run, or no trial ran at all).
+
+When the model predicts no candidate feasible, the candidates closest to the SLO (highest
+predicted attainment at the gate rate) are tried anyway: the model may be wrong, and an infeasible
+verdict should rest on measurements.
+
+Cancelling the task running `run_search` cancels the round in flight (the service records the
+search as cancelled with the trials reported so far through `progress`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+from evertune.searcher.model import Measured, Prediction, RatePoint, Recalibration
+from evertune.searcher.space import Candidate
+from evertune.searcher.strategy import Figures, Objective, SuccessiveHalving, TrialRequest, score
+
+from evertune.v1 import jobs_pb2
+
+
+class Outcome(Enum):
+    """How a search ended."""
+
+    WINNER = "winner"  #: a candidate beat the baseline and passed every gate
+    NO_IMPROVEMENT = "no_improvement"  #: nothing beat the baseline by the margin
+    INFEASIBLE = "infeasible"  #: no trial (baseline included) met the SLO
+    FAILED = "failed"  #: the search could not run (baseline trial failed, no trial ran)
+    CANCELLED = "cancelled"  #: cancelled through the API
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One gate outcome of a trial."""
+
+    name: str  #: "correctness", "slo", "stability"
+    passed: bool  #: whether it passed
+    value: float  #: measured value in the gate's unit
+    threshold: float  #: threshold applied
+    detail: str = ""  #: one line for a person
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one real trial measured, as the search uses it."""
+
+    trial_id: str  #: trial id
+    candidate_key: str  #: candidate measured
+    ok: bool  #: the run ended normally (status OK)
+    passed: bool  #: ok and every gate passed
+    figures: Figures  #: headline figures (goodput interpolated on the ladder, see model.goodput_of)
+    points: tuple[RatePoint, ...] = ()  #: every measured rate, ascending
+    gates: tuple[Gate, ...] = ()  #: gate outcomes in the job's order
+    error: str = ""  #: one line when not ok
+    simulated: bool = False  #: figures from the performance model (sim-* runner)
+    hardware_class: str = ""  #: where it ran
+    fidelity: int = 1  #: trial length multiplier it ran at
+    metrics: jobs_pb2.TrialMetrics | None = None  #: the runner's figures as reported (evidence)
+
+
+@dataclass(frozen=True)
+class TrialOrder:
+    """One trial the executor must run."""
+
+    request: TrialRequest  #: candidate, fidelity, round, baseline flag
+    hardware_class: str  #: class it must run on
+    trial_id: str  #: trial id (stable: search, round, candidate)
+    job_id: str  #: job id (its Nats-Msg-Id)
+    reference_trial_id: str  #: trial whose golden answers are the correctness reference ("" = none)
+
+
+class ModelPort(Protocol):
+    """What a search needs of the performance model (`SearchModel` in a worker thread; fakes in tests)."""
+
+    async def rank(self, candidates: Sequence[tuple[Candidate, str]]) -> tuple[dict[str, Prediction], float]:
+        """Predictions by candidate key, and the seconds ranking took."""
+        ...
+
+    async def recalibrate(self, measured: Sequence[Measured]) -> list[Recalibration]:
+        """Fit the model to the measured trials; what changed."""
+        ...
+
+
+#: Runs a batch of trials and returns their results (any order, one per order).
+TrialExecutor = Callable[[Sequence[TrialOrder]], Awaitable[list[TrialResult]]]
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What to search."""
+
+    search_id: str  #: search id (trial ids derive from it)
+    baseline: Candidate  #: the live configuration
+    baseline_class: str  #: hardware class the baseline is measured on
+    candidates: Sequence[tuple[Candidate, str]]  #: the space with each candidate's class, baseline included
+    budget: int  #: most real trials
+    objective: Objective = Objective.GOODPUT  #: what "best" means
+    eta: int = 2  #: successive halving's reduction factor
+    min_gain: float = 0.05  #: a winner beats the baseline's score by this share
+
+
+@dataclass
+class SearchProgress:
+    """Where a search is; handed to the `progress` hook after each step."""
+
+    phase: str = "ranking"  #: "ranking", "trials" or "done"
+    modeled: int = 0  #: candidates the model evaluated
+    feasible_predicted: int = 0  #: of those, predicted to meet the SLO
+    ranking_s: float = 0.0  #: seconds ranking the whole space took
+    trials_started: int = 0  #: real trials handed out
+    trials: list[TrialResult] = field(default_factory=list)  #: results so far, in arrival order
+    best: TrialResult | None = None  #: best passing non-baseline trial so far (by score)
+    best_score: float = -math.inf  #: its score
+    baseline: TrialResult | None = None  #: the latest baseline trial
+    recalibrations: list[Recalibration] = field(default_factory=list)  #: model fits so far
+
+
+#: Called after ranking, each batch of results and the end.
+ProgressHook = Callable[[SearchProgress], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """How a search ended, with its evidence."""
+
+    outcome: Outcome  #: see `Outcome`
+    winner: Candidate | None  #: the winner (outcome WINNER)
+    winner_class: str  #: its hardware class ("" = none)
+    winner_trial: TrialResult | None  #: the trial that measured it at the deciding fidelity
+    baseline_trial: TrialResult | None  #: the baseline at the same fidelity (or the latest)
+    winner_score: float  #: its score (objective's unit)
+    baseline_score: float  #: the baseline's score
+    closest: Candidate | None  #: outcome INFEASIBLE: the candidate nearest to meeting the SLO
+    closest_figures: Figures | None  #: its measured (or, with no measurement, predicted) figures
+    predictions: dict[str, Prediction]  #: the model's last prediction of every candidate
+    progress: SearchProgress  #: trials, ranking time, calibrations
+    error: str = ""  #: one line when FAILED
+
+
+def trial_id_of(search_id: str, request: TrialRequest) -> str:
+    """Trial id of a request: stable, so a repeated publish is the same trial."""
+    return f"{search_id}-r{request.round}-{request.candidate.key.replace(':', '-')}"
+
+
+async def run_search(
+    plan: SearchPlan,
+    *,
+    model: ModelPort,
+    execute: TrialExecutor,
+    progress: ProgressHook | None = None,
+) -> SearchResult:
+    """Run one search to its result (see the module doc)."""
+    state = SearchProgress()
+
+    async def tell() -> None:
+        if progress is not None:
+            await progress(state)
+
+    classes = {c.key: hw for c, hw in plan.candidates}
+    by_key = {c.key: c for c, _ in plan.candidates}
+    by_key.setdefault(plan.baseline.key, plan.baseline)
+    classes.setdefault(plan.baseline.key, plan.baseline_class)
+    predictions, state.ranking_s = await model.rank(plan.candidates)
+    state.modeled = len(predictions)
+    state.feasible_predicted = sum(1 for p in predictions.values() if p.figures.meets_slo)
+    state.phase = "trials"
+    await tell()
+
+    search = SuccessiveHalving(
+        baseline=plan.baseline,
+        predicted=_predicted_scores(predictions, by_key, plan.objective),
+        candidates=list(by_key.values()),
+        budget=plan.budget,
+        eta=plan.eta,
+        min_gain=plan.min_gain,
+    )
+    reference = ""
+    measured_by_trial: dict[tuple[str, int], TrialResult] = {}
+    while True:
+        batch = search.next_round()
+        if not batch:
+            break
+        orders = [
+            TrialOrder(
+                request=r,
+                hardware_class=classes[r.candidate.key],
+                trial_id=trial_id_of(plan.search_id, r),
+                job_id=f"job-{trial_id_of(plan.search_id, r)}",
+                reference_trial_id="" if r.baseline else reference,
+            )
+            for r in batch
+        ]
+        state.trials_started = search.started
+        await tell()
+        if not reference:  # round 0: the baseline alone first, then the rest against it
+            base_order = orders[0]
+            [base_result] = await _run(execute, [base_order])
+            _record(state, search, plan, base_order, base_result, measured_by_trial)
+            await tell()
+            if not base_result.ok:
+                return _end(
+                    state,
+                    plan,
+                    predictions,
+                    by_key,
+                    Outcome.FAILED,
+                    error=f"the baseline trial {base_order.trial_id} failed: {base_result.error}",
+                )
+            reference = base_order.trial_id
+            orders = [
+                TrialOrder(
+                    request=o.request,
+                    hardware_class=o.hardware_class,
+                    trial_id=o.trial_id,
+                    job_id=o.job_id,
+                    reference_trial_id=reference,
+                )
+                for o in orders[1:]
+            ]
+        if orders:
+            results = await _run(execute, orders)
+            for order, result in zip(orders, results, strict=True):
+                _record(state, search, plan, order, result, measured_by_trial)
+            await tell()
+        if search.done:
+            break
+        measured = [
+            Measured(candidate=by_key[r.candidate_key], hardware_class=r.hardware_class, points=r.points)
+            for r in state.trials
+            if r.ok and r.points
+        ]
+        if measured:
+            state.recalibrations.extend(await model.recalibrate(measured))
+            tried = {r.candidate_key for r in state.trials}
+            untried = [(c, hw) for c, hw in plan.candidates if c.key not in tried]
+            if untried:
+                fresh, _ = await model.rank(untried)
+                predictions.update(fresh)
+                search.rerank(_predicted_scores(fresh, by_key, plan.objective))
+            await tell()
+
+    state.trials_started = search.started
+    return _conclude(state, search, plan, predictions, by_key, measured_by_trial)
+
+
+async def _run(execute: TrialExecutor, orders: Sequence[TrialOrder]) -> list[TrialResult]:
+    """Results in the orders' order (the executor may answer in any)."""
+    results = {r.trial_id: r for r in await execute(orders)}
+    missing = [o.trial_id for o in orders if o.trial_id not in results]
+    if missing:
+        raise RuntimeError(f"the trial executor returned no result for {', '.join(missing)}")
+    return [results[o.trial_id] for o in orders]
+
+
+def _predicted_scores(
+    predictions: dict[str, Prediction], by_key: dict[str, Candidate], objective: Objective
+) -> dict[str, float]:
+    """Scores for the strategy; with nothing predicted feasible, nearness to the SLO instead."""
+    scores = {
+        key: score(p.figures, objective=objective, devices=by_key[key].devices)
+        for key, p in predictions.items()
+        if key in by_key
+    }
+    if any(s > -math.inf for s in scores.values()):
+        return scores
+    return {
+        key: p.figures.attainment if math.isfinite(p.figures.attainment) else -1.0
+        for key, p in predictions.items()
+        if key in by_key
+    }
+
+
+def _record(
+    state: SearchProgress,
+    search: SuccessiveHalving,
+    plan: SearchPlan,
+    order: TrialOrder,
+    result: TrialResult,
+    measured: dict[tuple[str, int], TrialResult],
+) -> None:
+    request = order.request
+    result_score = _score(result, plan)
+    search.report(request, result_score)
+    state.trials.append(result)
+    measured[(request.candidate.key, request.fidelity)] = result
+    if request.baseline:
+        state.baseline = result
+    elif result_score > state.best_score:
+        state.best, state.best_score = result, result_score
+
+
+def _score(result: TrialResult, plan: SearchPlan) -> float:
+    if not result.ok:
+        return -math.inf
+    devices = 0
+    for candidate, _ in plan.candidates:
+        if candidate.key == result.candidate_key:
+            devices = candidate.devices
+            break
+    figures = Figures(
+        goodput_rps=result.figures.goodput_rps,
+        ttft_p50_ms=result.figures.ttft_p50_ms,
+        meets_slo=result.figures.meets_slo,
+        gates_passed=result.passed,
+    )
+    return score(figures, objective=plan.objective, devices=devices)
+
+
+def _conclude(
+    state: SearchProgress,
+    search: SuccessiveHalving,
+    plan: SearchPlan,
+    predictions: dict[str, Prediction],
+    by_key: dict[str, Candidate],
+    measured: dict[tuple[str, int], TrialResult],
+) -> SearchResult:
+    if not state.trials:
+        return _end(state, plan, predictions, by_key, Outcome.FAILED, error="no real trial could be planned")
+    if not any(r.ok for r in state.trials):
+        return _end(
+            state, plan, predictions, by_key, Outcome.FAILED, error=f"no trial ran: {state.trials[0].error}"
+        )
+    found = search.decision()
+    if found is not None:
+        winner, winner_score, base_score, fidelity = (
+            found.candidate,
+            found.score,
+            found.baseline_score,
+            found.fidelity,
+        )
+        winner_trial = measured[(winner.key, fidelity)]
+        return SearchResult(
+            outcome=Outcome.WINNER,
+            winner=winner,
+            winner_class=winner_trial.hardware_class,
+            winner_trial=winner_trial,
+            baseline_trial=measured.get((plan.baseline.key, fidelity)),
+            winner_score=winner_score,
+            baseline_score=base_score,
+            closest=None,
+            closest_figures=None,
+            predictions=predictions,
+            progress=_done(state),
+        )
+    if not any(r.ok and r.figures.meets_slo for r in state.trials):
+        return _end(state, plan, predictions, by_key, Outcome.INFEASIBLE)
+    return _end(state, plan, predictions, by_key, Outcome.NO_IMPROVEMENT)
+
+
+def _done(state: SearchProgress) -> SearchProgress:
+    state.phase = "done"
+    return state
+
+
+def _end(
+    state: SearchProgress,
+    plan: SearchPlan,
+    predictions: dict[str, Prediction],
+    by_key: dict[str, Candidate],
+    outcome: Outcome,
+    *,
+    error: str = "",
+) -> SearchResult:
+    """A result without a winner: the best measured candidate as evidence, the closest if infeasible."""
+    closest: Candidate | None = None
+    closest_figures: Figures | None = None
+    if outcome is Outcome.INFEASIBLE:
+        tried = [r for r in state.trials if r.ok]
+        if tried:
+            near = max(tried, key=lambda r: _nearness(r.figures))
+            closest, closest_figures = by_key.get(near.candidate_key), near.figures
+        elif predictions:
+            key = max(predictions, key=lambda k: _nearness(predictions[k].figures))
+            closest, closest_figures = by_key.get(key), predictions[key].figures
+    best = state.best
+    return SearchResult(
+        outcome=outcome,
+        winner=None,
+        winner_class="",
+        winner_trial=best,
+        baseline_trial=state.baseline,
+        winner_score=state.best_score,
+        baseline_score=_score(state.baseline, plan) if state.baseline else -math.inf,
+        closest=closest,
+        closest_figures=closest_figures,
+        predictions=predictions,
+        progress=_done(state),
+        error=error,
+    )
+
+
+def _nearness(figures: Figures) -> tuple[float, float]:
+    """Order of "closest to the SLO": highest attainment at the gate rate, then lowest p99 TTFT."""
+    attainment = figures.attainment if math.isfinite(figures.attainment) else -1.0
+    p99 = figures.ttft_p99_ms if math.isfinite(figures.ttft_p99_ms) else math.inf
+    return attainment, -p99

@@ -1,0 +1,203 @@
+"""Searches in the store: the `searches` table (infra/clickhouse/0004_searches.sql).
+
+A `SearchRecord` is the served `evertune.v1.Search` plus what the wire message has no field for
+(the request id, the cause, the objective, the outcome in full — "infeasible" included —, the
+summary, the evidence). `SearchRecords.save` writes a new revision of the row (deduplicated by
+`search:<id>:<revision>`); reads take the highest revision (FINAL), so GetSearch and ListSearches
+answer the same after a restart.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from evertune.store import Store
+from evertune.v1 import events_pb2
+from evertune.v1 import search_service_pb2 as pb
+
+TABLE = "searches"
+
+COLUMNS: tuple[str, ...] = (
+    "search_id",
+    "revision",
+    "endpoint",
+    "request_id",
+    "trigger",
+    "cause_id",
+    "profile_id",
+    "hardware_classes",
+    "trial_budget",
+    "objective",
+    "state",
+    "outcome",
+    "create_time",
+    "update_time",
+    "end_time",
+    "trials_started",
+    "trials_completed",
+    "modeled_candidates",
+    "feasible_predicted",
+    "ranking_s",
+    "best_trial_id",
+    "verified",
+    "summary",
+    "error",
+    "evidence_json",
+    "search_pb",
+)
+
+#: SearchOutcome on the wire of each outcome (the wire has no "infeasible": it is NO_IMPROVEMENT
+#: there, and the summary says infeasible).
+WIRE_OUTCOME: dict[str, events_pb2.SearchOutcome] = {
+    "winner": events_pb2.SEARCH_OUTCOME_WINNER,
+    "no_improvement": events_pb2.SEARCH_OUTCOME_NO_IMPROVEMENT,
+    "infeasible": events_pb2.SEARCH_OUTCOME_NO_IMPROVEMENT,
+    "failed": events_pb2.SEARCH_OUTCOME_FAILED,
+    "cancelled": events_pb2.SEARCH_OUTCOME_CANCELLED,
+}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class SearchRecord:
+    """One search as stored."""
+
+    search: pb.Search  #: the message GetSearch serves
+    request_id: str  #: idempotency key of the start
+    cause_id: str = ""  #: event that caused it ("" = none)
+    objective: str = "goodput"  #: "goodput", "p50_ttft" or "cost"
+    outcome: str = ""  #: see WIRE_OUTCOME ("" until done)
+    summary: str = ""  #: plain-language summary (done only)
+    evidence: dict[str, Any] = field(default_factory=dict)  #: figures behind the outcome
+    feasible_predicted: int = 0  #: candidates the model predicted to meet the SLO
+    ranking_s: float = 0.0  #: seconds ranking the space took
+    revision: int = 0  #: revision last written (0 = never)
+
+    @property
+    def search_id(self) -> str:
+        return self.search.id
+
+    @property
+    def done(self) -> bool:
+        return self.search.state == pb.SEARCH_STATE_DONE
+
+    def touch(self) -> None:
+        """Set the update time to now."""
+        self.search.update_time.FromDatetime(datetime.now(UTC))
+
+
+def _time(ts: Any) -> datetime:
+    return ts.ToDatetime(tzinfo=UTC) if ts.seconds or ts.nanos else _EPOCH
+
+
+def _row(record: SearchRecord) -> list[Any]:
+    s = record.search
+    return [
+        s.id,
+        record.revision,
+        s.endpoint,
+        record.request_id,
+        s.trigger,
+        record.cause_id,
+        s.profile_id,
+        list(s.hardware_classes),
+        s.trial_budget,
+        record.objective,
+        pb.SearchState.Name(s.state),
+        record.outcome,
+        _time(s.create_time),
+        _time(s.update_time),
+        _time(s.end_time),
+        s.trials_started,
+        s.trials_completed,
+        s.modeled_candidates,
+        record.feasible_predicted,
+        record.ranking_s,
+        s.best_trial_id,
+        s.verified,
+        record.summary,
+        s.error,
+        json.dumps(record.evidence, separators=(",", ":"), default=str),
+        base64.b64encode(s.SerializeToString()).decode("ascii"),
+    ]
+
+
+_SELECT = (
+    "SELECT search_pb, revision, request_id, cause_id, objective, outcome, summary, evidence_json, "
+    f"feasible_predicted, ranking_s FROM {TABLE} FINAL"
+)
+
+
+def _record(row: tuple[Any, ...]) -> SearchRecord:
+    search_pb, revision, request_id, cause_id, objective, outcome, summary, evidence, feasible, ranking = row
+    return SearchRecord(
+        search=pb.Search.FromString(base64.b64decode(search_pb)),
+        request_id=str(request_id),
+        cause_id=str(cause_id),
+        objective=str(objective),
+        outcome=str(outcome),
+        summary=str(summary),
+        evidence=json.loads(evidence) if evidence else {},
+        feasible_predicted=int(feasible),
+        ranking_s=float(ranking),
+        revision=int(revision),
+    )
+
+
+class SearchRecords:
+    """Reads and writes searches in one store's database."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def save(self, record: SearchRecord) -> None:
+        """Write the record as its next revision (a retried write is stored once)."""
+        record.revision += 1
+        await self.store.insert(
+            TABLE, [_row(record)], COLUMNS, dedup_token=f"search:{record.search_id}:{record.revision}"
+        )
+
+    async def get(self, search_id: str) -> SearchRecord | None:
+        rows = await self.store.query(f"{_SELECT} WHERE search_id = {{id:String}}", {"id": search_id})
+        return _record(rows[0]) if rows else None
+
+    async def by_request(self, request_id: str) -> SearchRecord | None:
+        """The search a StartSearch request id (or a profile event) created, if any."""
+        rows = await self.store.query(
+            f"{_SELECT} WHERE request_id = {{r:String}} ORDER BY create_time LIMIT 1", {"r": request_id}
+        )
+        return _record(rows[0]) if rows else None
+
+    async def unfinished(self, endpoint: str | None = None) -> list[SearchRecord]:
+        """Searches not DONE (of one endpoint, or all)."""
+        where = "state != 'SEARCH_STATE_DONE'"
+        params: dict[str, Any] = {}
+        if endpoint is not None:
+            where += " AND endpoint = {e:String}"
+            params["e"] = endpoint
+        rows = await self.store.query(f"{_SELECT} WHERE {where} ORDER BY create_time", params)
+        return [_record(r) for r in rows]
+
+    async def page(
+        self, *, endpoint: str, states: list[str], limit: int, offset: int
+    ) -> tuple[list[SearchRecord], bool]:
+        """A page of searches, newest first, and whether more follow."""
+        clauses = ["1"]
+        params: dict[str, Any] = {"limit": limit + 1, "offset": offset}
+        if endpoint:
+            clauses.append("endpoint = {e:String}")
+            params["e"] = endpoint
+        if states:
+            clauses.append("state IN {states:Array(String)}")
+            params["states"] = states
+        rows = await self.store.query(
+            f"{_SELECT} WHERE {' AND '.join(clauses)} ORDER BY create_time DESC, search_id DESC "
+            "LIMIT {limit:UInt32} OFFSET {offset:UInt32}",
+            params,
+        )
+        records = [_record(r) for r in rows]
+        return records[:limit], len(records) > limit

@@ -1,0 +1,134 @@
+"""A whole search in process: the model ranks, a stand-in for the hardware answers the trials (a
+second model, slower than the searcher believes), the search re-calibrates and finds the best."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from evertune.searcher.orchestrate import Outcome, SearchPlan, run_search
+from evertune.searcher.strategy import Objective, score
+from evertune.searcher.summary import Context, explain
+
+from evertune.perfmodel import SimInput
+from evertune.replay.summary import Slo
+
+from .helpers import CPU_TRUTH, TruthExecutor, prior, search_model, space
+
+SLO = Slo(ttft_ms=150, itl_ms=100)
+PEAK = 4.0
+
+
+def _plan(model_dir: Path, *, budget: int = 8, objective: Objective = Objective.GOODPUT) -> SearchPlan:
+    cands = space(model_dir)
+    return SearchPlan(
+        search_id="s-test",
+        baseline=cands[0],
+        baseline_class="cpu",
+        candidates=[(c, "cpu") for c in cands],
+        budget=budget,
+        objective=objective,
+    )
+
+
+def _context(plan: SearchPlan, slo: Slo = SLO) -> Context:
+    return Context(
+        base=plan.baseline.spec,
+        slo=slo,
+        p50_target_ms=0.0,
+        target_rps=PEAK,
+        headroom=1.25,
+        objective=plan.objective,
+        min_gain=plan.min_gain,
+        budget=plan.budget,
+    )
+
+
+async def test_search_recalibrates_and_finds_the_true_best_within_budget(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    truth = search_model(searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK)
+    plan = _plan(searcher_model_dir)
+    executor = TruthExecutor(truth)
+    seen = []
+
+    async def progress(state) -> None:  # type: ignore[no-untyped-def]
+        seen.append((state.phase, len(state.trials)))
+
+    # The searcher's factors say the hardware is 3x faster than it is.
+    result = await run_search(plan, model=prior(truth, 3.0), execute=executor, progress=progress)
+
+    assert result.outcome is Outcome.WINNER and result.winner is not None
+    trials = [o for batch in executor.batches for o in batch]
+    assert len(trials) == result.progress.trials_started <= plan.budget
+    # The baseline runs alone first; every later trial compares its outputs with it.
+    [first] = executor.batches[0]
+    assert first.request.baseline and first.reference_trial_id == ""
+    assert all(o.reference_trial_id == first.trial_id for o in trials[1:] if not o.request.baseline)
+    assert all(batch[0].request.baseline for batch in executor.batches[2:])
+    # One speed factor pins the stale calibration: close to 1/3.
+    [fit, *_] = result.progress.recalibrations
+    assert math.isclose(fit.speed, 1 / 3, rel_tol=0.1) and fit.error_after < fit.error_before
+    # The winner is the best of the whole space by the truth's own exhaustive ranking.
+    truth_scores = {
+        c.key: score(truth.predict(c, "cpu").figures, objective=Objective.GOODPUT, devices=0)
+        for c, _ in plan.candidates
+    }
+    assert truth_scores[result.winner.key] >= max(truth_scores.values()) * 0.98
+    assert result.winner_score > result.baseline_score * 1.05
+    assert result.baseline_trial is not None and result.winner_trial is not None
+    assert result.baseline_trial.fidelity == result.winner_trial.fidelity == 2
+    text = explain(result, _context(plan), spec_of={c.key: c.spec for c, _ in plan.candidates})
+    assert text.startswith("Winner on cpu: ") and "enable_prefix_caching off -> on" in text
+    assert "goodput" in text and "rps (+" in text and "Gates: slo passed" in text
+    assert seen[0] == ("trials", 0) and seen[-1][1] == len(trials)
+
+
+async def test_an_slo_nothing_meets_ends_infeasible_naming_the_closest(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    slo = Slo(ttft_ms=4, itl_ms=100)  # 4 ms to first token: no CPU configuration gets there
+    truth = search_model(searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=slo, target_rps=PEAK)
+    plan = _plan(searcher_model_dir, budget=4)
+    result = await run_search(plan, model=prior(truth, 1.0), execute=TruthExecutor(truth))
+    assert result.outcome is Outcome.INFEASIBLE and result.winner is None
+    assert result.closest is not None and result.closest_figures is not None
+    assert 0 < len(result.progress.trials) <= 4  # tried anyway: the model might be wrong
+    text = explain(result, _context(plan, slo), spec_of={})
+    assert text.startswith("Infeasible: no configuration tried meets the SLO")
+    assert "Closest: " in text and "(needs 90%)" in text and "(target 4 ms)" in text
+
+
+async def test_a_baseline_that_cannot_run_fails_the_search_at_once(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    truth = search_model(searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK)
+    plan = _plan(searcher_model_dir)
+    executor = TruthExecutor(truth, fail={plan.baseline.key})
+    result = await run_search(plan, model=prior(truth, 1.0), execute=executor)
+    assert result.outcome is Outcome.FAILED and len(executor.batches) == 1
+    assert "baseline trial s-test-r0-" in result.error and "engine exited with code 1" in result.error
+
+
+async def test_no_winner_when_the_live_configuration_is_already_the_best(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    truth = search_model(
+        searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK, goodput=False
+    )
+    cands = space(searcher_model_dir)
+    predictions, _ = truth.rank([(c, "cpu") for c in cands])
+    best = min(cands, key=lambda c: predictions[c.key].figures.ttft_p50_ms)
+    plan = SearchPlan(
+        search_id="s-best",
+        baseline=best,
+        baseline_class="cpu",
+        candidates=[(c, "cpu") for c in cands],
+        budget=6,
+        objective=Objective.P50_TTFT,
+    )
+    result = await run_search(plan, model=prior(truth, 1.0), execute=TruthExecutor(truth))
+    assert result.outcome is Outcome.NO_IMPROVEMENT and result.winner is None
+    assert result.baseline_trial is not None and result.baseline_trial.candidate_key == best.key
+    text = explain(result, _context(plan), spec_of={c.key: c.spec for c in cands})
+    assert text.startswith("No improvement: no candidate beat the live configuration by 5% on p50_ttft")

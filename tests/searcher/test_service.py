@@ -1,0 +1,346 @@
+"""The searcher service on the session's NATS and chDB, with a real runner on the `sim-cpu` class:
+a profile.ready starts a search, trials run on the runner (the performance model served as an
+engine, replayed in real time), the search ends with search.completed, and everything can be read
+back over gRPC, also by a searcher started afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import grpc
+import pytest
+from evertune.runner import RunnerService, RunnerSettings
+from evertune.searcher import SearcherService, SearcherSettings
+from evertune.searcher.control import Searches
+from evertune.searcher.model import scaled
+from evertune.searcher.space import SpaceLimits
+from google.protobuf.json_format import MessageToJson
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from evertune.bus import Bucket, publish_event
+from evertune.cli import main
+from evertune.events import EventKind, new_event
+from evertune.model import load_tokenizer
+from evertune.perfmodel.calibration import save_calibration
+from evertune.runtime import Service, ServiceContext
+from evertune.settings import SharedSettings, load_settings
+from evertune.store import Store, migrate
+from evertune.v1 import endpoint_pb2, events_pb2
+from evertune.v1 import search_service_pb2 as pb
+from evertune.v1 import search_service_pb2_grpc as pb_grpc
+from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
+from evertune.workloads.jsonl import format_records, records_of_plan
+from evertune.workloads.source import CorpusText
+
+from .helpers import CPU_TRUTH
+
+LIMITS = SpaceLimits(
+    max_num_seqs=(8,),
+    max_num_batched_tokens=(256, 1024),
+    enable_chunked_prefill=(True,),
+    enable_prefix_caching=(True, False),
+    tensor_parallel_size=(1,),
+    quantization=(),
+)
+PEAK = 6.0
+
+
+@contextlib.asynccontextmanager
+async def running(service: Service, nc: Client, store: Store) -> AsyncIterator[Service]:
+    ctx = ServiceContext(shared=load_settings(SharedSettings), nc=nc, js=nc.jetstream(), store=store)
+    await service.start(ctx)
+    try:
+        yield service
+    finally:
+        await service.stop(10.0)
+
+
+async def _endpoint(js: JetStreamContext, *, policy: int, hardware: str = "sim-cpu") -> str:
+    name = f"ep-{uuid.uuid4().hex[:10]}"
+    spec = endpoint_pb2.EndpointSpec(
+        name=name,
+        tenant="t",
+        model="",
+        slo=endpoint_pb2.Slo(ttft_p99_ms=150.0),
+        hardware_pool=endpoint_pb2.HardwarePool(hardware_class=hardware, max_replicas=1),
+        # A poor live configuration: no prefix caching on a voice workload that resends its prompts.
+        initial_engine_config=endpoint_pb2.EngineConfig(
+            engine="vllm",
+            max_num_seqs=8,
+            max_num_batched_tokens=256,
+            enable_chunked_prefill=True,
+            enable_prefix_caching=False,
+            kv_cache_space_gib=2,
+        ),
+        search_policy=policy,  # type: ignore[arg-type]
+    )
+    bucket = await Bucket.open(js, "endpoints")
+    await bucket.create(name, endpoint_pb2.Endpoint(spec=spec, revision=1).SerializeToString())
+    return name
+
+
+async def _profile(store: Store, endpoint: str, model_dir: Path) -> events_pb2.ProfileReady:
+    """A stored profile of voice traffic (the profiler's table, written as the profiler writes it)."""
+    plan = plan_voice(
+        VoiceWorkload(duration_s=90, peak_calls_per_s=1.5, seed=5, curve=DailyCurve(shape="flat")),
+        text=CorpusText(),
+    )
+    tokenizer = load_tokenizer(model_dir)
+    records = records_of_plan(plan, count_tokens=lambda text: len(tokenizer.encode(text).ids))
+    trace = "".join(format_records(records))
+    profile_id = f"prof-{uuid.uuid4().hex[:12]}"
+    ready = events_pb2.ProfileReady(
+        profile_id=profile_id,
+        request_count=len(records),
+        summary=events_pb2.WorkloadSummary(rate_rps=PEAK * 0.8, peak_rate_rps=PEAK),
+        trace_uri=f"clickhouse://{store.database}/profiles?profile_id={profile_id}",
+        trigger="schedule",
+        version=1,
+    )
+    now = datetime.now(UTC)
+    row = [
+        endpoint,
+        1,
+        profile_id,
+        now,
+        now,
+        now,
+        "schedule",
+        "",
+        len(records),
+        MessageToJson(ready),
+        "{}",
+        trace,
+        "",
+    ]
+    columns = (
+        "endpoint",
+        "version",
+        "profile_id",
+        "created",
+        "window_start",
+        "window_end",
+        "trigger",
+        "cause_id",
+        "request_count",
+        "ready_json",
+        "profile_json",
+        "trace_jsonl",
+        "trace_sha256",
+    )
+    await store.insert("profiles", [row], columns, dedup_token=profile_id)
+    return ready
+
+
+def _searcher(tmp_path: Path, **overrides: object) -> SearcherService:
+    settings = load_settings(
+        SearcherSettings,
+        **{
+            "grpc_port": 0,
+            "trial_duration_s": 1.5,
+            "rate_ladder": (1.0, 2.0),
+            "gates": ("slo",),
+            "default_budget": 3,
+            "model_horizon_s": 45.0,
+            "trace_dir": tmp_path / "traces",
+            **overrides,
+        },
+    )
+    # The searcher believes the hardware twice as fast as the sim runner makes it.
+    return SearcherService(
+        settings,
+        limits=LIMITS,
+        efficiency={"sim-cpu": scaled(CPU_TRUTH, 2.0), "sim-h200": CPU_TRUTH},
+        durable_prefix=f"searcher-{uuid.uuid4().hex[:6]}",
+    )
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A data dir holding the CPU calibration the sim engine (the runner's "hardware") runs with."""
+    folder = tmp_path / "data"
+    monkeypatch.setenv("EVERTUNE_DATA_DIR", str(folder))
+    save_calibration(folder, "cpu", {"efficiency": asdict(CPU_TRUTH)})
+    return folder
+
+
+async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
+    nc: Client, js: JetStreamContext, store: Store, tmp_path: Path, data_dir: Path, searcher_model_dir: Path
+) -> None:
+    await migrate(store)
+    endpoint = await _endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_ADVISORY)
+    ready = await _profile(store, endpoint, searcher_model_dir)
+    runner = RunnerService(
+        load_settings(
+            RunnerSettings,
+            hardware="sim-cpu",
+            ack_wait_s=10.0,
+            fetch_timeout_s=0.5,
+            warmup_turns=1,
+            engine_ready_timeout_s=30.0,
+        ),
+        model_dir=searcher_model_dir,
+    )
+    # Lowest p50 TTFT at the peak (the SLO still has to hold at peak x 1.25): a search with two
+    # rates a trial, short enough for the fast suite.
+    searcher = _searcher(tmp_path, objective="p50_ttft", rate_ladder=(1.0,))
+    async with running(runner, nc, store), running(searcher, nc, store):
+        event = new_event(
+            EventKind.PROFILE_READY, endpoint=endpoint, source="profiler", payload_message=ready
+        )
+        await publish_event(js, event)
+        async with grpc.aio.insecure_channel(searcher.grpc.address) as channel:
+            stub = pb_grpc.SearchServiceStub(channel)  # type: ignore[no-untyped-call]
+            search_id = await _wait_for_search(stub, endpoint)
+            events = []
+            async with asyncio.timeout(120):
+                async for e in stub.WatchSearch(pb.WatchSearchRequest(search_id=search_id, replay=True)):
+                    events.append(e)
+            got = (await stub.GetSearch(pb.GetSearchRequest(search_id=search_id))).search
+            listed = (await stub.ListSearches(pb.ListSearchesRequest(endpoint=endpoint))).searches
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "search.started" and kinds[-1] == "search.completed"
+    assert kinds.count("trial.completed") == 2 and "trial.progress" in kinds
+    started, done = events[0].search_started, events[-1].search_completed
+    assert started.trigger == "profile.ready" and events[0].cause_id == event.id
+    assert started.trial_budget == 3 and started.candidates >= 1
+    # The voice agents resend their prompts: prefix caching cuts the median TTFT by far more than 5%.
+    assert done.outcome == events_pb2.SEARCH_OUTCOME_WINNER, got.error
+    assert done.winner.enable_prefix_caching and not done.verified  # sim figures verify nothing
+    assert done.winner_hardware_class == "sim-cpu" and done.trials == 2
+    assert done.winner_metrics.ttft_p50_ms < done.baseline_metrics.ttft_p50_ms * 0.95
+    assert got.state == pb.SEARCH_STATE_DONE and got.trials_completed == 2 and got.modeled_candidates == 4
+    assert got.best_trial_id == done.winner_trial_id and got.trigger == "profile.ready"
+    assert [s.id for s in listed] == [search_id]
+    rows = await store.query("SELECT count() FROM trials WHERE search_id = {s:String}", {"s": search_id})
+    assert rows.scalar() == 2
+    # A searcher started afterwards reads the same record, summary and evidence included.
+    assert searcher.trials is not None
+    again = Searches(
+        searcher.settings, js=js, store=store, data_dir=data_dir, execute=searcher.trials.execute
+    )
+    stored = await again.get(search_id)
+    assert stored.done and stored.outcome == "winner" and stored.search == got
+    assert stored.summary.startswith("Winner on sim-cpu: enable_prefix_caching off -> on")
+    assert "not verified on real hardware" in stored.summary
+    assert stored.evidence["winner"]["trial_id"] == done.winner_trial_id
+    assert stored.evidence["baseline"]["fidelity"] == stored.evidence["winner"]["fidelity"]
+    # A second profile.ready of the same event starts nothing new (request id = the event's).
+    assert (await again.records.by_request(f"profile:{event.id}")).search_id == search_id  # type: ignore[union-attr]
+
+
+async def _until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0) -> None:
+    """Poll a gRPC read until it says yes (the API has no push for these states)."""
+    async with asyncio.timeout(timeout_s):
+        while not await check():  # noqa: ASYNC110 - polling a remote state over gRPC
+            await asyncio.sleep(0.1)
+
+
+async def _started(stub: pb_grpc.SearchServiceStub, search_id: str) -> bool:
+    search = (await stub.GetSearch(pb.GetSearchRequest(search_id=search_id))).search
+    return bool(search.trials_started > 0)
+
+
+async def _wait_for_search(stub: pb_grpc.SearchServiceStub, endpoint: str) -> str:
+    found: list[str] = []
+
+    async def listed() -> bool:
+        page = await stub.ListSearches(pb.ListSearchesRequest(endpoint=endpoint))
+        found.extend(s.id for s in page.searches)
+        return bool(found)
+
+    await _until(listed)
+    return found[0]
+
+
+async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
+    nc: Client,
+    js: JetStreamContext,
+    store: Store,
+    tmp_path: Path,
+    data_dir: Path,
+    searcher_model_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    await migrate(store)
+    off = await _endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_OFF)
+    lonely = await _endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_AUTO, hardware="sim-h200")
+    await _profile(store, lonely, searcher_model_dir)
+    off_profile = await _profile(store, off, searcher_model_dir)
+    searcher = _searcher(tmp_path, model_dir=searcher_model_dir)
+    async with (
+        running(searcher, nc, store),
+        grpc.aio.insecure_channel(searcher.grpc.address) as channel,
+    ):
+        stub = pb_grpc.SearchServiceStub(channel)  # type: ignore[no-untyped-call]
+        # A profile of an endpoint whose policy is off starts nothing.
+        await publish_event(
+            js,
+            new_event(EventKind.PROFILE_READY, endpoint=off, source="profiler", payload_message=off_profile),
+        )
+
+        async def status(call: object) -> tuple[grpc.StatusCode, str]:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call  # type: ignore[misc]
+            return info.value.code(), info.value.details() or ""
+
+        code, text = await status(stub.StartSearch(pb.StartSearchRequest(endpoint=lonely)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and text.startswith("request_id: required")
+        code, text = await status(stub.StartSearch(pb.StartSearchRequest(request_id="r", endpoint="nope")))
+        assert code == grpc.StatusCode.NOT_FOUND and "'nope' not found" in text
+        code, text = await status(stub.StartSearch(pb.StartSearchRequest(request_id="r", endpoint=off)))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "search_policy is OFF" in text
+        code, text = await status(
+            stub.StartSearch(pb.StartSearchRequest(request_id="r", endpoint=lonely, trial_budget=1))
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and text.startswith("trial_budget: ")
+        code, text = await status(
+            stub.StartSearch(pb.StartSearchRequest(request_id="r", endpoint=lonely, hardware_classes=["tpu"]))
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and text.startswith("hardware_classes[0]: ")
+        code, text = await status(stub.GetSearch(pb.GetSearchRequest(search_id="search-missing")))
+        assert code == grpc.StatusCode.NOT_FOUND and text.startswith("search_id: ")
+        code, text = await status(stub.ListSearches(pb.ListSearchesRequest(page_token="bogus")))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and text.startswith("page_token: ")
+
+        # No runner serves sim-h200: the baseline's job waits in the queue until cancelled.
+        request = pb.StartSearchRequest(request_id=uuid.uuid4().hex, endpoint=lonely)
+        first = (await stub.StartSearch(request)).search
+        assert (await stub.StartSearch(request)).search.id == first.id  # idempotent on request_id
+        code, text = await status(
+            stub.StartSearch(pb.StartSearchRequest(request_id=uuid.uuid4().hex, endpoint=lonely))
+        )
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "already has a search running" in text
+        await _until(lambda: _started(stub, first.id))
+        queued = await js.get_last_msg("JOBS", "evertune.jobs.sim-h200")
+        assert queued.headers and queued.headers["Nats-Msg-Id"].startswith(f"job-{first.id}-r0-")
+        cancelled = (
+            await stub.CancelSearch(pb.CancelSearchRequest(search_id=first.id, reason="test"))
+        ).search
+        assert cancelled.state == pb.SEARCH_STATE_DONE
+        assert (
+            cancelled.outcome == events_pb2.SEARCH_OUTCOME_CANCELLED and cancelled.error == "cancelled: test"
+        )
+        with pytest.raises(Exception, match="no message found"):
+            await js.get_last_msg("JOBS", "evertune.jobs.sim-h200")
+        again = (await stub.CancelSearch(pb.CancelSearchRequest(search_id=first.id))).search
+        assert again == cancelled  # cancelling a finished search returns it
+        watched = [e async for e in stub.WatchSearch(pb.WatchSearchRequest(search_id=first.id))]
+        assert [e.kind for e in watched] == ["search.completed"]
+        assert searcher.profiles_skipped >= 1
+        assert not (await stub.ListSearches(pb.ListSearchesRequest(endpoint=off))).searches
+        # The command line speaks the same API.
+        address = ["--address", searcher.grpc.address]
+        assert await asyncio.to_thread(main, ["search", "list", "--endpoint", lonely, *address]) == 0
+        assert await asyncio.to_thread(main, ["search", "show", first.id, *address]) == 0
+        assert await asyncio.to_thread(main, ["search", "show", "search-nope", *address]) == 1
+    out, err = capsys.readouterr()
+    assert f"{first.id}  {lonely}  done  cancelled" in out and "cancelled: test" in out
+    assert "evertune: NOT_FOUND: search_id: search 'search-nope' not found" in err
