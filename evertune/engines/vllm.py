@@ -144,7 +144,12 @@ class _ServedInBlock(ABC):
 
     async def __aenter__(self) -> Self:
         await self.start()
-        await self.wait_ready()
+        try:
+            await self.wait_ready()
+        except BaseException:
+            # Not ready (failed, timed out, or the caller was cancelled): never leave it running.
+            await asyncio.shield(self.stop())
+            raise
         return self
 
     async def __aexit__(

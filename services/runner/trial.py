@@ -271,7 +271,8 @@ class TrialRunner:
             outcome.fail("error", f"runner error: {type(err).__name__}: {err}", log_tail=_tail(engine, s))
         finally:
             if engine is not None:
-                await engine.stop()
+                # Shielded: a runner stopped mid-trial (cancelled) must still stop its engine.
+                await asyncio.shield(engine.stop())
 
     async def _reference(self, plan: TrialPlan) -> Reference | None:
         """The correctness reference, checked before any engine starts (a missing one fails early)."""
