@@ -1,9 +1,9 @@
-"""`evertune bench perfmodel`: how fast the performance model simulates a long voice replay.
+"""`evertune bench sim-speed` (also `perfmodel`): how fast the model simulates a long voice replay.
 
 The voice workload (defaults: 4 agents with ~1,000-token system prompts, short answers) over
 `duration` at a peak of 2 calls/s, on the local tiny model's architecture and tokenizer, one
 vLLM-CPU engine with 2 GiB of KV cache and the stored CPU calibration (model defaults when
-there is none). Three timings, each the median of `repeats` runs:
+there is none). Three timings, each the median of `repeats` (5) runs:
 
 - `prepare_requests_per_s`: planned requests turned into simulator inputs (tokenizing each new
   message, hashing prompt blocks) per second;
@@ -46,7 +46,7 @@ async def run(quick: bool) -> Figures:
 
 def _measure(quick: bool, model_dir: Path, data_dir: Path) -> Figures:
     duration_s = 600.0 if quick else 3600.0
-    repeats = 3
+    repeats = 5
     arch = load_arch(model_dir)
     hardware = detect_local()
     stored = load_efficiency(data_dir, hardware.name)
@@ -94,6 +94,8 @@ def _measure(quick: bool, model_dir: Path, data_dir: Path) -> Figures:
     sim_median = statistics.median(sim_s)
     full_median = statistics.median(full_s)
     return {
+        "benchmark": "sim-speed",
+        "quick": quick,
         "workload": f"voice {duration_s:g} s, peak 2 calls/s",
         "requests": n,
         "steps": steps,

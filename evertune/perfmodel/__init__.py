@@ -3,16 +3,17 @@
 - `arch`: `ModelArch` from a model's `config.json` (known architectures only).
 - `scheduler`: `Scheduler`, `BlockPool`, `SimRequest`: vLLM V1's scheduling, prefix cache, preemption.
 - `steptime`: `Efficiency` (the calibrated factors) and `StepCost` (roofline per step).
-- `des`: the event queue and events (`Arrival`, `StepStart`, `StepEnd`, `StretchEnd`), `run`.
+- `des`: `run`, the event loop (arrivals, step starts, step and decode-stretch ends), `EventQueue`.
 - `workload`: `prepare` planned requests into `SimInput`s (token counts, block hashes), `synthetic`.
 - `simulate`: `simulate(workload, config, hardware, model) -> SimFigures`, `sim_goodput`.
-- `calibrate` / `calibration` / `measure`: fit, store and measure the efficiency factors.
+- `calibrate` / `calibration` / `measure`: fit (to fixed shapes, `fit`; to measured replays and
+  shapes, `fit_runs`), store and measure the efficiency factors.
 - `server`: the `sim` engine's OpenAI-compatible server (`python -m evertune.perfmodel.server`).
 See docs/perfmodel.md.
 """
 
 from evertune.perfmodel.arch import KNOWN_ARCHITECTURES, ModelArch, load_arch
-from evertune.perfmodel.calibrate import CalibrationPoint, Fit, Residual, fit
+from evertune.perfmodel.calibrate import CalibrationPoint, Fit, MeasuredRun, Residual, fit, fit_runs
 from evertune.perfmodel.calibration import calibration_path, load_efficiency, save_calibration
 from evertune.perfmodel.scheduler import BlockPool, Scheduler, SchedulerConfig, SimRequest, StepPlan
 from evertune.perfmodel.simulate import SimFigures, resolve, sim_goodput, simulate
@@ -25,6 +26,7 @@ __all__ = [
     "CalibrationPoint",
     "Efficiency",
     "Fit",
+    "MeasuredRun",
     "ModelArch",
     "PromptTokens",
     "Residual",
@@ -37,6 +39,7 @@ __all__ = [
     "StepPlan",
     "calibration_path",
     "fit",
+    "fit_runs",
     "load_arch",
     "load_efficiency",
     "prepare",

@@ -18,7 +18,7 @@ import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from evertune.engines.config import EngineSpec
 from evertune.engines.hardware import HardwareProfile
@@ -27,9 +27,13 @@ from evertune.perfmodel.arch import ModelArch
 from evertune.perfmodel.simulate import block_size_of, simulate
 from evertune.perfmodel.steptime import Efficiency
 from evertune.perfmodel.workload import SimInput, synthetic
+from evertune.replay.lag import assess_lag
+from evertune.replay.summary import summarize
 
 #: The measures a point carries.
 MEASURES = ("ttft_ms", "itl_ms")
+#: Seconds between warming requests and what they warm, in predictions (each finishes long before).
+WARM_GAP_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class CalibrationPoint:
     itl_ms: float  #: measured median inter-token gap (NaN when max_tokens is 1)
     knobs: dict[str, object] = field(default_factory=dict)  #: EngineSpec knobs the engine ran with
     prefix_tokens: int = 0  #: leading prompt tokens all its requests share (prefix-cache hits)
+    prefix_warm: bool = False  #: the shared prefix was sent alone just before (it is in the cache)
 
     @classmethod
     def parse(cls, data: dict[str, object]) -> CalibrationPoint:
@@ -61,6 +66,7 @@ class CalibrationPoint:
                 itl_ms=float(data.get("itl_ms", math.nan)),  # type: ignore[arg-type]
                 knobs=dict(data.get("knobs") or {}),  # type: ignore[call-overload]
                 prefix_tokens=int(data.get("prefix_tokens", 0)),  # type: ignore[call-overload]
+                prefix_warm=bool(data.get("prefix_warm", False)),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise InvalidArgument(f"bad calibration point {data!r:.80}: {err}") from None
@@ -78,6 +84,7 @@ class CalibrationPoint:
             "itl_ms": self.itl_ms,
             "knobs": self.knobs,
             "prefix_tokens": self.prefix_tokens,
+            "prefix_warm": self.prefix_warm,
         }
 
 
@@ -128,26 +135,38 @@ def predict(
         block_size_of(spec, hardware),
         point.prefix_tokens,
         point.name,
+        point.prefix_warm,
     )
-    summary = simulate(inputs, spec, hardware, model, efficiency=efficiency).summary
+    figures = simulate(inputs, spec, hardware, model, efficiency=efficiency)
+    if not point.prefix_warm:
+        return {"ttft_ms": figures.summary.ttft_ms.p50, "itl_ms": figures.summary.itl_ms.p50}
+    summary = summarize(figures.results[1:], slo=None, lag=assess_lag([0.0]))  # the warming one is first
     return {"ttft_ms": summary.ttft_ms.p50, "itl_ms": summary.itl_ms.p50}
 
 
 @functools.lru_cache(maxsize=256)
 def _shape_inputs(
-    count: int, prompt_tokens: int, max_tokens: int, block_size: int, prefix_tokens: int, tag: str
+    count: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    block_size: int,
+    prefix_tokens: int,
+    tag: str,
+    warm: bool = False,
 ) -> tuple[SimInput, ...]:
-    """The simulator's inputs of a shape (cached: a fit simulates each shape hundreds of times)."""
-    return tuple(
-        synthetic(
-            count=count,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            block_size=block_size,
-            prefix_tokens=prefix_tokens,
-            tag=tag,
-        )
+    """The simulator's inputs of a shape (cached: a fit simulates each shape hundreds of times).
+    With `warm`, one more request with the same prefix comes first, WARM_GAP_S before the rest."""
+    inputs = synthetic(
+        count=count + (1 if warm else 0),
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        block_size=block_size,
+        prefix_tokens=prefix_tokens,
+        tag=tag,
     )
+    if not warm:
+        return tuple(inputs)
+    return (inputs[-1], *(replace(x, arrival_s=x.arrival_s + WARM_GAP_S) for x in inputs[:-1]))
 
 
 def residuals(
@@ -180,13 +199,73 @@ def residuals(
 
 #: The fitted factors, in the order of the search vector (each searched as its logarithm).
 FACTORS = ("compute", "bandwidth", "attention", "step_overhead_s", "seq_overhead_s", "request_overhead_s")
+#: FACTORS and the per-prompt-token request overhead: what measured replays (`fit_runs`) pin, where
+#: prompts are long and mostly served from the prefix cache (fixed shapes without hits cannot tell
+#: it from prefill compute).
+RUN_FACTORS = (*FACTORS, "request_overhead_per_token_s")
 #: Bounds of the search, in natural log: a factor ends in [e^-30, e^3] (an efficiency may exceed 1
 #: where a profile's peak understates what the engine reaches, e.g. weights that stay in cache).
 LOG_LOW, LOG_HIGH = -30.0, 3.0
 
 
-def _efficiency(theta: Sequence[float]) -> Efficiency:
-    return Efficiency(**{name: math.exp(t) for name, t in zip(FACTORS, theta, strict=True)})
+def _efficiency(theta: Sequence[float], factors: Sequence[str] = FACTORS) -> Efficiency:
+    return Efficiency(**{name: math.exp(t) for name, t in zip(factors, theta, strict=True)})
+
+
+#: Where the search starts (two starts, the better optimum kept).
+DEFAULT_STARTS = (
+    Efficiency(
+        compute=0.3,
+        bandwidth=0.3,
+        attention=0.3,
+        step_overhead_s=1e-3,
+        seq_overhead_s=1e-4,
+        request_overhead_s=1e-3,
+        request_overhead_per_token_s=1e-6,
+    ),
+    Efficiency(
+        compute=0.05,
+        bandwidth=0.05,
+        attention=0.05,
+        step_overhead_s=1e-2,
+        seq_overhead_s=1e-3,
+        request_overhead_s=1e-2,
+        request_overhead_per_token_s=1e-5,
+    ),
+)
+
+
+def search(
+    loss_of: Callable[[Efficiency], float],
+    *,
+    factors: Sequence[str],
+    starts: Sequence[Efficiency],
+    iterations: int,
+) -> tuple[Efficiency, float, int, tuple[str, ...]]:
+    """Minimise `loss_of` over the logarithms of `factors` (Nelder-Mead from each start, restarted
+    once from its optimum; bounded to [LOG_LOW, LOG_HIGH]): (best factors, loss, evaluations,
+    factors that ended at a bound)."""
+
+    def loss(theta: list[float]) -> float:
+        if any(t > LOG_HIGH or t < LOG_LOW for t in theta):
+            return math.inf
+        return loss_of(_efficiency(theta, factors))
+
+    best: tuple[list[float], float] | None = None
+    evaluations = 0
+    for start in starts:
+        theta0 = [math.log(max(float(getattr(start, name)), 1e-9)) for name in factors]
+        theta, value, evals = nelder_mead(loss, theta0, iterations=iterations)
+        # Restart once from the optimum: Nelder-Mead can stall on a collapsed simplex.
+        theta, value, more = nelder_mead(loss, theta, step=0.5, iterations=iterations)
+        evaluations += evals + more
+        if best is None or value < best[1]:
+            best = (theta, value)
+    assert best is not None
+    at_bound = tuple(
+        name for name, t in zip(factors, best[0], strict=True) if t > LOG_HIGH - 0.05 or t < LOG_LOW + 0.05
+    )
+    return _efficiency(best[0], factors), best[1], evaluations, at_bound
 
 
 def nelder_mead(
@@ -255,52 +334,133 @@ def fit(
     if len(points) < 2:
         raise InvalidArgument(f"calibration needs at least 2 measured points, got {len(points)}")
 
-    def loss(theta: list[float]) -> float:
-        if any(t > LOG_HIGH or t < LOG_LOW for t in theta):
-            return math.inf
+    def loss_of(efficiency: Efficiency) -> float:
         total = 0.0
-        for r in residuals(points, model=model, hardware=hardware, efficiency=_efficiency(theta), base=base):
+        for r in residuals(points, model=model, hardware=hardware, efficiency=efficiency, base=base):
             total += math.log((r.predicted + 1e-12) / r.measured) ** 2
         return total
 
-    candidates = list(starts) or [
-        Efficiency(
-            compute=0.3,
-            bandwidth=0.3,
-            attention=0.3,
-            step_overhead_s=1e-3,
-            seq_overhead_s=1e-4,
-            request_overhead_s=1e-3,
-        ),
-        Efficiency(
-            compute=0.05,
-            bandwidth=0.05,
-            attention=0.05,
-            step_overhead_s=1e-2,
-            seq_overhead_s=1e-3,
-            request_overhead_s=1e-2,
-        ),
-    ]
-    best: tuple[list[float], float] | None = None
-    evaluations = 0
-    for start in candidates:
-        theta0 = [math.log(max(float(getattr(start, name)), 1e-9)) for name in FACTORS]
-        theta, value, evals = nelder_mead(loss, theta0, iterations=iterations)
-        # Restart once from the optimum: Nelder-Mead can stall on a collapsed simplex.
-        theta, value, more = nelder_mead(loss, theta, step=0.5, iterations=iterations)
-        evaluations += evals + more
-        if best is None or value < best[1]:
-            best = (theta, value)
-    assert best is not None
-    efficiency = _efficiency(best[0])
+    efficiency, value, evaluations, at_bound = search(
+        loss_of, factors=FACTORS, starts=list(starts) or DEFAULT_STARTS, iterations=iterations
+    )
     return Fit(
         efficiency=efficiency,
         residuals=tuple(residuals(points, model=model, hardware=hardware, efficiency=efficiency, base=base)),
-        loss=best[1],
+        loss=value,
         evaluations=evaluations,
-        at_bound=tuple(
-            name
-            for name, t in zip(FACTORS, best[0], strict=True)
-            if t > LOG_HIGH - 0.05 or t < LOG_LOW + 0.05
-        ),
+        at_bound=at_bound,
+    )
+
+
+#: The measures of a replayed run.
+RUN_MEASURES = ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms")
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One replay of a workload on a real engine, as the model needs it to predict the same run."""
+
+    name: str  #: label, e.g. "default@2.0rps"
+    inputs: tuple[SimInput, ...]  #: the replayed plan, prepared (`workload.prepare`), at rate 1
+    spec: EngineSpec  #: the engine's knobs
+    rate: float  #: the plan's arrivals were divided by this (2.0 = twice its own rate)
+    ttft_p50_ms: float  #: measured TTFT median
+    ttft_p99_ms: float  #: measured TTFT 99th percentile
+    itl_p50_ms: float  #: measured inter-token gap median
+    #: Requests the engine served before the run, whose prompt blocks may still be in its prefix
+    #: cache: simulated first, one at a time, and not scored.
+    warm: tuple[SimInput, ...] = ()
+
+
+def predict_run(
+    run: MeasuredRun, *, model: ModelArch, hardware: HardwareProfile, efficiency: Efficiency
+) -> dict[str, float]:
+    """The model's figures of a measured run (same plan, rate and knobs, the cache warmed by
+    `run.warm`), by simulation."""
+    if not run.warm:
+        summary = simulate(
+            run.inputs, run.spec, hardware, model, efficiency=efficiency, rate=run.rate
+        ).summary
+    else:
+        # Arrivals are divided by the rate: the warming requests are placed WARM_GAP_S apart after
+        # that division, and the run starts WARM_GAP_S after the last of them.
+        warm = [
+            replace(w, request_id=f"warm-{i}", arrival_s=i * WARM_GAP_S * run.rate)
+            for i, w in enumerate(run.warm)
+        ]
+        offset = (len(warm) + 1) * WARM_GAP_S * run.rate
+        inputs = [*warm, *(replace(x, arrival_s=x.arrival_s + offset) for x in run.inputs)]
+        figures = simulate(inputs, run.spec, hardware, model, efficiency=efficiency, rate=run.rate)
+        scored = figures.results[len(warm) :]
+        summary = summarize(scored, slo=None, lag=assess_lag([0.0]))
+    return {
+        "ttft_p50_ms": summary.ttft_ms.p50,
+        "ttft_p99_ms": summary.ttft_ms.p99,
+        "itl_p50_ms": summary.itl_ms.p50,
+    }
+
+
+def run_residuals(
+    runs: Sequence[MeasuredRun], *, model: ModelArch, hardware: HardwareProfile, efficiency: Efficiency
+) -> list[Residual]:
+    """Relative errors of the model with `efficiency` on every measure of every run."""
+    out: list[Residual] = []
+    for run in runs:
+        predicted = predict_run(run, model=model, hardware=hardware, efficiency=efficiency)
+        for measure in RUN_MEASURES:
+            measured = float(getattr(run, measure))
+            if not measured > 0 or math.isnan(predicted[measure]):
+                continue
+            out.append(
+                Residual(
+                    name=run.name,
+                    measure=measure,
+                    measured=measured,
+                    predicted=predicted[measure],
+                    rel_err=(predicted[measure] - measured) / measured,
+                )
+            )
+    return out
+
+
+def fit_runs(
+    runs: Sequence[MeasuredRun],
+    *,
+    model: ModelArch,
+    hardware: HardwareProfile,
+    points: Sequence[CalibrationPoint] = (),
+    base: EngineSpec | None = None,
+    factors: Sequence[str] = RUN_FACTORS,
+    starts: Sequence[Efficiency] = DEFAULT_STARTS,
+    iterations: int = 300,
+) -> Fit:
+    """Fit `factors` to measured replays, and fixed-shape `points` (on `base`) if given: the squared
+    log ratios of every measure of every run and point, as `fit` does for points alone (the runs'
+    prefix-cache hits and queueing are simulated, not fitted)."""
+    if not runs and len(points) < 2:
+        raise InvalidArgument("calibration needs at least 1 measured run or 2 measured points")
+    if points and base is None:
+        raise InvalidArgument("fitting fixed-shape points needs the base EngineSpec they ran on")
+
+    def all_residuals(efficiency: Efficiency) -> list[Residual]:
+        out = run_residuals(runs, model=model, hardware=hardware, efficiency=efficiency)
+        if points and base is not None:
+            out += residuals(points, model=model, hardware=hardware, efficiency=efficiency, base=base)
+        return out
+
+    def loss_of(efficiency: Efficiency) -> float:
+        total = 0.0
+        for r in all_residuals(efficiency):
+            total += math.log((r.predicted + 1e-12) / r.measured) ** 2
+        return total
+
+    efficiency, value, evaluations, at_bound = search(
+        loss_of, factors=factors, starts=starts, iterations=iterations
+    )
+    return Fit(
+        efficiency=efficiency,
+        residuals=tuple(all_residuals(efficiency)),
+        loss=value,
+        evaluations=evaluations,
+        at_bound=at_bound,
     )

@@ -148,6 +148,7 @@ def calibrate_command(
     print(
         f"  overheads: step {eff.step_overhead_s * 1000:.3f} ms, "
         f"per sequence {eff.seq_overhead_s * 1000:.4f} ms, per request {eff.request_overhead_s * 1000:.3f} ms"
+        f" + {eff.request_overhead_per_token_s * 1e6:.3f} us per prompt token"
     )
     print(f"  {'point':<18} {'measure':<8} {'measured':>10} {'predicted':>10} {'rel err':>8}")
     for r in result.residuals:

@@ -1,34 +1,39 @@
 """The discrete-event simulation around the scheduler: arrivals and engine steps in simulated time.
 
-Every event has a time and a fixed priority; `fire(world)` applies it and returns its follow-up
-events. The queue orders events by the explicit key `(time_s, priority, sequence)`:
+Four kinds of event, each with a time and a fixed priority, ordered by the key
+`(time_s, priority, sequence)`:
 
-- `StepEnd` (priority 0) before `Arrival` (1) before `StepStart` (2) at the same time: a step that
-  ends at t delivers its tokens first, a request arriving at exactly t still joins the step that
-  starts at t (as in vLLM, where the next `schedule()` runs after the step's outputs are processed
-  and sees whatever was added meanwhile);
-- among equal (time, priority), the order they were pushed (`sequence`, a counter).
+- `STEP_END` (0, a step's or a decode stretch's end) before `ARRIVAL` (1) before `STEP_START` (2)
+  at the same time: a step that ends at t delivers its tokens first, a request arriving at exactly
+  t still joins the step that starts at t (as in vLLM, where the next `schedule()` runs after the
+  step's outputs are processed and sees whatever was added meanwhile);
+- among equal (time, priority), the order they were queued (`sequence`, a counter).
 
-One engine: at most one step is in flight, and a `StepStart` is pending only while none is.
-Arrivals come one at a time (each arrival's follow-up is the next one), in arrival order; equal
-arrival times keep the workload's order.
+One engine: at most one step is in flight, and a step start is pending only while none is. So the
+queue never holds more than two events: the next arrival (in arrival order; equal arrival times
+keep the workload's order) and one engine event (a step start, or the end of the step or stretch
+in flight). `run` merges those two by the key above instead of keeping a heap, and handles each
+kind inline (the simulator's inner loop: a function call or an object less per event shows in
+`evertune bench sim-speed`). `EventQueue` is the same order for a general set of events.
 
 Fast-forward: when the next steps are pure decodes (nothing waits, every running request has one
-token to compute, blocks suffice; `Scheduler.decode_limit`), `StepStart` plans them all at once,
-up to the last step that starts before the next pending event (an arrival at exactly a step's
-start joins that step, so it ends the stretch), and one `StretchEnd` applies them. Step times are
+token to compute, blocks suffice; `Scheduler.decode_limit`), a step start plans them all at once,
+up to the last step that starts before the next arrival (an arrival at exactly a step's start
+joins that step, so it ends the stretch), and one stretch end applies them. Step times are
 computed step by step as before, so results equal the one-step-at-a-time run (tested); the saving
 is the per-request work of every step.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from evertune.perfmodel.scheduler import Scheduler, SimRequest, StepPlan
 from evertune.perfmodel.steptime import StepCost
@@ -36,125 +41,97 @@ from evertune.perfmodel.steptime import StepCost
 STEP_END = 0
 ARRIVAL = 1
 STEP_START = 2
+INF = float("inf")
+#: The engine's pending event in `run` (STEP_END and STEP_START are the priorities above).
+_IDLE = -1
+_STRETCH_END = 3
 
 
 class Event(Protocol):
-    """Something that happens at `time_s`; `fire` returns the events it causes."""
-
-    priority: ClassVar[int]  #: tie-break at equal times: lower first
+    """Something queued at `time_s` with a tie-break `priority` (lower first)."""
 
     @property
     def time_s(self) -> float: ...
 
-    def fire(self, world: World) -> list[Event]: ...
+    @property
+    def priority(self) -> int: ...
 
 
 @dataclass
 class World:
-    """The simulated engine: its scheduler, its step cost, and what the event loop needs to know."""
+    """The simulated engine: its scheduler, its step cost, and what the event loop counts."""
 
     scheduler: Scheduler  #: vLLM's scheduler and block pool
     cost: StepCost  #: step time model
-    busy: bool = False  #: a step is in flight
-    start_pending: bool = False  #: a `StepStart` is queued
     steps: int = 0  #: steps run
     busy_s: float = 0.0  #: simulated seconds spent in steps
     finished: list[SimRequest] = field(default_factory=list)  #: requests that finished, in order
     fast_forward: bool = True  #: apply runs of pure-decode steps at once (see the module doc)
-    next_event_s: float = float("inf")  #: time of the earliest queued event (set by `run`)
-
-    def wake(self, now_s: float) -> list[Event]:
-        """A `StepStart` now, unless a step runs or one is already queued."""
-        if self.busy or self.start_pending:
-            return []
-        self.start_pending = True
-        return [StepStart(now_s)]
+    next_event_s: float = INF  #: time of the next arrival, the horizon of a decode stretch
 
 
-class Arrival:
-    """The `index`-th request (of requests sorted by arrival) reaches the engine: it joins the
-    waiting queue and wakes an idle engine; its follow-up is the next request's arrival, so the
-    queue holds one arrival at a time, not the whole workload."""
-
-    __slots__ = ("index", "requests", "time_s")
-    priority: ClassVar[int] = ARRIVAL
-
-    def __init__(self, requests: Sequence[SimRequest], index: int) -> None:
-        self.requests = requests
-        self.index = index
-        self.time_s = requests[index].arrival_s
-
-    def fire(self, world: World) -> list[Event]:
-        world.scheduler.add(self.requests[self.index])
-        follow = world.wake(self.time_s)
-        if self.index + 1 < len(self.requests):
-            follow.append(Arrival(self.requests, self.index + 1))
-        return follow
-
-
-class StepStart:
-    """The engine plans a step; an empty plan leaves it idle until the next arrival."""
-
-    __slots__ = ("time_s",)
-    priority: ClassVar[int] = STEP_START
-
-    def __init__(self, time_s: float) -> None:
-        self.time_s = time_s
-
-    def fire(self, world: World) -> list[Event]:
-        world.start_pending = False
-        if world.fast_forward:
-            limit = world.scheduler.decode_limit()
-            if limit > 1:
-                ends = decode_ends(world, self.time_s, limit)
-                world.busy = True
-                world.steps += len(ends)
-                world.busy_s += ends[-1] - self.time_s
-                return [StretchEnd(ends)]
-        plan = world.scheduler.schedule(self.time_s)
-        if not plan.requests:
-            return []
-        duration = plan_time(world.cost, plan)
-        world.busy = True
-        world.steps += 1
-        world.busy_s += duration
-        return [StepEnd(self.time_s + duration, plan)]
-
-
-class StepEnd:
-    """A step ends: its tokens are sampled, finished requests leave, and the next step is planned."""
-
-    __slots__ = ("plan", "time_s")
-    priority: ClassVar[int] = STEP_END
-
-    def __init__(self, time_s: float, plan: StepPlan) -> None:
-        self.time_s = time_s
-        self.plan = plan
-
-    def fire(self, world: World) -> list[Event]:
-        world.busy = False
-        world.finished.extend(world.scheduler.complete(self.plan, self.time_s))
-        if world.scheduler.has_work:
-            return world.wake(self.time_s)
-        return []
-
-
-class StretchEnd:
-    """A run of pure-decode steps ends (see the module doc)."""
-
-    __slots__ = ("ends", "time_s")
-    priority: ClassVar[int] = STEP_END
-
-    def __init__(self, ends: list[float]) -> None:
-        self.time_s = ends[-1]
-        self.ends = ends
-
-    def fire(self, world: World) -> list[Event]:
-        world.busy = False
-        world.finished.extend(world.scheduler.complete_decodes(self.ends))
-        if world.scheduler.has_work:
-            return world.wake(self.time_s)
-        return []
+def run(world: World, requests: Iterable[SimRequest]) -> World:
+    """Simulate `requests` (each arrives at its `arrival_s`) until no event is left (see the module
+    doc for the order of events)."""
+    scheduler = world.scheduler
+    cost = world.cost
+    finished = world.finished
+    fast_forward = world.fast_forward
+    add = scheduler.add
+    steps = world.steps
+    busy_s = world.busy_s
+    with paused_gc():
+        ordered = sorted(requests, key=lambda r: r.arrival_s)
+        count = len(ordered)
+        i = 0
+        arrival_s = ordered[0].arrival_s if count else INF
+        kind = _IDLE  # the pending engine event
+        at_s = INF  # its time
+        plan: StepPlan | None = None  # the step in flight (kind STEP_END)
+        ends: list[float] = []  # the stretch in flight (kind _STRETCH_END)
+        while True:
+            if kind != _IDLE and (at_s < arrival_s or (at_s == arrival_s and kind != STEP_START)):
+                if kind == STEP_START:
+                    # Plan a step (or a stretch of decodes up to the next arrival); idle if empty.
+                    # (`decode_limit` is 0 while a request waits: checked here, the common case.)
+                    limit = scheduler.decode_limit() if fast_forward and not scheduler.waiting else 0
+                    if limit > 1:
+                        world.next_event_s = arrival_s
+                        ends = decode_ends(world, at_s, limit)
+                        steps += len(ends)
+                        busy_s += ends[-1] - at_s
+                        kind, at_s = _STRETCH_END, ends[-1]
+                        continue
+                    plan = scheduler.schedule(at_s)
+                    if not plan.requests:
+                        kind, at_s = _IDLE, INF
+                        continue
+                    duration = plan_time(cost, plan)
+                    steps += 1
+                    busy_s += duration
+                    kind, at_s = STEP_END, at_s + duration
+                    continue
+                # The step or the stretch ends: tokens sampled, finished requests leave.
+                if kind == STEP_END:
+                    assert plan is not None
+                    done = scheduler.complete(plan, at_s)
+                else:
+                    done = scheduler.complete_decodes(ends)
+                if done:
+                    finished.extend(done)
+                kind = STEP_START if (scheduler.waiting or scheduler.running) else _IDLE
+            elif i < count:
+                # An arrival joins the waiting queue and wakes an idle engine.
+                add(ordered[i])
+                i += 1
+                if kind == _IDLE:
+                    kind, at_s = STEP_START, arrival_s
+                arrival_s = ordered[i].arrival_s if i < count else INF
+            else:
+                break
+    world.steps = steps
+    world.busy_s = busy_s
+    return world
 
 
 def decode_ends(world: World, start_s: float, limit: int) -> list[float]:
@@ -162,7 +139,9 @@ def decode_ends(world: World, start_s: float, limit: int) -> list[float]:
     starts before the next queued event (the first always is)."""
     running = world.scheduler.running
     n = len(running)
-    context = sum(r.num_computed for r in running)
+    context = 0
+    for r in running:
+        context += r.num_computed
     cost = world.cost
     # Step j has context C + n*j and C + n*(j+1) attention pairs: both roofline terms are affine in
     # j (the same arithmetic as `StepCost.time`, unrolled for speed).
@@ -173,17 +152,60 @@ def decode_ends(world: World, start_s: float, limit: int) -> list[float]:
     memory0 = (cost.fixed_bytes + n * cost.bytes_per_token + context * cost.bytes_per_context) / cost.byte_s
     memory_step = n * cost.bytes_per_context / cost.byte_s
     overhead = cost.step_overhead_s + cost.seq_overhead_s * n
-    ends: list[float] = []
-    t = start_s
     horizon = world.next_event_s
-    for j in range(limit):
-        if j and t >= horizon:
-            break
-        compute = compute0 + compute_step * j
-        memory = memory0 + memory_step * j
-        t += (compute if compute > memory else memory) + overhead
-        ends.append(t)
+    # Durations never shrink (both slopes are >= 0), so no more than (horizon - start) / first
+    # duration steps start before the horizon: compute that many (and a margin), then cut.
+    first = (compute0 if compute0 > memory0 else memory0) + overhead
+    count = limit
+    if horizon != INF:
+        count = min(limit, int((horizon - start_s) / first) + 2)
+    ends = _accumulated(start_s, count, compute0, compute_step, memory0, memory_step, overhead)
+    # Step j starts at ends[j-1]: keep steps up to the first that ends at or after the horizon.
+    cut = bisect.bisect_left(ends, horizon) + 1
+    while cut > len(ends) and len(ends) < limit:  # the estimate fell short (rounding): go on
+        more = _accumulated(
+            ends[-1],
+            limit - len(ends),
+            compute0 + compute_step * len(ends),
+            compute_step,
+            memory0 + memory_step * len(ends),
+            memory_step,
+            overhead,
+        )
+        ends.extend(more[: bisect.bisect_left(more, horizon) + 1])
+        cut = bisect.bisect_left(ends, horizon) + 1
+    if cut < len(ends):
+        del ends[cut:]
     return ends
+
+
+def _accumulated(
+    start_s: float,
+    count: int,
+    compute0: float,
+    compute_step: float,
+    memory0: float,
+    memory_step: float,
+    overhead: float,
+) -> list[float]:
+    """Running sums from `start_s` of `count` step times max(compute0 + compute_step*j,
+    memory0 + memory_step*j) + overhead. The two lines cross at most once: when one is clearly above
+    the other at both ends it is the maximum throughout, and the branch is dropped."""
+    last = count - 1
+    c_end, m_end = compute0 + compute_step * last, memory0 + memory_step * last
+    margin = 1e-9
+    if compute0 > memory0 * (1 + margin) and c_end > m_end * (1 + margin):
+        steps = [compute0 + compute_step * j + overhead for j in range(count)]
+    elif memory0 > compute0 * (1 + margin) and m_end > c_end * (1 + margin):
+        steps = [memory0 + memory_step * j + overhead for j in range(count)]
+    else:
+        steps = []
+        for j in range(count):
+            compute = compute0 + compute_step * j
+            memory = memory0 + memory_step * j
+            steps.append((compute if compute > memory else memory) + overhead)
+    steps[0] += start_s  # the running sums from start_s, as start_s + d0 + d1 + ... in that order
+    return list(itertools.accumulate(steps))
 
 
 def plan_time(cost: StepCost, plan: StepPlan) -> float:
@@ -229,21 +251,6 @@ class EventQueue:
         """The key of the event `pop` would return."""
         time_s, priority, sequence, _ = self._heap[0]
         return time_s, priority, sequence
-
-
-def run(world: World, requests: Iterable[SimRequest]) -> World:
-    """Simulate `requests` (each arrives at its `arrival_s`) until no event is left."""
-    with paused_gc():
-        queue = EventQueue()
-        ordered = sorted(requests, key=lambda r: r.arrival_s)
-        if ordered:
-            queue.push(Arrival(ordered, 0))
-        while queue:
-            event = queue.pop()
-            world.next_event_s = queue.key_of_next()[0] if queue else float("inf")
-            for follow in event.fire(world):
-                queue.push(follow)
-    return world
 
 
 @contextlib.contextmanager

@@ -41,11 +41,15 @@ class Shape:
     prompt_tokens: int  #: prompt length of each
     max_tokens: int  #: tokens each generates
     prefix_tokens: int = 0  #: leading prompt tokens all requests of a round share (0: none)
+    #: Send one request with the round's prefix alone first (not kept): the round's requests then
+    #: find the prefix in the engine's prefix cache, as a voice turn finds its system prompt.
+    warm_prefix: bool = False
 
     @property
     def name(self) -> str:
         shared = f"-s{self.prefix_tokens}" if self.prefix_tokens else ""
-        return f"n{self.concurrency}-p{self.prompt_tokens}{shared}-m{self.max_tokens}"
+        warm = "w" if self.warm_prefix else ""
+        return f"n{self.concurrency}-p{self.prompt_tokens}{shared}{warm}-m{self.max_tokens}"
 
 
 #: The default shapes: one request alone (short, long, very long prompt), batched decodes, prefills
@@ -61,6 +65,14 @@ DEFAULT_SHAPES: tuple[Shape, ...] = (
     Shape(2, 2500, 4),
 )
 
+#: Shapes whose prompts are mostly served from the prefix cache (a long cached prefix, a short new
+#: tail): what separates the API server's per-token work from prefill compute.
+PREFIX_HIT_SHAPES: tuple[Shape, ...] = (
+    Shape(1, 1200, 16, prefix_tokens=1100, warm_prefix=True),
+    Shape(1, 3000, 8, prefix_tokens=2900, warm_prefix=True),
+    Shape(4, 1200, 16, prefix_tokens=1100, warm_prefix=True),
+)
+
 
 def _plan(shape: Shape, *, tokenizer_dir: Path, round_: int) -> list[PlannedRequest]:
     """One round of a shape: its requests, all due at once. A shared prefix is new each round (so
@@ -71,7 +83,7 @@ def _plan(shape: Shape, *, tokenizer_dir: Path, round_: int) -> list[PlannedRequ
         rng = random.Random(zlib.crc32(f"{shape.name}/{round_}/prefix".encode()))
         prefix = text_of_tokens(tokenizer, shape.prefix_tokens, rng) + " "
     out = []
-    for i in range(shape.concurrency):
+    for i in range(shape.concurrency + (1 if shape.warm_prefix else 0)):
         rng = random.Random(zlib.crc32(f"{shape.name}/{round_}/{i}".encode()))
         own = text_of_tokens(tokenizer, shape.prompt_tokens - shape.prefix_tokens, rng)
         out.append(
@@ -101,9 +113,12 @@ async def measure_on(
         gaps: list[float] = []
         prompts: list[int] = []
         for round_ in range(repeats):
-            run = await replay(
-                _plan(shape, tokenizer_dir=tokenizer_dir, round_=round_), target=target, timeout_s=120.0
-            )
+            plan = _plan(shape, tokenizer_dir=tokenizer_dir, round_=round_)
+            if shape.warm_prefix:  # the last request warms the prefix, alone, first
+                await replay(plan[-1:], target=target, timeout_s=120.0)
+                await asyncio.sleep(0.1)
+                plan = plan[:-1]
+            run = await replay(plan, target=target, timeout_s=120.0)
             for result in run.results:
                 if result.ok and result.ttft_ms is not None:
                     ttfts.append(result.ttft_ms)
@@ -123,6 +138,7 @@ async def measure_on(
                 itl_ms=statistics.median(gaps) if gaps else float("nan"),
                 knobs=knobs,
                 prefix_tokens=shape.prefix_tokens,
+                prefix_warm=shape.warm_prefix,
             )
         )
     return points

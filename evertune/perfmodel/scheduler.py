@@ -30,10 +30,10 @@ priorities, speculative decoding, or async scheduling; a request is never refuse
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
 from evertune.errors import InvalidArgument
 
@@ -141,32 +141,33 @@ class BlockPool:
 
     def hits(self, hashes: Sequence[int], limit: int) -> list[int]:
         """The cached blocks of the longest run of leading `hashes` (at most `limit` blocks)."""
-        found: list[int] = []
-        cached = self.cached
-        for h in hashes[:limit]:
-            block = cached.get(h)
-            if block is None:
-                break
-            found.append(block)
-        return found
+        # Look all up at once (a prompt's misses are mostly at its tail), then cut at the first miss.
+        wanted = hashes if limit >= len(hashes) else hashes[:limit]
+        found: list[int | None] = list(map(self.cached.get, wanted))
+        if None in found:
+            del found[found.index(None) :]
+        return found  # type: ignore[return-value]
 
     def touch(self, blocks: Sequence[int]) -> None:
         """Take hold of cached blocks (out of the free queue if nobody held them)."""
+        ref, freed = self.ref, self.freed
         for b in blocks:
-            if self.ref[b] == 0:
-                del self.freed[b]  # a cached block has been used, so it is never a fresh one
-            self.ref[b] += 1
+            held = ref[b]
+            if not held:
+                del freed[b]  # a cached block has been used, so it is never a fresh one
+            ref[b] = held + 1
 
     def take(self, n: int) -> list[int]:
         """`n` blocks from the head of the free queue (caller checked there are enough); cached ones
         lose their hash."""
-        out: list[int] = []
         ref = self.ref
-        while n and self.fresh < self.num_blocks:
-            ref[self.fresh] = 1
-            out.append(self.fresh)
-            self.fresh += 1
-            n -= 1
+        fresh = self.fresh
+        k = min(n, self.num_blocks - fresh)  # never-used blocks first (they head the queue)
+        out = list(range(fresh, fresh + k))
+        if k:
+            ref[fresh : fresh + k] = [1] * k
+            self.fresh = fresh + k
+            n -= k
         if n:
             freed, hashes, cached = self.freed, self.hash, self.cached
             for _ in range(n):
@@ -184,8 +185,9 @@ class BlockPool:
         """Drop a hold on `blocks`; those nobody holds go to the free queue's tail, last block first."""
         ref, freed = self.ref, self.freed
         for b in reversed(blocks):
-            ref[b] -= 1
-            if ref[b] == 0:
+            held = ref[b] - 1
+            ref[b] = held
+            if not held:
                 freed[b] = None
 
     def register(self, block: int, h: int) -> None:
@@ -204,7 +206,7 @@ class BlockPool:
         assert all(self.hash[b] == h for h, b in self.cached.items()), "cache names a block without its hash"
 
 
-@dataclass
+@dataclass(slots=True)
 class StepPlan:
     """What one step computes: the scheduled requests and how many tokens of each."""
 
@@ -227,6 +229,8 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig, *, check_invariants: bool = False) -> None:
         self.config = config
+        self.block_size = config.block_size  #: `config.block_size` (read in the inner loops)
+        self.prefix_caching = config.prefix_caching  #: `config.prefix_caching` (likewise)
         self.pool = BlockPool(config.num_blocks)
         self.waiting: deque[SimRequest] = deque()  #: arrived, not running (preempted ones in front)
         self.running: list[SimRequest] = []  #: admitted, holding blocks, in admission order
@@ -258,24 +262,41 @@ class Scheduler:
     def _grow(self, request: SimRequest, upto_tokens: int, hits: Sequence[int] = ()) -> bool:
         """Give `request` blocks for its first `upto_tokens` tokens (reusing `hits` first); False,
         changing nothing, when the free queue has too few."""
-        bs = self.config.block_size
-        needed = -(-upto_tokens // bs) - len(request.blocks) - len(hits)
+        bs = self.block_size
+        blocks = request.blocks
+        total = -(-upto_tokens // bs)
+        needed = total - len(blocks) - len(hits)
         pool = self.pool
-        evictable_hits = sum(1 for b in hits if pool.ref[b] == 0)
-        if needed + evictable_hits > pool.free_count:
+        free = pool.num_blocks - pool.fresh + len(pool.freed)  # pool.free_count, inlined
+        if needed > free:
             return False
         if hits:
+            ref = pool.ref
+            for b in hits:
+                if not ref[b]:  # a free cached block: taking it leaves one fewer free
+                    needed += 1
+            if needed > free:
+                return False
             pool.touch(hits)
-            request.blocks.extend(hits)
+            blocks.extend(hits)
+            needed = total - len(blocks)
         if needed > 0:
-            request.blocks.extend(pool.take(needed))
-        if self.config.prefix_caching:
-            full = min(len(request.hashes), upto_tokens // bs)
-            k = request.cached_blocks
-            if k < full:
-                hashes, blocks = request.hashes, request.blocks
-                for i in range(k, full):
-                    pool.register(blocks[i], hashes[i])
+            blocks.extend(pool.take(needed))
+        if self.prefix_caching:
+            hashes = request.hashes
+            full = upto_tokens // bs
+            if full > len(hashes):
+                full = len(hashes)
+            done = request.cached_blocks
+            if done < full:
+                # The hit blocks are cached under these very hashes already: register from after them.
+                cached, block_hash = pool.cached, pool.hash
+                for i in range(done if done > len(hits) else len(hits), full):  # pool.register, inlined
+                    h = hashes[i]
+                    if h not in cached:
+                        b = blocks[i]
+                        cached[h] = b
+                        block_hash[b] = h
                 request.cached_blocks = full
         return True
 
@@ -306,7 +327,7 @@ class Scheduler:
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
-            n = request.num_tokens - request.num_computed
+            n = request.prompt_tokens + request.output_tokens - request.num_computed
             if n > budget:
                 n = budget
             upto = request.num_computed + n
@@ -330,12 +351,13 @@ class Scheduler:
             caching = cfg.prefix_caching
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 request = waiting[0]
+                known = request.prompt_tokens + request.output_tokens
                 hits: list[int] = []
                 if caching and request.hashes:
-                    # At least the last token is computed, so at most (num_tokens - 1) // bs blocks hit.
-                    hits = self.pool.hits(request.hashes, (request.num_tokens - 1) // bs)
+                    # At least the last token is computed, so at most (known - 1) // bs blocks hit.
+                    hits = self.pool.hits(request.hashes, (known - 1) // bs)
                 computed = len(hits) * bs
-                n = request.num_tokens - computed
+                n = known - computed
                 if n > budget:
                     if not cfg.chunked_prefill:
                         break
@@ -348,7 +370,7 @@ class Scheduler:
                 if request.preemptions == 0:
                     self.prompt_tokens += request.prompt_tokens
                 if caching:
-                    self.prefix_queries += request.num_tokens
+                    self.prefix_queries += known
                     self.prefix_hits += computed
                 if request.scheduled_s < 0:
                     request.scheduled_s = now_s
@@ -356,7 +378,8 @@ class Scheduler:
                 tokens.append(n)
                 budget -= n
         plan = StepPlan(requests=scheduled, tokens=tokens, preempted=preempted)
-        assert budget >= 0 and plan.total_tokens <= cfg.max_num_batched_tokens, "token budget exceeded"
+        # The step's tokens are the budget spent: within it as long as none is left owing.
+        assert budget >= 0, "token budget exceeded"
         assert len(running) <= cfg.max_num_seqs, "max_num_seqs exceeded"
         if self.check_invariants:
             for request, n in zip(scheduled, tokens, strict=True):
@@ -383,12 +406,22 @@ class Scheduler:
                 k = left
         bs = cfg.block_size
         free = self.pool.free_count
+        total = 0
+        for r in running:
+            need = -(-(r.num_computed + k) // bs) - len(r.blocks)
+            if need > 0:
+                total += need
+        if total <= free:
+            return k
 
         def blocks_needed(steps: int) -> int:
-            return sum(max(0, -(-(r.num_computed + steps) // bs) - len(r.blocks)) for r in running)
+            total = 0
+            for r in running:
+                need = -(-(r.num_computed + steps) // bs) - len(r.blocks)
+                if need > 0:
+                    total += need
+            return total
 
-        if blocks_needed(k) <= free:
-            return k
         low, high = 0, k  # blocks_needed(low) <= free < blocks_needed(high)
         while high - low > 1:
             mid = (low + high) // 2
@@ -411,26 +444,34 @@ class Scheduler:
         assert k > 0, "an empty decode stretch"
         bs = self.config.block_size
         pool = self.pool
-        diffs = [b - a for a, b in pairwise(ends)]
+        running = self.running
+        if self.check_invariants:
+            for r in running:
+                assert r.prompt_tokens + r.output_tokens - r.num_computed == 1, "a stretch over a non-decode"
+        diffs = list(map(operator.sub, ends[1:], ends))
+        first, last = ends[0], ends[-1]
         finished: list[SimRequest] = []
-        for r in self.running:
-            assert r.prompt_tokens + r.output_tokens - r.num_computed == 1, "a stretch over a non-decode"
+        for r in running:
             upto = r.num_computed + k
             need = -(-upto // bs) - len(r.blocks)
             if need > 0:
                 r.blocks.extend(pool.take(need))
             r.num_computed = upto
             r.output_tokens += k
-            r.gaps.append(ends[0] - r.last_token_s)
-            r.gaps.extend(diffs)
-            r.last_token_s = ends[-1]
+            gaps = r.gaps
+            gaps.append(first - r.last_token_s)
+            gaps.extend(diffs)
+            r.last_token_s = last
             if r.output_tokens >= r.max_tokens:
-                r.finished_s = ends[-1]
+                r.finished_s = last
                 finished.append(r)
-        self.generation_tokens += k * len(self.running)
+        self.generation_tokens += k * len(running)
         if finished:
-            done = {id(r) for r in finished}
-            self.running = [r for r in self.running if id(r) not in done]
+            if len(finished) == len(running):
+                self.running = []
+            else:
+                done = {id(r) for r in finished}
+                self.running = [r for r in running if id(r) not in done]
             for request in finished:
                 pool.release(request.blocks)
                 request.blocks = []
@@ -446,21 +487,26 @@ class Scheduler:
         Invariant (asserted): no request computes past its known tokens, and blocks are conserved.
         """
         finished: list[SimRequest] = []
+        sampled = 0
         for request, n in zip(plan.requests, plan.tokens, strict=True):
-            request.num_computed += n
-            known = request.prompt_tokens + request.output_tokens
-            assert request.num_computed <= known, "computed past the known tokens"
-            if request.num_computed == known:
-                request.output_tokens += 1
-                self.generation_tokens += 1
+            computed = request.num_computed + n
+            request.num_computed = computed
+            output = request.output_tokens
+            known = request.prompt_tokens + output
+            assert computed <= known, "computed past the known tokens"
+            if computed == known:
+                output += 1
+                request.output_tokens = output
+                sampled += 1
                 if request.first_token_s < 0:
                     request.first_token_s = now_s
                 else:
                     request.gaps.append(now_s - request.last_token_s)
                 request.last_token_s = now_s
-                if request.output_tokens >= request.max_tokens:
+                if output >= request.max_tokens:
                     request.finished_s = now_s
                     finished.append(request)
+        self.generation_tokens += sampled
         if finished:
             done = {id(r) for r in finished}
             self.running = [r for r in self.running if id(r) not in done]

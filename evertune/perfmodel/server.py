@@ -100,12 +100,19 @@ class LiveEngine:
     """The scheduler driven by the wall clock (see the module doc)."""
 
     def __init__(
-        self, *, scheduler: Scheduler, cost: StepCost, metrics: _Metrics, request_overhead_s: float = 0.0
+        self,
+        *,
+        scheduler: Scheduler,
+        cost: StepCost,
+        metrics: _Metrics,
+        request_overhead_s: float = 0.0,
+        request_overhead_per_token_s: float = 0.0,
     ) -> None:
         self.scheduler = scheduler
         self.cost = cost
         self.metrics = metrics
         self.request_overhead_s = request_overhead_s  #: delay before the scheduler sees a request
+        self.request_overhead_per_token_s = request_overhead_per_token_s  #: and per prompt token
         self._streams: dict[int, _Stream] = {}
         self._wake = asyncio.Event()
         self._next_index = 0
@@ -116,8 +123,9 @@ class LiveEngine:
         self, *, prompt_tokens: int, hashes: tuple[int, ...], max_tokens: int, received_s: float
     ) -> _Stream:
         """Queue a request received at `received_s` (monotonic); it reaches the scheduler
-        `request_overhead_s` after that (the time this server spent parsing it counts as part of
-        the overhead). Its words arrive on the returned stream's queue."""
+        `request_overhead_s` (+ `request_overhead_per_token_s` per prompt token) after that (the
+        time this server spent parsing it counts as part of the overhead). Its words arrive on the
+        returned stream's queue."""
         request = SimRequest(
             index=self._next_index,
             arrival_s=received_s,
@@ -128,7 +136,8 @@ class LiveEngine:
         self._next_index += 1
         stream = _Stream(request=request)
         self._streams[request.index] = stream
-        delay = received_s + self.request_overhead_s - time.monotonic()
+        overhead = self.request_overhead_s + self.request_overhead_per_token_s * prompt_tokens
+        delay = received_s + overhead - time.monotonic()
         if delay > 0:
             asyncio.get_running_loop().call_later(delay, self._admit, stream)
         else:
@@ -456,6 +465,7 @@ def build(
         cost=cost,
         metrics=_Metrics(name),
         request_overhead_s=efficiency.request_overhead_s,
+        request_overhead_per_token_s=efficiency.request_overhead_per_token_s,
     )
     raw = json.loads((model_dir / "config.json").read_text())
     max_len = int(spec.max_model_len or raw.get("max_position_embeddings") or 8192)

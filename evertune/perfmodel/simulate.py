@@ -131,10 +131,11 @@ def simulate(
     efficiency = efficiency or Efficiency()
     cost = StepCost.of(model, hardware, efficiency, tp=config.tensor_parallel_size or 1)
     delay = efficiency.request_overhead_s
+    per_token = efficiency.request_overhead_per_token_s
     requests = [
         SimRequest(
             index=i,
-            arrival_s=item.arrival_s / rate + delay,
+            arrival_s=item.arrival_s / rate + _overhead(delay, per_token, item.prompt_tokens),
             prompt_tokens=item.prompt_tokens,
             max_tokens=item.max_tokens,
             hashes=item.hashes,
@@ -147,7 +148,7 @@ def simulate(
         _result(item, request, sent_s=item.arrival_s / rate)
         for item, request in zip(workload, requests, strict=True)
     )
-    first = min(r.arrival_s for r in requests) - delay
+    first = min(item.arrival_s for item in workload) / rate
     last = max((r.finished_s for r in requests if r.finished_s >= 0), default=first)
     duration = max(last - first, 0.0)
     summary = summarize(results, slo=slo, lag=assess_lag([0.0]), duration_s=duration)
@@ -164,6 +165,11 @@ def simulate(
         config=sched_config,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _overhead(delay: float, per_token: float, prompt_tokens: int) -> float:
+    """Seconds a request spends before the engine sees it (exactly `delay` without a per-token term)."""
+    return delay + per_token * prompt_tokens if per_token else delay
 
 
 def _result(item: SimInput, request: SimRequest, *, sent_s: float) -> RequestResult:

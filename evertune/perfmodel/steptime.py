@@ -6,9 +6,10 @@
 
 Attention gets its own efficiency: its kernels reach a different share of peak than the matrix
 multiplies (on the CPU backend far more: the tiny model's 256-wide GEMMs are inefficient, its
-attention kernel is not). Apart from the step, each request pays `request_overhead_s` once before
-the engine sees it (the API server's tokenizing and input processing): the simulator delays its
-arrival by that much.
+attention kernel is not). Apart from the step, each request pays `request_overhead_s` plus
+`request_overhead_per_token_s` per prompt token once before the engine sees it (the API server's
+input processing and tokenizing, which covers the whole prompt even when the engine then finds most
+of it in the prefix cache): the simulator delays its arrival by that much.
 
 FLOPs of a step (`arch` = `ModelArch`, T new tokens, S sampled tokens):
 - matrix multiplies: 2 * T * layers * layer_params, and 2 * S * hidden * vocab for the output head
@@ -43,6 +44,9 @@ class Efficiency:
     step_overhead_s: float = 0.0  #: fixed seconds per step (scheduling, launch, sampling setup)
     seq_overhead_s: float = 0.0  #: seconds per scheduled sequence (input prep, sampling, detokenizing)
     request_overhead_s: float = 0.0  #: seconds per request before the engine sees it (API server)
+    #: seconds per prompt token before the engine sees it (the API server tokenizing the whole prompt,
+    #: cached prefix or not)
+    request_overhead_per_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.compute > 0 and self.bandwidth > 0 and self.attention > 0):
@@ -50,7 +54,8 @@ class Efficiency:
                 f"efficiency factors must be positive, got compute {self.compute}, "
                 f"bandwidth {self.bandwidth}, attention {self.attention}"
             )
-        if self.step_overhead_s < 0 or self.seq_overhead_s < 0 or self.request_overhead_s < 0:
+        overheads = (self.step_overhead_s, self.seq_overhead_s, self.request_overhead_s)
+        if min(*overheads, self.request_overhead_per_token_s) < 0:
             raise InvalidArgument("overheads must not be negative")
 
 

@@ -13,9 +13,18 @@ from evertune.engines import EngineSpec
 from evertune.engines.hardware import HardwareProfile
 from evertune.errors import InvalidArgument
 from evertune.perfmodel.arch import ModelArch
-from evertune.perfmodel.calibrate import CalibrationPoint, fit, nelder_mead, predict
+from evertune.perfmodel.calibrate import (
+    CalibrationPoint,
+    MeasuredRun,
+    fit,
+    fit_runs,
+    nelder_mead,
+    predict,
+    predict_run,
+)
 from evertune.perfmodel.calibration import calibration_path, load_efficiency
 from evertune.perfmodel.steptime import Efficiency
+from evertune.perfmodel.workload import synthetic
 
 TRUE = Efficiency(
     compute=0.2,
@@ -114,3 +123,69 @@ def test_calibrate_command_without_points_says_what_to_give(
     code = main(["model", "calibrate", "--data-dir", str(tmp_path), "--model", str(tiny_model_dir)])
     assert code != 0
     assert "--points" in capsys.readouterr().err
+
+
+def test_a_warm_prefix_point_is_predicted_with_its_prefix_cached(
+    tiny_arch: ModelArch, cpu: HardwareProfile
+) -> None:
+    base = EngineSpec(model="m", kv_cache_space_gib=2)
+    cold = CalibrationPoint(
+        name="n1-p1200-s1100-m8",
+        concurrency=1,
+        prompt_tokens=1200,
+        max_tokens=8,
+        ttft_ms=1.0,
+        itl_ms=1.0,
+        prefix_tokens=1100,
+    )
+    warm = replace(cold, name="n1-p1200-s1100w-m8", prefix_warm=True)
+    eff = replace(TRUE, request_overhead_per_token_s=2e-6)
+    cold_ms = predict(cold, model=tiny_arch, hardware=cpu, efficiency=eff, base=base)["ttft_ms"]
+    warm_ms = predict(warm, model=tiny_arch, hardware=cpu, efficiency=eff, base=base)["ttft_ms"]
+    # Both pay the API server's per-token work on the whole prompt; only the cold one prefills it all.
+    assert warm_ms < cold_ms
+    assert warm_ms > (eff.request_overhead_s + 1200 * 2e-6) * 1000
+    assert CalibrationPoint.parse(warm.as_dict()) == warm
+
+
+def test_fit_runs_recovers_the_per_token_overhead_from_prefix_hit_runs(
+    tiny_arch: ModelArch, cpu: HardwareProfile
+) -> None:
+    spec = EngineSpec(model="m", kv_cache_space_gib=2)
+    truth = Efficiency(request_overhead_s=0.004, request_overhead_per_token_s=3e-6)
+    runs = []
+    for prompt, prefix in ((600, 512), (2000, 1920), (4000, 3840)):
+        inputs = tuple(
+            synthetic(
+                count=6, prompt_tokens=prompt, max_tokens=8, block_size=128, gap_s=1.0, prefix_tokens=prefix
+            )
+        )
+        run = MeasuredRun(
+            name=f"p{prompt}",
+            inputs=inputs,
+            spec=spec,
+            rate=1.0,
+            ttft_p50_ms=1,
+            ttft_p99_ms=1,
+            itl_p50_ms=1,
+            warm=inputs[:1],
+        )
+        figures = predict_run(run, model=tiny_arch, hardware=cpu, efficiency=truth)
+        runs.append(
+            replace(
+                run,
+                ttft_p50_ms=figures["ttft_p50_ms"],
+                ttft_p99_ms=figures["ttft_p99_ms"],
+                itl_p50_ms=figures["itl_p50_ms"],
+            )
+        )
+    fitted = fit_runs(
+        runs,
+        model=tiny_arch,
+        hardware=cpu,
+        factors=("request_overhead_s", "request_overhead_per_token_s"),
+        starts=(Efficiency(request_overhead_s=0.01, request_overhead_per_token_s=1e-5),),
+    )
+    assert fitted.efficiency.request_overhead_s == pytest.approx(0.004, rel=0.02)
+    assert fitted.efficiency.request_overhead_per_token_s == pytest.approx(3e-6, rel=0.02)
+    assert fitted.max_abs_err < 0.01

@@ -32,7 +32,7 @@ def test_queue_orders_by_time_then_priority_then_push_order() -> None:
         _Tag(0.5, STEP_START, "early"),
     ]
     for event in events:
-        queue.push(event)  # type: ignore[arg-type]
+        queue.push(event)
     assert queue.key_of_next() == (0.5, STEP_START, 5)
     order = [queue.pop().name for _ in range(len(events))]  # type: ignore[attr-defined]
     assert order == ["early", "end", "arrival-a", "arrival-b", "start", "late"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,17 @@ def test_synthetic_requests_share_exactly_their_prefix_blocks() -> None:
     assert a.hashes[4] != b.hashes[4]
     c, d = synthetic(count=2, prompt_tokens=700, max_tokens=1, block_size=128)
     assert c.hashes[0] != d.hashes[0]
+
+
+def test_the_per_token_request_overhead_delays_the_first_token_by_prompt_length(
+    tiny_arch: ModelArch, cpu: HardwareProfile
+) -> None:
+    inputs = synthetic(count=1, prompt_tokens=300, max_tokens=2, block_size=128)
+    plain = simulate(inputs, SPEC, cpu, tiny_arch, efficiency=EFF)
+    per_token = simulate(
+        inputs, SPEC, cpu, tiny_arch, efficiency=replace(EFF, request_overhead_per_token_s=1e-5)
+    )
+    (a,), (b,) = plain.results, per_token.results
+    assert a.ttft_ms is not None and b.ttft_ms is not None
+    assert b.ttft_ms == pytest.approx(a.ttft_ms + 300 * 1e-5 * 1000)
+    assert b.itl_ms == pytest.approx(a.itl_ms)
