@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from nats.js import JetStreamContext
 
 from evertune.bus import Bucket, publish_event
@@ -173,10 +173,15 @@ class State:
         return _decode(endpoint_pb2.Endpoint, entry.value) if entry else None
 
     async def list_endpoints(self) -> list[endpoint_pb2.Endpoint]:
-        """Every endpoint, by name."""
+        """Every endpoint, by name. An entry that is not an Endpoint (written by something else) is
+        skipped with a warning: one bad key must not stop listing or a deployer's resume."""
         out = []
         for key in await self.endpoints.keys():
-            endpoint = await self.get_endpoint(key)
+            try:
+                endpoint = await self.get_endpoint(key)
+            except DecodeError:
+                log.warning("endpoints bucket entry is not an Endpoint; skipped", key=key)
+                continue
             if endpoint is not None:
                 out.append(endpoint)
         return out
@@ -239,8 +244,12 @@ class State:
         for key in await self.deployments.keys():
             if key.startswith(prefix):
                 entry = await self.deployments.get(key)
-                if entry is not None:
+                if entry is None:
+                    continue
+                try:
                     out.append(_decode(endpoint_pb2.Deployment, entry.value))
+                except DecodeError:
+                    log.warning("deployments bucket entry is not a Deployment; skipped", key=key)
         out.sort(key=lambda d: (d.create_time.ToNanoseconds(), d.id), reverse=True)
         return out
 

@@ -13,7 +13,10 @@ from evertune.errors import AlreadyExists, ConflictError, NotFound
 
 @pytest.fixture
 async def bucket(js: JetStreamContext) -> Bucket:
-    return await Bucket.open(js, "endpoints")
+    # A bucket of its own: the deployer's `endpoints` bucket holds Endpoint protobufs only, and
+    # other tests in the session read it.
+    await js.create_key_value(bucket="test_kv", history=5)  # idempotent with the same config
+    return await Bucket.open(js, "test_kv")
 
 
 async def test_create_then_compare_and_set(bucket: Bucket) -> None:
