@@ -481,7 +481,9 @@ def build(
 
 async def serve(server: SimServer, engine: LiveEngine, *, host: str, port: int) -> None:
     """Serve until SIGTERM or SIGINT."""
-    runner = web.AppRunner(server.app(), access_log=None)
+    # Streams still open at SIGTERM get 2 s to finish (aiohttp's default waits 60 s, longer than
+    # an engine shell waits before SIGKILL).
+    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
