@@ -20,6 +20,7 @@ from evertune.gateway.proxy import Proxy
 from evertune.gateway.publisher import Pending, Publisher, Spool
 from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import GatewaySettings
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 from tokenizers import Tokenizer
@@ -32,6 +33,8 @@ from evertune.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
 from evertune.v1 import telemetry_pb2
 
 KV_DELETES = ("DEL", "PURGE")  #: KV operations that remove a key
+#: Seconds between checks of the NATS connection's reconnect count while following the routes.
+ROUTE_RESYNC_CHECK_S = 0.5
 
 
 class GatewayService(Service):
@@ -78,7 +81,7 @@ class GatewayService(Service):
             retry_s=settings.spool_retry_s,
         )
         self.spawn(self.publisher.run(self._http_closed), name="publisher")
-        await self._watch_routes(js)
+        await self._watch_routes(js, ctx.nc)
         self.proxy = Proxy(settings, self.book, self._offer)
         if settings.metrics:
             self.proxy.app.router.add_get(METRICS_PATH, metrics_handler(self.metrics_registry))
@@ -123,16 +126,20 @@ class GatewayService(Service):
         folder = self.settings.tokenizer_dir or ensure_model(data_dir.expanduser())
         return load_tokenizer(folder)
 
-    async def _watch_routes(self, js: JetStreamContext) -> None:
+    async def _watch_routes(self, js: JetStreamContext, nc: Client) -> None:
         """Load every route table, then keep following the bucket in a loop."""
+        self._watcher = await self._load_routes(js)
+        self.spawn(self._follow_routes(js, nc), name="routes")
+
+    async def _load_routes(self, js: JetStreamContext) -> KeyValue.KeyWatcher:
+        """A new watch of the bucket, after applying the latest value of every key it delivers."""
         kv = await js.key_value(self.settings.routes_bucket)
-        self._watcher = watcher = await kv.watchall()
+        watcher = await kv.watchall()
         while True:
             entry = await watcher.updates(timeout=10.0)  # type: ignore[no-untyped-call]
             if entry is None:  # the initial values are all in
-                break
+                return watcher
             self._apply(entry)
-        self.spawn(self._follow_routes(watcher), name="routes")
 
     def _apply(self, entry: KeyValue.Entry) -> None:
         try:
@@ -140,25 +147,49 @@ class GatewayService(Service):
         except EvertuneError as err:
             self.log.warning("route table ignored", key=entry.key, error=str(err))
 
-    async def _follow_routes(self, watcher: KeyValue.KeyWatcher) -> None:
+    async def _follow_routes(self, js: JetStreamContext, nc: Client) -> None:
+        """Apply each change; watch anew after NATS reconnected (the watch's ephemeral consumer may
+        be gone with the server, and nats-py's ordered consumer does not always recover), so a
+        route change made while or after NATS was away is not missed."""
         stopping = asyncio.create_task(self.stopping.wait())
+        reconnects = nc.stats["reconnects"]
         try:
             while not self.stopping.is_set():
+                watcher = self._watcher
+                if watcher is None or nc.stats["reconnects"] != reconnects:
+                    reconnects = nc.stats["reconnects"]
+                    await self._stop_watcher()
+                    try:
+                        self._watcher = await self._load_routes(js)
+                        self.log.info("route watch restarted", endpoints=len(self.book.tables))
+                    except Exception as err:  # NATS not back yet: the book stays as it was
+                        self.log.warning("route watch restart failed", error=f"{type(err).__name__}: {err}")
+                        await asyncio.wait({stopping}, timeout=ROUTE_RESYNC_CHECK_S)
+                    continue
                 nxt = asyncio.ensure_future(watcher.__anext__())  # type: ignore[no-untyped-call]
-                done, _ = await asyncio.wait({nxt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {nxt, stopping}, timeout=ROUTE_RESYNC_CHECK_S, return_when=asyncio.FIRST_COMPLETED
+                )
                 if nxt not in done:
                     nxt.cancel()
                     with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                         await nxt
-                    break
+                    continue
                 try:
                     entry = nxt.result()
                 except StopAsyncIteration:
-                    break
+                    self._watcher = None  # the watch ended: start another
+                    continue
                 if entry is not None:
                     self._apply(entry)
         finally:
             stopping.cancel()
+
+    async def _stop_watcher(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            with contextlib.suppress(Exception):
+                await watcher.stop()  # type: ignore[no-untyped-call]
 
     async def _serve_until_stopped(self) -> None:
         """Serve until stop; then refuse new connections, let in-flight requests end, close."""
@@ -173,9 +204,7 @@ class GatewayService(Service):
         if self._runner is not None:
             await self._runner.cleanup()
         self._http_closed.set()
-        if self._watcher is not None:
-            with contextlib.suppress(Exception):
-                await self._watcher.stop()  # type: ignore[no-untyped-call]
+        await self._stop_watcher()
 
     def listen(self) -> dict[str, str]:
         return {"http": f"{self.settings.host}:{self.port}"} if self.port else {}
