@@ -57,13 +57,27 @@ def format_drift(drift: events_pb2.DriftDetected) -> str:
     return "; ".join(parts) + f" | reference: {reference} ({span:.0f} s)"
 
 
+def format_search_completed(done: events_pb2.SearchCompleted) -> str:
+    """A search.completed as its outcome, counts and winner, then its plain-language summary."""
+    outcome = events_pb2.SearchOutcome.Name(done.outcome).removeprefix("SEARCH_OUTCOME_").lower()
+    parts = [f"search={done.search_id}", f"outcome={outcome}", f"trials={done.trials}"]
+    if done.winner_trial_id:
+        parts += [f"winner_trial={done.winner_trial_id}", f"verified={str(done.verified).lower()}"]
+    if done.error:
+        parts.append(f"error={json.dumps(done.error)}")
+    line = " ".join(parts)
+    return f"{line} | {done.summary}" if done.summary else line
+
+
 def format_event(event: events_pb2.Event) -> str:
     """One readable line: time, kind, endpoint, source, then the payload's fields (drift.detected:
-    what moved, by how much, and the test)."""
+    what moved, by how much, and the test; search.completed: its outcome and summary)."""
     payload_field = event.WhichOneof("payload")
     when = event.time.ToDatetime().strftime("%H:%M:%S.%f")[:-3]
     if payload_field == "drift_detected":
         fields = format_drift(event.drift_detected)
+    elif payload_field == "search_completed":
+        fields = format_search_completed(event.search_completed)
     else:
         payload = MessageToDict(getattr(event, payload_field)) if payload_field else {}
         fields = " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in payload.items())

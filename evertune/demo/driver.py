@@ -66,6 +66,10 @@ class EndpointPlan:
     kv_cache_space_gib: float | None  #: KV cache of a vLLM-CPU engine, GiB (None: not set)
     ready_timeout_s: float  #: how long the first deployment may take to become ready
     search_policy: int = D.SEARCH_POLICY_AUTO  #: what the loop may do (OFF: the configuration stays)
+    objective: int = D.SEARCH_OBJECTIVE_GOODPUT  #: what the endpoint's searches optimise
+    #: prefix caching of the first deployment (None: the engine's default, on); False starts the
+    #: endpoint from a hand-set configuration the loop can improve on
+    prefix_caching: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -133,11 +137,18 @@ class DemoRun:
         return None if self.telemetry_rows is None else self.sent - self.telemetry_rows
 
 
+def _objective_name(objective: int) -> str:
+    return D.SearchObjective.Name(objective).removeprefix("SEARCH_OBJECTIVE_").lower()
+
+
 def endpoint_spec(plan: EndpointPlan, model: Path) -> D.EndpointSpec:
-    """The EndpointSpec the demo creates: the engine's defaults, except a bounded KV cache on CPU."""
+    """The EndpointSpec the demo creates: the engine's defaults, except a bounded KV cache on CPU and
+    prefix caching when the plan sets it."""
     config = D.EngineConfig(engine=plan.engine)
     if plan.kv_cache_space_gib is not None:
         config.kv_cache_space_gib = plan.kv_cache_space_gib
+    if plan.prefix_caching is not None:
+        config.enable_prefix_caching = plan.prefix_caching
     return D.EndpointSpec(
         name=plan.name,
         model=str(model),
@@ -145,6 +156,7 @@ def endpoint_spec(plan: EndpointPlan, model: Path) -> D.EndpointSpec:
         hardware_pool=D.HardwarePool(hardware_class=plan.hardware_class),
         initial_engine_config=config,
         search_policy=plan.search_policy,  # type: ignore[arg-type]
+        objective=plan.objective,  # type: ignore[arg-type]
     )
 
 
@@ -247,8 +259,15 @@ class Demo:
             f"creating endpoint {name!r} through the deployer's gRPC API: engine {self.endpoint.engine} "
             f"on {self.endpoint.hardware_class}, engine defaults except {config}, "
             f"SLO p99 TTFT {self.endpoint.ttft_p99_ms:g} ms, search policy "
-            f"{D.SearchPolicy.Name(self.endpoint.search_policy).removeprefix('SEARCH_POLICY_').lower()}"
+            f"{D.SearchPolicy.Name(self.endpoint.search_policy).removeprefix('SEARCH_POLICY_').lower()}, "
+            f"objective {_objective_name(self.endpoint.objective)}"
         )
+        if self.endpoint.prefix_caching is False:
+            self.say(
+                "the endpoint starts from a hand-set configuration (prefix caching off), not the engine's "
+                "defaults: the performance model ranks the defaults best for this traffic, so only a "
+                "worse start leaves the loop something to find (docs/demo.md)"
+            )
         await stub.CreateEndpoint(pb.CreateEndpointRequest(request_id=uuid.uuid4().hex, spec=spec))
         deadline = time.monotonic() + self.endpoint.ready_timeout_s
         next_note = time.monotonic() + 15.0

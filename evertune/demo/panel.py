@@ -14,6 +14,9 @@ from evertune.cli.events import format_drift, format_event
 from evertune.cli.slo import SloRow
 from evertune.v1 import endpoint_pb2, events_pb2
 
+#: Indent of the line under an event that continues it (a search's summary): past `[  +12.3s] `.
+SUMMARY_INDENT = " " * 13
+
 #: The loop's stages, in order: (name, event kinds that show it happened, event kinds that show it
 #: only began). A search that started but did not complete during the run did not happen.
 STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -90,8 +93,10 @@ def short_line(event: events_pb2.Event) -> str:
         c = event.search_completed
         outcome = _name(events_pb2.SearchOutcome, c.outcome, "SEARCH_OUTCOME_")
         winner = f"; winner {_config(c.winner)} (trial {c.winner_trial_id})" if c.HasField("winner") else ""
-        error = f"; {c.error}" if c.error else ""
-        return f"{kind} search {c.search_id}: {outcome} after {c.trials} trials{winner}{error}"
+        error = f"; {c.error}" if c.error and not c.summary else ""
+        line = f"{kind} search {c.search_id}: {outcome} after {c.trials} trials{winner}{error}"
+        # the searcher's plain-language account, on a line of its own under the event
+        return f"{line}\n{SUMMARY_INDENT}{c.summary}" if c.summary else line
     if which == "trial_progress":
         progress = event.trial_progress
         phase = _name(events_pb2.TrialPhase, progress.phase, "TRIAL_PHASE_")

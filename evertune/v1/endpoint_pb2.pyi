@@ -26,6 +26,13 @@ class AlertRouteKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ALERT_ROUTE_KIND_ALERTMANAGER: _ClassVar[AlertRouteKind]
     ALERT_ROUTE_KIND_PAGERDUTY: _ClassVar[AlertRouteKind]
 
+class SearchObjective(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_OBJECTIVE_UNSPECIFIED: _ClassVar[SearchObjective]
+    SEARCH_OBJECTIVE_GOODPUT: _ClassVar[SearchObjective]
+    SEARCH_OBJECTIVE_P50_TTFT: _ClassVar[SearchObjective]
+    SEARCH_OBJECTIVE_COST: _ClassVar[SearchObjective]
+
 class EndpointState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ENDPOINT_STATE_UNSPECIFIED: _ClassVar[EndpointState]
@@ -63,6 +70,10 @@ ALERT_ROUTE_KIND_WEBHOOK: AlertRouteKind
 ALERT_ROUTE_KIND_LOG: AlertRouteKind
 ALERT_ROUTE_KIND_ALERTMANAGER: AlertRouteKind
 ALERT_ROUTE_KIND_PAGERDUTY: AlertRouteKind
+SEARCH_OBJECTIVE_UNSPECIFIED: SearchObjective
+SEARCH_OBJECTIVE_GOODPUT: SearchObjective
+SEARCH_OBJECTIVE_P50_TTFT: SearchObjective
+SEARCH_OBJECTIVE_COST: SearchObjective
 ENDPOINT_STATE_UNSPECIFIED: EndpointState
 ENDPOINT_STATE_PROVISIONING: EndpointState
 ENDPOINT_STATE_READY: EndpointState
@@ -169,7 +180,7 @@ class EngineConfig(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., model: _Optional[str] = ..., max_num_seqs: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., enable_chunked_prefill: _Optional[bool] = ..., enable_prefix_caching: _Optional[bool] = ..., enforce_eager: _Optional[bool] = ..., dtype: _Optional[str] = ..., block_size: _Optional[int] = ..., kv_cache_space_gib: _Optional[float] = ..., speculative: _Optional[_Union[SpeculativeConfig, _Mapping]] = ..., quantization: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., replicas: _Optional[int] = ..., kernels: _Optional[str] = ..., max_model_len: _Optional[int] = ...) -> None: ...
 
 class EndpointSpec(_message.Message):
-    __slots__ = ("name", "tenant", "model", "slo", "hardware_pool", "initial_engine_config", "search_policy", "alert_routes", "correctness_agreement_threshold")
+    __slots__ = ("name", "tenant", "model", "slo", "hardware_pool", "initial_engine_config", "search_policy", "alert_routes", "correctness_agreement_threshold", "objective")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +190,7 @@ class EndpointSpec(_message.Message):
     SEARCH_POLICY_FIELD_NUMBER: _ClassVar[int]
     ALERT_ROUTES_FIELD_NUMBER: _ClassVar[int]
     CORRECTNESS_AGREEMENT_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: str
@@ -188,7 +200,8 @@ class EndpointSpec(_message.Message):
     search_policy: SearchPolicy
     alert_routes: _containers.RepeatedCompositeFieldContainer[AlertRoute]
     correctness_agreement_threshold: float
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ..., hardware_pool: _Optional[_Union[HardwarePool, _Mapping]] = ..., initial_engine_config: _Optional[_Union[EngineConfig, _Mapping]] = ..., search_policy: _Optional[_Union[SearchPolicy, str]] = ..., alert_routes: _Optional[_Iterable[_Union[AlertRoute, _Mapping]]] = ..., correctness_agreement_threshold: _Optional[float] = ...) -> None: ...
+    objective: SearchObjective
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ..., hardware_pool: _Optional[_Union[HardwarePool, _Mapping]] = ..., initial_engine_config: _Optional[_Union[EngineConfig, _Mapping]] = ..., search_policy: _Optional[_Union[SearchPolicy, str]] = ..., alert_routes: _Optional[_Iterable[_Union[AlertRoute, _Mapping]]] = ..., correctness_agreement_threshold: _Optional[float] = ..., objective: _Optional[_Union[SearchObjective, str]] = ...) -> None: ...
 
 class Endpoint(_message.Message):
     __slots__ = ("spec", "state", "create_time", "update_time", "revision", "stable_deployment_id", "state_message")

@@ -579,6 +579,18 @@ class Deployer:
             log.info("search.completed too old to roll out", **where, age_s=round(age_s))
             return
         engine = EngineSpec.from_proto(done.winner, default_model=endpoint.spec.model)
+        stable = (
+            await self.state.get_deployment(name, endpoint.stable_deployment_id)
+            if endpoint.stable_deployment_id
+            else None
+        )
+        if (
+            stable is not None
+            and EngineSpec.from_proto(stable.engine_config, default_model=endpoint.spec.model) == engine
+        ):
+            # A search that started before the last promotion can end with the configuration now live.
+            log.info("search winner is the stable configuration already; nothing to roll out", **where)
+            return
         key = request_key(tenant=endpoint.spec.tenant, rpc="search", request_id=done.search_id)
         record = RequestRecord(
             rpc="search", fingerprint=done.search_id, endpoint=name, deployment_id=new_deployment_id()
@@ -620,6 +632,15 @@ class Deployer:
             log.info("breach of another deployment during a rollout; the canary stays", endpoint=name)
             return
         if event.time.ToNanoseconds() / 1e9 < record.started_s:
+            return
+        if not breach.deployment and (
+            event.time.ToNanoseconds() / 1e9 - breach.short_window.ToTimedelta().total_seconds()
+            < record.started_s
+        ):
+            # An endpoint-wide breach whose short window began before the canary served judges the
+            # stable deployment, not the canary (a winner rolled out to fix a breaching
+            # configuration would otherwise be rolled back by that configuration's own breach).
+            log.info("endpoint-wide breach from before the canary served; the canary stays", endpoint=name)
             return
         signal = self._canaries.get(name)
         if signal is not None and signal.deployment_id == record.deployment_id:

@@ -4,7 +4,7 @@ Each `*_command` function takes a request protobuf and returns a frozen domain o
 `InvalidArgument` with one line that starts with the offending field's path as the client wrote it
 (`spec.slo.ttft_p99_ms: must be > 0`). Nothing here does I/O; the clock is never read.
 
-Defaults filled in at creation (the stored spec shows them): `search_policy` AUTO,
+Defaults filled in at creation (the stored spec shows them): `search_policy` AUTO, `objective` GOODPUT,
 `slo.attainment_target` 0.9, `hardware_pool.max_replicas` 1, `correctness_agreement_threshold`
 0.95, an alert route's `min_severity` WARNING, and the initial engine config's `engine` ("vllm")
 and `model` (the endpoint's). An unset `initial_engine_config` is vLLM with every knob at its
@@ -60,6 +60,18 @@ _POLICY_TO_WIRE: Final[dict[SearchPolicyName, int]] = {
     "advisory": endpoint_pb2.SEARCH_POLICY_ADVISORY,
     "off": endpoint_pb2.SEARCH_POLICY_OFF,
 }
+ObjectiveName = Literal["goodput", "p50_ttft", "cost"]
+_OBJECTIVE_FROM_WIRE: Final[dict[int, ObjectiveName]] = {
+    endpoint_pb2.SEARCH_OBJECTIVE_UNSPECIFIED: "goodput",
+    endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT: "goodput",
+    endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT: "p50_ttft",
+    endpoint_pb2.SEARCH_OBJECTIVE_COST: "cost",
+}
+_OBJECTIVE_TO_WIRE: Final[dict[ObjectiveName, int]] = {
+    "goodput": endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT,
+    "p50_ttft": endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT,
+    "cost": endpoint_pb2.SEARCH_OBJECTIVE_COST,
+}
 _SEVERITIES: Final = frozenset(common_pb2.Severity.values())
 _KINDS: Final = frozenset(k.value for k in EventKind)
 
@@ -72,6 +84,7 @@ MUTABLE_PATHS: Final = frozenset(
         "slo.itl_p99_ms",
         "slo.attainment_target",
         "search_policy",
+        "objective",
         "alert_routes",
         "hardware_pool.max_replicas",
         "correctness_agreement_threshold",
@@ -171,6 +184,8 @@ class EndpointDef(BaseModel):
     initial_engine: EngineSpec
     #: What the loop may do with search results.
     search_policy: SearchPolicyName = "auto"
+    #: What a search of the endpoint optimises.
+    objective: ObjectiveName = "goodput"
     #: Alert integrations.
     alert_routes: tuple[AlertRouteSpec, ...] = ()
     #: Agreement a lossy change must reach at the correctness gate (0 < x <= 1).
@@ -336,6 +351,10 @@ def endpoint_def(spec: endpoint_pb2.EndpointSpec, *, field: str = "spec") -> End
         raise InvalidArgument(f"{field}.hardware_pool.hardware_class: required (e.g. 'cpu')")
     if spec.search_policy not in _POLICY_FROM_WIRE:
         raise InvalidArgument(f"{field}.search_policy: unknown value {spec.search_policy}")
+    if spec.objective not in _OBJECTIVE_FROM_WIRE:
+        raise InvalidArgument(
+            f"{field}.objective: unknown value {spec.objective} (goodput, p50_ttft or cost)"
+        )
     routes = []
     seen: set[str] = set()
     for i, route in enumerate(spec.alert_routes):
@@ -378,6 +397,7 @@ def endpoint_def(spec: endpoint_pb2.EndpointSpec, *, field: str = "spec") -> End
             hardware_pool=pool,
             initial_engine=initial,
             search_policy=_POLICY_FROM_WIRE[spec.search_policy],
+            objective=_OBJECTIVE_FROM_WIRE[spec.objective],
             alert_routes=tuple(routes),
             correctness_agreement_threshold=spec.correctness_agreement_threshold or DEFAULT_AGREEMENT,
         )
@@ -429,6 +449,7 @@ def endpoint_spec_proto(spec: EndpointDef) -> endpoint_pb2.EndpointSpec:
         ),
         initial_engine_config=spec.initial_engine.to_proto(),
         search_policy=_POLICY_TO_WIRE[spec.search_policy],  # type: ignore[arg-type]
+        objective=_OBJECTIVE_TO_WIRE[spec.objective],  # type: ignore[arg-type]
         alert_routes=[
             endpoint_pb2.AlertRoute(
                 name=r.name,
@@ -512,6 +533,8 @@ def update_command(
             setattr(merged.slo, leaf, getattr(new.slo, leaf))
         elif path == "search_policy":
             merged.search_policy = new.search_policy
+        elif path == "objective":
+            merged.objective = new.objective
         elif path == "alert_routes":
             del merged.alert_routes[:]
             merged.alert_routes.extend(new.alert_routes)

@@ -11,6 +11,10 @@
   `orchestrate.run_search` with the model in a worker thread and `TrialBus` as trial executor.
   `search.started` goes out once the space is ranked; the record is saved after every batch of
   trials; `search.completed` (winner, evidence, summary in the record) ends it.
+- `start_or_queue` (the profile.ready consumer): `start`, or, while the endpoint has a search
+  running in this instance, keep the request and start it when that search ends; a newer request
+  replaces a queued one (only the newest profile is worth searching). The queue lives in memory: a
+  searcher that restarts forgets it, and the next profile.ready starts a search again.
 - `get`, `page`, `cancel` (cancels the task; jobs not yet taken are withdrawn), `watch` (the
   search's events from EVENTS, ending after its `search.completed`).
 
@@ -44,7 +48,13 @@ from evertune.searcher.orchestrate import (
     TrialResult,
     run_search,
 )
-from evertune.searcher.records import WIRE_OUTCOME, SearchRecord, SearchRecords
+from evertune.searcher.records import (
+    WIRE_OBJECTIVE,
+    WIRE_OUTCOME,
+    SearchRecord,
+    SearchRecords,
+    objective_name,
+)
 from evertune.searcher.settings import SearcherSettings
 from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
 from evertune.searcher.strategy import Objective
@@ -63,7 +73,7 @@ from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
 from evertune.perfmodel.simulate import block_size_of
 from evertune.store import Store
-from evertune.v1 import endpoint_pb2, events_pb2
+from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.workloads.source import load_workload
 
@@ -127,6 +137,11 @@ class Searches:
         self.limits = limits or SpaceLimits()
         self.efficiency = efficiency or {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._endpoint_of: dict[str, str] = {}  # running search id -> endpoint
+        #: per endpoint, the newest search request waiting for the running one to end
+        self._queued: dict[str, tuple[pb.StartSearchRequest, str, str]] = {}
+        self._drains: set[asyncio.Task[None]] = set()
+        self._closing = False
         self._cancel_reason: dict[str, str] = {}
         self._lock = asyncio.Lock()
         self._endpoints: Bucket | None = None
@@ -144,7 +159,10 @@ class Searches:
 
     async def close(self) -> None:
         """Cancel running searches: each ends cancelled ("the searcher stopped"), its queued jobs
-        withdrawn. (A searcher that dies instead leaves them to the next start, which fails them.)"""
+        withdrawn. (A searcher that dies instead leaves them to the next start, which fails them.)
+        Queued requests are dropped."""
+        self._closing = True
+        self._queued.clear()
         for search_id, task in list(self._tasks.items()):
             self._cancel_reason[search_id] = "the searcher stopped"
             task.cancel()
@@ -189,6 +207,11 @@ class Searches:
             )
         for i, name in enumerate(request.hardware_classes):
             self._hardware(name, field=f"hardware_classes[{i}]")
+        if request.objective and not objective_name(request.objective):
+            raise InvalidArgument(
+                f"objective: unknown value {request.objective} (goodput, p50_ttft or cost; unset = the "
+                "endpoint's)"
+            )
         async with self._lock:
             existing = await self.records.by_request(request.request_id)
             if existing is not None:
@@ -209,14 +232,54 @@ class Searches:
             await self.records.save(record)
             task = asyncio.create_task(self._run(record, prepared), name=f"search:{record.search_id}")
             self._tasks[record.search_id] = task
+            self._endpoint_of[record.search_id] = request.endpoint
             task.add_done_callback(self._forget)
         log.info("search accepted", search=record.search_id, endpoint=request.endpoint, trigger=trigger)
         return record
+
+    def queued(self, endpoint: str) -> pb.StartSearchRequest | None:
+        """The request waiting for the endpoint's running search, if any."""
+        entry = self._queued.get(endpoint)
+        return entry[0] if entry is not None else None
+
+    async def start_or_queue(
+        self, request: pb.StartSearchRequest, *, trigger: str, cause_id: str = ""
+    ) -> SearchRecord | None:
+        """`start`, or None after queueing the request behind the endpoint's running search (see the
+        module doc)."""
+        if request.endpoint in self._endpoint_of.values():
+            replaced = self._queued.get(request.endpoint)
+            self._queued[request.endpoint] = (request, trigger, cause_id)
+            log.info(
+                "search queued behind the running one",
+                endpoint=request.endpoint,
+                request=request.request_id,
+                replaced=replaced[0].request_id if replaced else "",
+            )
+            return None
+        return await self.start(request, trigger=trigger, cause_id=cause_id)
+
+    async def _start_queued(self, endpoint: str) -> None:
+        entry = self._queued.pop(endpoint, None)
+        if entry is None or self._closing:
+            return
+        request, trigger, cause_id = entry
+        try:
+            await self.start_or_queue(request, trigger=trigger, cause_id=cause_id)
+        except EvertuneError as err:
+            log.info("queued search not started", endpoint=endpoint, reason=str(err))
+        except Exception:
+            log.exception("queued search not started", endpoint=endpoint)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         for search_id, running in list(self._tasks.items()):
             if running is task:
                 del self._tasks[search_id]
+                endpoint = self._endpoint_of.pop(search_id, "")
+                if endpoint in self._queued and not self._closing:
+                    drain = asyncio.create_task(self._start_queued(endpoint), name=f"queued:{endpoint}")
+                    self._drains.add(drain)
+                    drain.add_done_callback(self._drains.discard)
 
     def _hardware(self, name: str, *, field: str) -> HardwareProfile:
         try:
@@ -290,8 +353,18 @@ class Searches:
         )
         search.create_time.FromDatetime(now)
         search.update_time.FromDatetime(now)
+        objective = self.objective_of(request, prepared.endpoint)
+        search.objective = WIRE_OBJECTIVE[objective]
         return SearchRecord(
-            search=search, request_id=request.request_id, cause_id=cause_id, objective=self.settings.objective
+            search=search, request_id=request.request_id, cause_id=cause_id, objective=objective
+        )
+
+    def objective_of(self, request: pb.StartSearchRequest, endpoint: endpoint_pb2.Endpoint) -> str:
+        """The search's objective: the request's, else the endpoint's, else the searcher's default."""
+        return (
+            objective_name(request.objective)
+            or objective_name(endpoint.spec.objective)
+            or self.settings.objective
         )
 
     # --- the search's task -------------------------------------------------------------------------
@@ -540,6 +613,7 @@ class Searches:
         record.outcome = outcome
         if not record.summary:
             record.summary = f"{outcome.capitalize()}: {error}" if error else outcome
+        search.summary = record.summary
         record.touch()
         await self.records.save(record)
         completed = events_pb2.SearchCompleted(
@@ -549,6 +623,8 @@ class Searches:
             trials=search.trials_completed,
             modeled_candidates=search.modeled_candidates,
             error=search.error,
+            summary=record.summary,
+            objective=search.objective or WIRE_OBJECTIVE.get(record.objective),
         )
         if winner is not None:
             config, trial, hardware_class = winner
@@ -558,9 +634,12 @@ class Searches:
                 completed.verified = not trial.simulated
                 if trial.metrics is not None:
                     completed.winner_metrics.CopyFrom(trial.metrics)
+                completed.winner_gates.extend(_gate_results(trial))
             completed.winner_hardware_class = hardware_class
-        if baseline is not None and baseline.metrics is not None:
-            completed.baseline_metrics.CopyFrom(baseline.metrics)
+        if baseline is not None:
+            if baseline.metrics is not None:
+                completed.baseline_metrics.CopyFrom(baseline.metrics)
+            completed.baseline_gates.extend(_gate_results(baseline))
         duration = Duration()
         duration.FromTimedelta(now - (started or search.create_time.ToDatetime(tzinfo=UTC)))
         completed.duration.CopyFrom(duration)
@@ -662,6 +741,15 @@ def _search_of(event: events_pb2.Event) -> str:
     if which in ("search_started", "search_completed", "trial_progress", "trial_completed"):
         return str(getattr(event, which).search_id)
     return ""
+
+
+def _gate_results(trial: TrialResult) -> list[jobs_pb2.GateResult]:
+    return [
+        jobs_pb2.GateResult(
+            name=g.name, passed=g.passed, value=g.value, threshold=g.threshold, detail=g.detail
+        )
+        for g in trial.gates
+    ]
 
 
 def _engine_config(spec: EngineSpec, template: JobTemplate) -> endpoint_pb2.EngineConfig:

@@ -1,8 +1,10 @@
 """Searches in the store: the `searches` table (infra/clickhouse/0004_searches.sql).
 
 A `SearchRecord` is the served `evertune.v1.Search` plus what the wire message has no field for
-(the request id, the cause, the objective, the outcome in full — "infeasible" included —, the
-summary, the evidence). `SearchRecords.save` writes a new revision of the row (deduplicated by
+(the request id, the cause, the evidence). The objective, the outcome and the summary are columns
+of their own and fields of the message too (`Search.objective`, `.outcome`, `.summary`); a row
+written before the message had them still serves them (`_record` fills them from the columns).
+`SearchRecords.save` writes a new revision of the row (deduplicated by
 `search:<id>:<revision>`); reads take the highest revision (FINAL), so GetSearch and ListSearches
 answer the same after a restart.
 """
@@ -16,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from evertune.store import Store
-from evertune.v1 import events_pb2
+from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 
 TABLE = "searches"
@@ -50,16 +52,26 @@ COLUMNS: tuple[str, ...] = (
     "search_pb",
 )
 
-#: SearchOutcome on the wire of each outcome (the wire has no "infeasible": it is NO_IMPROVEMENT
-#: there, and the summary says infeasible).
+#: SearchOutcome on the wire of each outcome.
 WIRE_OUTCOME: dict[str, events_pb2.SearchOutcome] = {
     "winner": events_pb2.SEARCH_OUTCOME_WINNER,
     "no_improvement": events_pb2.SEARCH_OUTCOME_NO_IMPROVEMENT,
-    "infeasible": events_pb2.SEARCH_OUTCOME_NO_IMPROVEMENT,
+    "infeasible": events_pb2.SEARCH_OUTCOME_INFEASIBLE,
     "failed": events_pb2.SEARCH_OUTCOME_FAILED,
     "cancelled": events_pb2.SEARCH_OUTCOME_CANCELLED,
 }
+#: SearchObjective on the wire of each objective name (UNSPECIFIED reads as goodput).
+WIRE_OBJECTIVE: dict[str, endpoint_pb2.SearchObjective] = {
+    "goodput": endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT,
+    "p50_ttft": endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT,
+    "cost": endpoint_pb2.SEARCH_OBJECTIVE_COST,
+}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def objective_name(wire: endpoint_pb2.SearchObjective) -> str:
+    """The objective name of a wire value ("" for UNSPECIFIED or an unknown value)."""
+    return next((name for name, value in WIRE_OBJECTIVE.items() if value == wire), "")
 
 
 @dataclass
@@ -134,8 +146,13 @@ _SELECT = (
 
 def _record(row: tuple[Any, ...]) -> SearchRecord:
     search_pb, revision, request_id, cause_id, objective, outcome, summary, evidence, feasible, ranking = row
+    search = pb.Search.FromString(base64.b64decode(search_pb))
+    if summary and not search.summary:
+        search.summary = str(summary)
+    if not search.objective:
+        search.objective = WIRE_OBJECTIVE.get(str(objective), endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT)
     return SearchRecord(
-        search=pb.Search.FromString(base64.b64decode(search_pb)),
+        search=search,
         request_id=str(request_id),
         cause_id=str(cause_id),
         objective=str(objective),

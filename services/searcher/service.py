@@ -7,8 +7,9 @@ Consumers (durable, on EVENTS):
 - `searcher-profiles` (`profile.ready`): starts a search for the endpoint when its search policy
   is auto or advisory. Skipped: policy off, unknown endpoints, empty profiles, a profile that is
   not the endpoint's newest stored one (so a consumer created on an old stream does not replay
-  history), and endpoints with a search running. The request id is `profile:<event id>`, so a
-  redelivered event starts nothing new.
+  history). While the endpoint has a search running, the newest profile's request is queued and
+  starts when that search ends (`Searches.start_or_queue`). The request id is
+  `profile:<event id>`, so a redelivered event starts nothing new.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class SearcherService(GrpcService):
         self.trials: TrialBus | None = None
         self._consumers: list[DurableConsumer] = []
         self.profiles_skipped = 0  #: profile.ready events that started no search
+        self.profiles_queued = 0  #: profile.ready events queued behind a running search
 
     async def on_start(self, ctx: ServiceContext) -> None:
         assert ctx.store is not None, "the searcher needs the store (needs_store)"
@@ -113,6 +115,7 @@ class SearcherService(GrpcService):
             "jobs_published": trials.published if trials else 0,
             "trial_reports": trials.reports if trials else 0,
             "profiles_skipped": self.profiles_skipped,
+            "profiles_queued": self.profiles_queued,
         }
 
     async def _on_profile(self, msg: Msg) -> None:
@@ -146,7 +149,9 @@ class SearcherService(GrpcService):
             request_id=f"profile:{event.id}", endpoint=event.endpoint, profile_id=ready.profile_id
         )
         try:
-            await self.searches.start(request, trigger="profile.ready", cause_id=event.id)
+            started = await self.searches.start_or_queue(request, trigger="profile.ready", cause_id=event.id)
+            if started is None:
+                self.profiles_queued += 1
         except (FailedPrecondition, NotFound) as err:
             self.profiles_skipped += 1
             self.log.info("profile.ready started no search", endpoint=event.endpoint, reason=str(err))

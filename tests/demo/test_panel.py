@@ -122,3 +122,20 @@ def test_bus_events_become_short_lines_on_the_demo_clock() -> None:
         ),
     )
     assert demo_event(created, t0=1_000_000.0).line.endswith("endpoint voice-demo provisioning")
+
+
+def test_a_completed_search_shows_its_summary_under_its_line() -> None:
+    when = Timestamp()
+    when.FromSeconds(1_000_020)
+    done = events_pb2.SearchCompleted(
+        search_id="search-1",
+        outcome=events_pb2.SEARCH_OUTCOME_NO_IMPROVEMENT,
+        trials=2,
+        summary="No improvement: the live configuration ranked best.",
+    )
+    event = events_pb2.Event(kind="search.completed", endpoint="voice-demo", time=when, search_completed=done)
+    first, second = demo_event(event, t0=1_000_000.0).line.split("\n")
+    assert first.endswith("search search-1: no improvement after 2 trials")
+    assert second.strip() == "No improvement: the live configuration ranked best."
+    event.search_completed.ClearField("summary")
+    assert "\n" not in demo_event(event, t0=1_000_000.0).line

@@ -62,7 +62,9 @@ async def running(service: Service, nc: Client, store: Store) -> AsyncIterator[S
         await service.stop(10.0)
 
 
-async def _endpoint(js: JetStreamContext, *, policy: int, hardware: str = "sim-cpu") -> str:
+async def _endpoint(
+    js: JetStreamContext, *, policy: int, hardware: str = "sim-cpu", objective: int = 0
+) -> str:
     name = f"ep-{uuid.uuid4().hex[:10]}"
     spec = endpoint_pb2.EndpointSpec(
         name=name,
@@ -80,6 +82,7 @@ async def _endpoint(js: JetStreamContext, *, policy: int, hardware: str = "sim-c
             kv_cache_space_gib=2,
         ),
         search_policy=policy,  # type: ignore[arg-type]
+        objective=objective,  # type: ignore[arg-type]
     )
     bucket = await Bucket.open(js, "endpoints")
     await bucket.create(name, endpoint_pb2.Endpoint(spec=spec, revision=1).SerializeToString())
@@ -175,7 +178,9 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
     nc: Client, js: JetStreamContext, store: Store, tmp_path: Path, data_dir: Path, searcher_model_dir: Path
 ) -> None:
     await migrate(store)
-    endpoint = await _endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_ADVISORY)
+    endpoint = await _endpoint(
+        js, policy=endpoint_pb2.SEARCH_POLICY_ADVISORY, objective=endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT
+    )
     ready = await _profile(store, endpoint, searcher_model_dir)
     runner = RunnerService(
         load_settings(
@@ -189,8 +194,9 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
         model_dir=searcher_model_dir,
     )
     # Lowest p50 TTFT at the peak (the SLO still has to hold at peak x 1.25): a search with two
-    # rates a trial, short enough for the fast suite.
-    searcher = _searcher(tmp_path, objective="p50_ttft", rate_ladder=(1.0,))
+    # rates a trial, short enough for the fast suite. The objective is the endpoint's; the searcher's
+    # own default stays goodput.
+    searcher = _searcher(tmp_path, rate_ladder=(1.0,))
     async with running(runner, nc, store), running(searcher, nc, store):
         event = new_event(
             EventKind.PROFILE_READY, endpoint=endpoint, source="profiler", payload_message=ready
@@ -216,6 +222,10 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
     assert done.winner.enable_prefix_caching and not done.verified  # sim figures verify nothing
     assert done.winner_hardware_class == "sim-cpu" and done.trials == 2
     assert done.winner_metrics.ttft_p50_ms < done.baseline_metrics.ttft_p50_ms * 0.95
+    assert done.objective == endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT == got.objective
+    assert done.summary.startswith("Winner on sim-cpu: ") and got.summary == done.summary
+    assert [g.name for g in done.winner_gates] == ["slo"] and all(g.passed for g in done.winner_gates)
+    assert [g.name for g in done.baseline_gates] == ["slo"]
     assert got.state == pb.SEARCH_STATE_DONE and got.trials_completed == 2 and got.modeled_candidates == 4
     assert got.best_trial_id == done.winner_trial_id and got.trigger == "profile.ready"
     assert [s.id for s in listed] == [search_id]
@@ -272,7 +282,7 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
     await migrate(store)
     off = await _endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_OFF)
     lonely = await _endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_AUTO, hardware="sim-h200")
-    await _profile(store, lonely, searcher_model_dir)
+    lonely_profile = await _profile(store, lonely, searcher_model_dir)
     off_profile = await _profile(store, off, searcher_model_dir)
     searcher = _searcher(tmp_path, model_dir=searcher_model_dir)
     async with (
@@ -305,6 +315,10 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
             stub.StartSearch(pb.StartSearchRequest(request_id="r", endpoint=lonely, hardware_classes=["tpu"]))
         )
         assert code == grpc.StatusCode.INVALID_ARGUMENT and text.startswith("hardware_classes[0]: ")
+        code, text = await status(
+            stub.StartSearch(pb.StartSearchRequest(request_id="r", endpoint=lonely, objective=9))  # type: ignore[arg-type]
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and text.startswith("objective: unknown value 9")
         code, text = await status(stub.GetSearch(pb.GetSearchRequest(search_id="search-missing")))
         assert code == grpc.StatusCode.NOT_FOUND and text.startswith("search_id: ")
         code, text = await status(stub.ListSearches(pb.ListSearchesRequest(page_token="bogus")))
@@ -341,6 +355,38 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
         assert await asyncio.to_thread(main, ["search", "list", "--endpoint", lonely, *address]) == 0
         assert await asyncio.to_thread(main, ["search", "show", first.id, *address]) == 0
         assert await asyncio.to_thread(main, ["search", "show", "search-nope", *address]) == 1
+
+        # profile.ready while the endpoint's search runs: the newest is queued and starts after it.
+        third = (
+            await stub.StartSearch(pb.StartSearchRequest(request_id=uuid.uuid4().hex, endpoint=lonely))
+        ).search
+        readies = [
+            new_event(
+                EventKind.PROFILE_READY, endpoint=lonely, source="profiler", payload_message=lonely_profile
+            )
+            for _ in range(2)
+        ]
+        for e in readies:
+            await publish_event(js, e)
+
+        async def queued_twice() -> bool:
+            return searcher.profiles_queued == 2
+
+        await _until(queued_twice)
+        assert searcher.searches is not None
+        assert searcher.searches.queued(lonely).request_id == f"profile:{readies[1].id}"  # type: ignore[union-attr]
+        await stub.CancelSearch(pb.CancelSearchRequest(search_id=third.id, reason="test"))
+        records = searcher.searches.records
+
+        async def dequeued() -> bool:
+            return await records.by_request(f"profile:{readies[1].id}") is not None
+
+        await _until(dequeued)
+        next_search = await records.by_request(f"profile:{readies[1].id}")
+        assert next_search is not None and next_search.search.trigger == "profile.ready"
+        assert await records.by_request(f"profile:{readies[0].id}") is None  # replaced, never started
+        assert searcher.searches.queued(lonely) is None
+        await stub.CancelSearch(pb.CancelSearchRequest(search_id=next_search.search_id, reason="test"))
     out, err = capsys.readouterr()
     assert f"{first.id}  {lonely}  done  cancelled" in out and "cancelled: test" in out
     assert "evertune: NOT_FOUND: search_id: search 'search-nope' not found" in err
