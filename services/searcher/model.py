@@ -130,6 +130,7 @@ def scaled(efficiency: Efficiency, speed: float) -> Efficiency:
         step_overhead_s=efficiency.step_overhead_s / speed,
         seq_overhead_s=efficiency.seq_overhead_s / speed,
         request_overhead_s=efficiency.request_overhead_s / speed,
+        request_overhead_per_token_s=efficiency.request_overhead_per_token_s / speed,
     )
 
 

@@ -4,13 +4,17 @@ second model, slower than the searcher believes), the search re-calibrates and f
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from pathlib import Path
 
+import pytest
+from evertune.searcher.model import scaled
 from evertune.searcher.orchestrate import Outcome, SearchPlan, run_search
 from evertune.searcher.strategy import Objective, score
 from evertune.searcher.summary import Context, explain
 
 from evertune.perfmodel import SimInput
+from evertune.perfmodel.steptime import Efficiency
 from evertune.replay.summary import Slo
 
 from .helpers import CPU_TRUTH, TruthExecutor, prior, search_model, space
@@ -132,3 +136,22 @@ async def test_no_winner_when_the_live_configuration_is_already_the_best(
     assert result.baseline_trial is not None and result.baseline_trial.candidate_key == best.key
     text = explain(result, _context(plan), spec_of={c.key: c.spec for c in cands})
     assert text.startswith("No improvement: no candidate beat the live configuration by 5% on p50_ttft")
+
+
+def test_scaled_efficiency_scales_every_overhead() -> None:
+    base = Efficiency(
+        compute=0.4,
+        bandwidth=0.5,
+        attention=0.2,
+        step_overhead_s=0.01,
+        seq_overhead_s=0.002,
+        request_overhead_s=0.02,
+        request_overhead_per_token_s=2e-5,
+    )
+    faster = scaled(base, 2.0)
+    for f in fields(Efficiency):
+        before, after = getattr(base, f.name), getattr(faster, f.name)
+        if f.name.endswith("_s"):
+            assert after == pytest.approx(before / 2), f.name  # overheads shrink
+        else:
+            assert after == pytest.approx(before * 2), f.name  # efficiencies grow
