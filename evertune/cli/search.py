@@ -1,8 +1,10 @@
-"""`evertune search start|show|list|cancel`: a gRPC client of the searcher's SearchService.
+"""`evertune search start|show|list|trials|cancel`: a gRPC client of the searcher's SearchService.
 
 Where the searcher is: `--address`, else `EVERTUNE_SEARCHER_ADDRESS`, else the address the
 `evertune up` on the data dir wrote to its runtime file, else 127.0.0.1:50052. `start` waits for
 the search by default, printing a line per trial as it ends (`--no-wait` returns at once).
+`trials` lists a search's finished trials (ListTrials, every page), one line each: the config's
+difference from the baseline trial's, the figures, the gates, passed or not.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def add_commands(commands: Any) -> None:
         parser.add_argument("--data-dir", type=Path, default=None, help="data dir of a local `evertune up`")
         parser.add_argument("--json", action="store_true", help="print JSON")
 
-    search = commands.add_parser("search", help="start, show, list and cancel configuration searches (gRPC)")
+    search = commands.add_parser(
+        "search", help="start, show, list, cancel configuration searches and list their trials (gRPC)"
+    )
     sub = search.add_subparsers(dest="search_command", required=True, metavar="COMMAND")
     start = sub.add_parser("start", help="start a search for an endpoint and follow it")
     start.add_argument("endpoint")
@@ -57,6 +61,9 @@ def add_commands(commands: Any) -> None:
     listing = sub.add_parser("list", help="list searches, newest first")
     listing.add_argument("--endpoint", default="", help="only this endpoint's")
     common(listing)
+    trials = sub.add_parser("trials", help="list a search's finished trials, one line each")
+    trials.add_argument("search_id")
+    common(trials)
     cancel = sub.add_parser("cancel", help="cancel a running search")
     cancel.add_argument("search_id")
     cancel.add_argument("--reason", default="", help="one line for the record")
@@ -132,6 +139,56 @@ def _trial_line(event: events_pb2.Event) -> str:
     )
 
 
+def _knobs(config: Any) -> dict[str, Any]:
+    knobs = MessageToDict(config, preserving_proto_field_name=True)
+    knobs.pop("model", None)
+    return knobs
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+def config_diff(config: Any, baseline: Any | None) -> str:
+    """The knobs where `config` differs from `baseline` ("k a -> b, ..."; "= baseline" when none);
+    every knob set when there is no baseline to compare with."""
+    mine = _knobs(config)
+    if baseline is None:
+        return " ".join(f"{k}={_value(v)}" for k, v in sorted(mine.items())) or "engine defaults"
+    theirs = _knobs(baseline)
+    changes = [
+        f"{k} {_value(theirs.get(k))} -> {_value(mine.get(k))}"
+        for k in sorted(set(mine) | set(theirs))
+        if mine.get(k) != theirs.get(k)
+    ]
+    return ", ".join(changes) or "= baseline"
+
+
+def _gate(gate: jobs_pb2.GateResult) -> str:
+    text = f"{gate.name} {'ok' if gate.passed else 'FAIL'} {gate.value:.2f}/{gate.threshold:.2f}"
+    return text + (f" ({gate.detail})" if gate.detail and not gate.passed else "")
+
+
+def trial_line(trial: pb.Trial, baseline: Any | None) -> str:
+    """One line per trial: id, class, status, verdict, config vs the baseline, figures, gates."""
+    r = trial.result
+    status = jobs_pb2.TrialStatus.Name(r.status).removeprefix("TRIAL_STATUS_").lower()
+    verdict = "passed" if r.passed else "FAILED"
+    config = "baseline" if r.baseline else config_diff(r.engine_config, baseline)
+    line = f"{r.trial_id}  {r.hardware_class}  {status}  {verdict}  [{config}]"
+    if r.status == jobs_pb2.TRIAL_STATUS_OK:
+        line += f"  {_metrics(r.metrics)}"
+    if r.gates:
+        line += "  gates: " + ", ".join(_gate(g) for g in r.gates)
+    if r.error:
+        line += f"  error: {r.error}"
+    return line
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one of the commands; raises RemoteError when the searcher refuses."""
 
@@ -169,6 +226,26 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if command == "show":
             show((await stub.GetSearch(pb.GetSearchRequest(search_id=args.search_id))).search)
+            return 0
+        if command == "trials":
+            trials: list[pb.Trial] = []
+            token = ""
+            while True:
+                page = await stub.ListTrials(
+                    pb.ListTrialsRequest(search_id=args.search_id, page_token=token, page_size=1000)
+                )
+                trials.extend(page.trials)
+                token = page.next_page_token
+                if not token:
+                    break
+            if args.json:
+                print(json.dumps([MessageToDict(t) for t in trials]))
+                return 0
+            base = next((t.result.engine_config for t in trials if t.result.baseline), None)
+            for trial in trials:
+                print(trial_line(trial, base))
+            if not trials:
+                print(f"{args.search_id}: no finished trials yet")
             return 0
         if command == "cancel":
             show(

@@ -147,3 +147,37 @@ class WatchSearchRequest(_message.Message):
     search_id: str
     replay: bool
     def __init__(self, search_id: _Optional[str] = ..., replay: _Optional[bool] = ...) -> None: ...
+
+class Trial(_message.Message):
+    __slots__ = ("result", "start_time", "end_time", "deliveries", "log_tail", "config_key")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    LOG_TAIL_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_KEY_FIELD_NUMBER: _ClassVar[int]
+    result: _events_pb2.TrialCompleted
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    deliveries: int
+    log_tail: str
+    config_key: str
+    def __init__(self, result: _Optional[_Union[_events_pb2.TrialCompleted, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deliveries: _Optional[int] = ..., log_tail: _Optional[str] = ..., config_key: _Optional[str] = ...) -> None: ...
+
+class ListTrialsRequest(_message.Message):
+    __slots__ = ("search_id", "page_size", "page_token")
+    SEARCH_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    search_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, search_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListTrialsResponse(_message.Message):
+    __slots__ = ("trials", "next_page_token")
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    trials: _containers.RepeatedCompositeFieldContainer[Trial]
+    next_page_token: str
+    def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -61,6 +61,11 @@ class SearchServiceStub:
                 request_serializer=evertune_dot_v1_dot_search__service__pb2.WatchSearchRequest.SerializeToString,
                 response_deserializer=evertune_dot_v1_dot_events__pb2.Event.FromString,
                 _registered_method=True)
+        self.ListTrials = channel.unary_unary(
+                '/evertune.v1.SearchService/ListTrials',
+                request_serializer=evertune_dot_v1_dot_search__service__pb2.ListTrialsRequest.SerializeToString,
+                response_deserializer=evertune_dot_v1_dot_search__service__pb2.ListTrialsResponse.FromString,
+                _registered_method=True)
 
 
 class SearchServiceServicer:
@@ -103,6 +108,14 @@ class SearchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTrials(self, request, context):
+        """Lists a search's finished trials (as the runners stored them), in the order they ended, a
+        page at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SearchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +143,11 @@ def add_SearchServiceServicer_to_server(servicer, server):
                     servicer.WatchSearch,
                     request_deserializer=evertune_dot_v1_dot_search__service__pb2.WatchSearchRequest.FromString,
                     response_serializer=evertune_dot_v1_dot_events__pb2.Event.SerializeToString,
+            ),
+            'ListTrials': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTrials,
+                    request_deserializer=evertune_dot_v1_dot_search__service__pb2.ListTrialsRequest.FromString,
+                    response_serializer=evertune_dot_v1_dot_search__service__pb2.ListTrialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +286,33 @@ class SearchService:
             '/evertune.v1.SearchService/WatchSearch',
             evertune_dot_v1_dot_search__service__pb2.WatchSearchRequest.SerializeToString,
             evertune_dot_v1_dot_events__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTrials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/evertune.v1.SearchService/ListTrials',
+            evertune_dot_v1_dot_search__service__pb2.ListTrialsRequest.SerializeToString,
+            evertune_dot_v1_dot_search__service__pb2.ListTrialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 #: Full name of the service (health and reflection list it).
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SearchService"].full_name
-#: ListSearches page size when the request leaves it at 0, and the most it may ask.
+#: ListSearches / ListTrials page size when the request leaves it at 0, and the most it may ask.
 DEFAULT_PAGE, MAX_PAGE = 100, 1000
 
 
@@ -106,6 +106,19 @@ class SearchApi(pb_grpc.SearchServiceServicer):
             )
 
         return await _unary(context, "ListSearches", work)
+
+    async def ListTrials(
+        self, request: pb.ListTrialsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTrialsResponse:
+        async def work() -> pb.ListTrialsResponse:
+            if request.page_size > MAX_PAGE:
+                raise InvalidArgument(f"page_size: at most {MAX_PAGE}, got {request.page_size}")
+            offset = page_offset(request.page_token)
+            limit = request.page_size or DEFAULT_PAGE
+            trials, more = await self._require().trials(request.search_id, limit=limit, offset=offset)
+            return pb.ListTrialsResponse(trials=trials, next_page_token=f"o{offset + limit}" if more else "")
+
+        return await _unary(context, "ListTrials", work)
 
     async def CancelSearch(
         self, request: pb.CancelSearchRequest, context: grpc.aio.ServicerContext

@@ -15,8 +15,9 @@
   running in this instance, keep the request and start it when that search ends; a newer request
   replaces a queued one (only the newest profile is worth searching). The queue lives in memory: a
   searcher that restarts forgets it, and the next profile.ready starts a search again.
-- `get`, `page`, `cancel` (cancels the task; jobs not yet taken are withdrawn), `watch` (the
-  search's events from EVENTS, ending after its `search.completed`).
+- `get`, `page`, `trials` (a page of the runners' `trials` rows), `cancel` (cancels the task; jobs
+  not yet taken are withdrawn), `watch` (the search's events from EVENTS, ending after its
+  `search.completed`).
 
 Event ids of search.started / search.completed derive from the search id (a republish is stored
 once). One searcher instance per deployment: at start it ends searches a previous instance left
@@ -53,6 +54,7 @@ from evertune.searcher.records import (
     WIRE_OUTCOME,
     SearchRecord,
     SearchRecords,
+    SearchTrials,
     objective_name,
 )
 from evertune.searcher.settings import SearcherSettings
@@ -132,6 +134,7 @@ class Searches:
         self.js = js
         self.store = store
         self.records = SearchRecords(store)
+        self.trial_rows = SearchTrials(store)
         self.data_dir = data_dir
         self.execute = execute
         self.limits = limits or SpaceLimits()
@@ -670,6 +673,11 @@ class Searches:
         if record is None:
             raise NotFound(f"search_id: search {search_id!r} not found")
         return record
+
+    async def trials(self, search_id: str, *, limit: int, offset: int) -> tuple[list[pb.Trial], bool]:
+        """A page of a known search's finished trials (NOT_FOUND for an unknown search)."""
+        await self.get(search_id)
+        return await self.trial_rows.page(search_id, limit=limit, offset=offset)
 
     async def cancel(self, search_id: str, reason: str) -> SearchRecord:
         record = await self.get(search_id)

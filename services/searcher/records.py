@@ -7,18 +7,26 @@ written before the message had them still serves them (`_record` fills them from
 `SearchRecords.save` writes a new revision of the row (deduplicated by
 `search:<id>:<revision>`); reads take the highest revision (FINAL), so GetSearch and ListSearches
 answer the same after a restart.
+
+`SearchTrials` reads the runners' `trials` table (infra/clickhouse/0003_trials.sql) for ListTrials:
+one `evertune.v1.Trial` per stored job, built from the row's own `completed_pb` (the
+trial.completed the runner published) plus the columns the event has no field for.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from google.protobuf.message import DecodeError
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from evertune.store import Store
-from evertune.v1 import endpoint_pb2, events_pb2
+from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
 
 TABLE = "searches"
@@ -218,3 +226,72 @@ class SearchRecords:
         )
         records = [_record(r) for r in rows]
         return records[:limit], len(records) > limit
+
+
+# --- the runners' `trials` table (infra/clickhouse/0003_trials.sql), read as the runner writes it ---
+
+TRIALS_TABLE = "trials"
+
+_TRIAL_SELECT = (
+    "SELECT completed_pb, started_at, finished_at, deliveries, log_tail, config_key, "
+    f"trial_id, job_id, search_id, hardware_class, status, error FROM {TRIALS_TABLE} FINAL"
+)
+#: TrialStatus of the table's `status` column (for a row whose stored report cannot be read).
+_STATUS: dict[str, jobs_pb2.TrialStatus] = {
+    "ok": jobs_pb2.TRIAL_STATUS_OK,
+    "error": jobs_pb2.TRIAL_STATUS_ERROR,
+    "timeout": jobs_pb2.TRIAL_STATUS_TIMEOUT,
+    "cancelled": jobs_pb2.TRIAL_STATUS_CANCELLED,
+}
+
+
+def _timestamp(value: Any) -> Timestamp:
+    ts = Timestamp()
+    if isinstance(value, datetime):
+        ts.FromDatetime(value if value.tzinfo else value.replace(tzinfo=UTC))
+    return ts
+
+
+def trial_of_row(row: tuple[Any, ...]) -> pb.Trial:
+    """The served `Trial` of one `trials` row (the one conversion). The report is the runner's own
+    `completed_pb`; a row whose payload cannot be decoded is served from its columns, saying so."""
+    payload, started, finished, deliveries, log_tail, config_key, *ids = row
+    trial_id, job_id, search_id, hardware_class, status, error = ids
+    try:
+        result = events_pb2.TrialCompleted.FromString(base64.b64decode(payload))
+    except (DecodeError, ValueError, binascii.Error):
+        result = events_pb2.TrialCompleted(
+            search_id=str(search_id),
+            trial_id=str(trial_id),
+            job_id=str(job_id),
+            hardware_class=str(hardware_class),
+            status=_STATUS.get(str(status), jobs_pb2.TRIAL_STATUS_UNSPECIFIED),
+            error=str(error) or "the stored report cannot be decoded",
+        )
+    return pb.Trial(
+        result=result,
+        start_time=_timestamp(started),
+        end_time=_timestamp(finished),
+        deliveries=int(deliveries),
+        log_tail=str(log_tail),
+        config_key=str(config_key),
+    )
+
+
+class SearchTrials:
+    """Reads a search's trials from the runners' `trials` table (the searcher never writes it)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def page(self, search_id: str, *, limit: int, offset: int) -> tuple[list[pb.Trial], bool]:
+        """A page of the search's trials in the order they ended, and whether more follow. Rows are
+        read FINAL (a redelivered job stored twice is served once); the order is stable while trials
+        are added, as later trials end later."""
+        rows = await self.store.query(
+            f"{_TRIAL_SELECT} WHERE search_id = {{s:String}} "
+            "ORDER BY finished_at, trial_id, job_id LIMIT {limit:UInt32} OFFSET {offset:UInt32}",
+            {"s": search_id, "limit": limit + 1, "offset": offset},
+        )
+        trials = [trial_of_row(tuple(r)) for r in rows]
+        return trials[:limit], len(trials) > limit

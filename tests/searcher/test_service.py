@@ -6,197 +6,40 @@ back over gRPC, also by a searcher started afterwards."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
 import pytest
-from evertune.runner import RunnerService, RunnerSettings
-from evertune.searcher import SearcherService, SearcherSettings
 from evertune.searcher.control import Searches
-from evertune.searcher.model import scaled
-from evertune.searcher.space import SpaceLimits
-from google.protobuf.json_format import MessageToJson
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from evertune.bus import Bucket, publish_event
+from evertune.bus import publish_event
 from evertune.cli import main
 from evertune.events import EventKind, new_event
-from evertune.model import load_tokenizer
-from evertune.perfmodel.calibration import save_calibration
-from evertune.runtime import Service, ServiceContext
-from evertune.settings import SharedSettings, load_settings
 from evertune.store import Store, migrate
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
-from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
-from evertune.workloads.jsonl import format_records, records_of_plan
-from evertune.workloads.source import CorpusText
 
-from .helpers import CPU_TRUTH
-
-LIMITS = SpaceLimits(
-    max_num_seqs=(8,),
-    max_num_batched_tokens=(256, 1024),
-    enable_chunked_prefill=(True,),
-    enable_prefix_caching=(True, False),
-    tensor_parallel_size=(1,),
-    quantization=(),
-)
-PEAK = 6.0
-
-
-@contextlib.asynccontextmanager
-async def running(service: Service, nc: Client, store: Store) -> AsyncIterator[Service]:
-    ctx = ServiceContext(shared=load_settings(SharedSettings), nc=nc, js=nc.jetstream(), store=store)
-    await service.start(ctx)
-    try:
-        yield service
-    finally:
-        await service.stop(10.0)
-
-
-async def _endpoint(
-    js: JetStreamContext, *, policy: int, hardware: str = "sim-cpu", objective: int = 0
-) -> str:
-    name = f"ep-{uuid.uuid4().hex[:10]}"
-    spec = endpoint_pb2.EndpointSpec(
-        name=name,
-        tenant="t",
-        model="",
-        slo=endpoint_pb2.Slo(ttft_p99_ms=150.0),
-        hardware_pool=endpoint_pb2.HardwarePool(hardware_class=hardware, max_replicas=1),
-        # A poor live configuration: no prefix caching on a voice workload that resends its prompts.
-        initial_engine_config=endpoint_pb2.EngineConfig(
-            engine="vllm",
-            max_num_seqs=8,
-            max_num_batched_tokens=256,
-            enable_chunked_prefill=True,
-            enable_prefix_caching=False,
-            kv_cache_space_gib=2,
-        ),
-        search_policy=policy,  # type: ignore[arg-type]
-        objective=objective,  # type: ignore[arg-type]
-    )
-    bucket = await Bucket.open(js, "endpoints")
-    await bucket.create(name, endpoint_pb2.Endpoint(spec=spec, revision=1).SerializeToString())
-    return name
-
-
-async def _profile(store: Store, endpoint: str, model_dir: Path) -> events_pb2.ProfileReady:
-    """A stored profile of voice traffic (the profiler's table, written as the profiler writes it)."""
-    plan = plan_voice(
-        VoiceWorkload(duration_s=90, peak_calls_per_s=1.5, seed=5, curve=DailyCurve(shape="flat")),
-        text=CorpusText(),
-    )
-    tokenizer = load_tokenizer(model_dir)
-    records = records_of_plan(plan, count_tokens=lambda text: len(tokenizer.encode(text).ids))
-    trace = "".join(format_records(records))
-    profile_id = f"prof-{uuid.uuid4().hex[:12]}"
-    ready = events_pb2.ProfileReady(
-        profile_id=profile_id,
-        request_count=len(records),
-        summary=events_pb2.WorkloadSummary(rate_rps=PEAK * 0.8, peak_rate_rps=PEAK),
-        trace_uri=f"clickhouse://{store.database}/profiles?profile_id={profile_id}",
-        trigger="schedule",
-        version=1,
-    )
-    now = datetime.now(UTC)
-    row = [
-        endpoint,
-        1,
-        profile_id,
-        now,
-        now,
-        now,
-        "schedule",
-        "",
-        len(records),
-        MessageToJson(ready),
-        "{}",
-        trace,
-        "",
-    ]
-    columns = (
-        "endpoint",
-        "version",
-        "profile_id",
-        "created",
-        "window_start",
-        "window_end",
-        "trigger",
-        "cause_id",
-        "request_count",
-        "ready_json",
-        "profile_json",
-        "trace_jsonl",
-        "trace_sha256",
-    )
-    await store.insert("profiles", [row], columns, dedup_token=profile_id)
-    return ready
-
-
-def _searcher(tmp_path: Path, **overrides: object) -> SearcherService:
-    settings = load_settings(
-        SearcherSettings,
-        **{
-            "grpc_port": 0,
-            "trial_duration_s": 1.5,
-            "rate_ladder": (1.0, 2.0),
-            "gates": ("slo",),
-            "default_budget": 3,
-            "model_horizon_s": 45.0,
-            "trace_dir": tmp_path / "traces",
-            **overrides,
-        },
-    )
-    # The searcher believes the hardware twice as fast as the sim runner makes it.
-    return SearcherService(
-        settings,
-        limits=LIMITS,
-        efficiency={"sim-cpu": scaled(CPU_TRUTH, 2.0), "sim-h200": CPU_TRUTH},
-        durable_prefix=f"searcher-{uuid.uuid4().hex[:6]}",
-    )
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A data dir holding the CPU calibration the sim engine (the runner's "hardware") runs with."""
-    folder = tmp_path / "data"
-    monkeypatch.setenv("EVERTUNE_DATA_DIR", str(folder))
-    save_calibration(folder, "cpu", {"efficiency": asdict(CPU_TRUTH)})
-    return folder
+from .stack import make_endpoint, make_searcher, running, sim_runner, store_profile
 
 
 async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
     nc: Client, js: JetStreamContext, store: Store, tmp_path: Path, data_dir: Path, searcher_model_dir: Path
 ) -> None:
     await migrate(store)
-    endpoint = await _endpoint(
+    endpoint = await make_endpoint(
         js, policy=endpoint_pb2.SEARCH_POLICY_ADVISORY, objective=endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT
     )
-    ready = await _profile(store, endpoint, searcher_model_dir)
-    runner = RunnerService(
-        load_settings(
-            RunnerSettings,
-            hardware="sim-cpu",
-            ack_wait_s=10.0,
-            fetch_timeout_s=0.5,
-            warmup_turns=1,
-            engine_ready_timeout_s=30.0,
-        ),
-        model_dir=searcher_model_dir,
-    )
+    ready = await store_profile(store, endpoint, searcher_model_dir)
+    runner = sim_runner(searcher_model_dir)
     # Lowest p50 TTFT at the peak (the SLO still has to hold at peak x 1.25): a search with two
     # rates a trial, short enough for the fast suite. The objective is the endpoint's; the searcher's
     # own default stays goodput.
-    searcher = _searcher(tmp_path, rate_ladder=(1.0,))
+    searcher = make_searcher(tmp_path, rate_ladder=(1.0,))
     async with running(runner, nc, store), running(searcher, nc, store):
         event = new_event(
             EventKind.PROFILE_READY, endpoint=endpoint, source="profiler", payload_message=ready
@@ -280,11 +123,11 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     await migrate(store)
-    off = await _endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_OFF)
-    lonely = await _endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_AUTO, hardware="sim-h200")
-    lonely_profile = await _profile(store, lonely, searcher_model_dir)
-    off_profile = await _profile(store, off, searcher_model_dir)
-    searcher = _searcher(tmp_path, model_dir=searcher_model_dir)
+    off = await make_endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_OFF)
+    lonely = await make_endpoint(js, policy=endpoint_pb2.SEARCH_POLICY_AUTO, hardware="sim-h200")
+    lonely_profile = await store_profile(store, lonely, searcher_model_dir)
+    off_profile = await store_profile(store, off, searcher_model_dir)
+    searcher = make_searcher(tmp_path, model_dir=searcher_model_dir)
     async with (
         running(searcher, nc, store),
         grpc.aio.insecure_channel(searcher.grpc.address) as channel,
