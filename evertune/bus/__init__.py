@@ -1,4 +1,5 @@
-"""The message bus: NATS with JetStream. Connect, declare, publish with ids, consume durably, KV."""
+"""The message bus: NATS with JetStream. Connect, declare, publish with ids, consume durably, KV,
+follow KV buckets and subscriptions across NATS restarts."""
 
 from evertune.bus.connection import connect
 from evertune.bus.consumer import (
@@ -11,6 +12,7 @@ from evertune.bus.consumer import (
     terminate_poison,
 )
 from evertune.bus.definitions import DeclareReport, Definitions, declare, load_definitions
+from evertune.bus.follow import KvFollower, ReconnectSignal, Resubscriber, reconnect_signal
 from evertune.bus.kv import Bucket, Entry
 from evertune.bus.publish import MSG_ID_HEADER, publish, publish_event
 
@@ -24,12 +26,16 @@ __all__ = [
     "DurableConsumer",
     "Entry",
     "Handler",
+    "KvFollower",
     "PoisonMessage",
+    "ReconnectSignal",
+    "Resubscriber",
     "connect",
     "declare",
     "fetch_unless_stopped",
     "load_definitions",
     "publish",
     "publish_event",
+    "reconnect_signal",
     "terminate_poison",
 ]

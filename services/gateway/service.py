@@ -10,7 +10,6 @@ flushes (to NATS or the spool).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,19 +21,14 @@ from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import GatewaySettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
 from tokenizers import Tokenizer
 
-from evertune.bus import publish
+from evertune.bus import KvFollower, publish
 from evertune.errors import EvertuneError, Unavailable
 from evertune.model import ensure_model, load_tokenizer
 from evertune.runtime import Service, ServiceContext
 from evertune.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
 from evertune.v1 import telemetry_pb2
-
-KV_DELETES = ("DEL", "PURGE")  #: KV operations that remove a key
-#: Seconds between checks of the NATS connection's reconnect count while following the routes.
-ROUTE_RESYNC_CHECK_S = 0.5
 
 
 class GatewayService(Service):
@@ -49,7 +43,7 @@ class GatewayService(Service):
         self.proxy: Proxy | None = None
         self.port = 0
         self._runner: web.AppRunner | None = None
-        self._watcher: KeyValue.KeyWatcher | None = None
+        self._routes: KvFollower | None = None  #: follows the routes bucket
         self._http_closed = asyncio.Event()
         self.metrics_registry = new_registry()  #: this service's Prometheus registry
         self.metrics = GatewayMetrics(
@@ -127,69 +121,18 @@ class GatewayService(Service):
         return load_tokenizer(folder)
 
     async def _watch_routes(self, js: JetStreamContext, nc: Client) -> None:
-        """Load every route table, then keep following the bucket in a loop."""
-        self._watcher = await self._load_routes(js)
-        self.spawn(self._follow_routes(js, nc), name="routes")
+        """Load every route table, then keep following the bucket (`KvFollower`: a new watch and a
+        full reload after each NATS reconnect, so a route change made while or after NATS was away
+        is not missed)."""
+        self._routes = KvFollower(js, nc, self.settings.routes_bucket, self._apply)
+        await self._routes.load()
+        self.spawn(self._routes.run(self.stopping), name="routes")
 
-    async def _load_routes(self, js: JetStreamContext) -> KeyValue.KeyWatcher:
-        """A new watch of the bucket, after applying the latest value of every key it delivers."""
-        kv = await js.key_value(self.settings.routes_bucket)
-        watcher = await kv.watchall()
-        while True:
-            entry = await watcher.updates(timeout=10.0)  # type: ignore[no-untyped-call]
-            if entry is None:  # the initial values are all in
-                return watcher
-            self._apply(entry)
-
-    def _apply(self, entry: KeyValue.Entry) -> None:
+    def _apply(self, key: str, value: bytes | None) -> None:
         try:
-            self.book.put(entry.key, None if entry.operation in KV_DELETES else (entry.value or b""))
+            self.book.put(key, value)
         except EvertuneError as err:
-            self.log.warning("route table ignored", key=entry.key, error=str(err))
-
-    async def _follow_routes(self, js: JetStreamContext, nc: Client) -> None:
-        """Apply each change; watch anew after NATS reconnected (the watch's ephemeral consumer may
-        be gone with the server, and nats-py's ordered consumer does not always recover), so a
-        route change made while or after NATS was away is not missed."""
-        stopping = asyncio.create_task(self.stopping.wait())
-        reconnects = nc.stats["reconnects"]
-        try:
-            while not self.stopping.is_set():
-                watcher = self._watcher
-                if watcher is None or nc.stats["reconnects"] != reconnects:
-                    reconnects = nc.stats["reconnects"]
-                    await self._stop_watcher()
-                    try:
-                        self._watcher = await self._load_routes(js)
-                        self.log.info("route watch restarted", endpoints=len(self.book.tables))
-                    except Exception as err:  # NATS not back yet: the book stays as it was
-                        self.log.warning("route watch restart failed", error=f"{type(err).__name__}: {err}")
-                        await asyncio.wait({stopping}, timeout=ROUTE_RESYNC_CHECK_S)
-                    continue
-                nxt = asyncio.ensure_future(watcher.__anext__())  # type: ignore[no-untyped-call]
-                done, _ = await asyncio.wait(
-                    {nxt, stopping}, timeout=ROUTE_RESYNC_CHECK_S, return_when=asyncio.FIRST_COMPLETED
-                )
-                if nxt not in done:
-                    nxt.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await nxt
-                    continue
-                try:
-                    entry = nxt.result()
-                except StopAsyncIteration:
-                    self._watcher = None  # the watch ended: start another
-                    continue
-                if entry is not None:
-                    self._apply(entry)
-        finally:
-            stopping.cancel()
-
-    async def _stop_watcher(self) -> None:
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            with contextlib.suppress(Exception):
-                await watcher.stop()  # type: ignore[no-untyped-call]
+            self.log.warning("route table ignored", key=key, error=str(err))
 
     async def _serve_until_stopped(self) -> None:
         """Serve until stop; then refuse new connections, let in-flight requests end, close."""
@@ -204,7 +147,8 @@ class GatewayService(Service):
         if self._runner is not None:
             await self._runner.cleanup()
         self._http_closed.set()
-        await self._stop_watcher()
+        if self._routes is not None:
+            await self._routes.stop()
 
     def listen(self) -> dict[str, str]:
         return {"http": f"{self.settings.host}:{self.port}"} if self.port else {}

@@ -167,16 +167,22 @@ class CountRing:
 
 
 def evaluate_rule(
-    ring: CountRing, rule: BurnRateRule, *, now: float, budget: float, min_requests: int = 1
+    ring: CountRing,
+    rule: BurnRateRule,
+    *,
+    now: float,
+    budget: float,
+    min_requests: int = 1,
+    min_short_requests: int = 1,
 ) -> RuleEvaluation:
     """Evaluate `rule` at `now`: fires when both windows exceed its threshold, the long window
-    holds at least `min_requests` requests (a handful of requests is not evidence) and the short
-    one at least `rule.min_bad` bad requests."""
+    holds at least `min_requests` requests (a handful of requests is not evidence), the short one
+    at least `min_short_requests` requests and at least `rule.min_bad` bad requests."""
     long = ring.window(now=now, window_s=rule.long_window_s, budget=budget)
     short = ring.window(now=now, window_s=rule.short_window_s, budget=budget)
     firing = (
         long.requests >= min_requests
-        and short.requests > 0
+        and short.requests >= max(1, min_short_requests)
         and short.requests - short.good >= rule.min_bad
         and long.burn_rate > rule.burn_rate
         and short.burn_rate > rule.burn_rate

@@ -34,6 +34,9 @@ class MonitorConfig:
     resolve_hold_s: float  #: a condition must stay clear this long before an incident resolves, s
     min_requests: int = 1  #: requests a long window needs before its rule may fire
     deployment_alerts: bool = True  #: alert per deployment while an endpoint has several
+    #: requests a deployment scope needs in BOTH windows of a rule before it may fire (at least
+    #: `min_requests`): a canary's first dozen requests are no evidence of a burn
+    deployment_min_requests: int = 0
     fine_slot_s: float = 1.0  #: slot of the fine count ring, for rules with short windows, seconds
     fine_history_s: float = 900.0  #: rules whose long window is at most this use the fine ring, s
 
@@ -120,7 +123,7 @@ class SlaMonitor:
                     recent = [t for t in deployments[endpoint] if t >= now - rule.long_window_s]
                     if len(recent) < 2:
                         continue
-                evaluation = self._evaluate(scope, rule, now)
+                evaluation = self._evaluate(scope, rule, now, deployment=deployment)
                 decision = self.alerts.step(key, evaluation)
                 if decision is not None:
                     decisions.append(decision)
@@ -135,14 +138,25 @@ class SlaMonitor:
         decisions.sort(key=lambda d: not isinstance(d, Breach))
         return decisions
 
-    def _evaluate(self, scope: Scope, rule: BurnRateRule, now: float) -> RuleEvaluation:
+    def min_requests(self, deployment: str) -> tuple[int, int]:
+        """(long, short) window request floors of a scope: the endpoint as a whole needs
+        `min_requests` in the long window; a deployment (a canary beside the stable one) needs
+        `max(min_requests, deployment_min_requests)` in the long AND the short window."""
+        if not deployment:
+            return self.config.min_requests, 1
+        floor = max(self.config.min_requests, self.config.deployment_min_requests)
+        return floor, floor
+
+    def _evaluate(self, scope: Scope, rule: BurnRateRule, now: float, *, deployment: str) -> RuleEvaluation:
         ring = scope.fine if scope.fine is not None and rule.long_window_s <= self.fine_history_s else None
+        min_long, min_short = self.min_requests(deployment)
         return evaluate_rule(
             ring or scope.counts,
             rule,
             now=now,
             budget=scope.targets.budget,
-            min_requests=self.config.min_requests,
+            min_requests=min_long,
+            min_short_requests=min_short,
         )
 
     def burn_rates(self, endpoint: str, deployment: str, *, now: float) -> list[RuleEvaluation]:
@@ -150,7 +164,7 @@ class SlaMonitor:
         scope = self._scopes.get((endpoint, deployment))
         if scope is None:
             return []
-        return [self._evaluate(scope, rule, now) for rule in self.config.rules]
+        return [self._evaluate(scope, rule, now, deployment=deployment) for rule in self.config.rules]
 
     def _evict(self, now: float) -> None:
         """Forget scopes idle for longer than the history kept, unless an incident is open on them."""

@@ -36,13 +36,13 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import BucketNotFoundError
-from nats.js.kv import KeyValue
 
-from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage, publish_event
+from evertune.bus import ConsumerSpec, DurableConsumer, KvFollower, PoisonMessage, Resubscriber, publish_event
 from evertune.events import EventKind, event_filter_subject, new_event
 from evertune.runtime import Service, ServiceContext
 from evertune.runtime.metrics import MetricsServer, new_registry
@@ -50,8 +50,6 @@ from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 
 #: Attainment target of an Slo whose attainment_target is 0 (see endpoint.proto).
 DEFAULT_ATTAINMENT = 0.9
-#: KV operations that remove a key.
-KV_DELETES = ("DEL", "PURGE")
 
 _SEVERITY = {"page": common_pb2.SEVERITY_CRITICAL, "ticket": common_pb2.SEVERITY_WARNING}
 
@@ -219,6 +217,7 @@ class SlaMonitorService(Service):
                 resolve_hold_s=settings.resolve_hold_s * scale,
                 min_requests=settings.min_requests,
                 deployment_alerts=settings.deployment_alerts,
+                deployment_min_requests=settings.deployment_min_requests,
                 fine_slot_s=settings.fine_slot_s * scale,
                 fine_history_s=settings.fine_history_s * scale,
             )
@@ -243,8 +242,9 @@ class SlaMonitorService(Service):
         self.drift_events = 0  #: drift.detected events decided
         self._profiles: dict[str, WorkloadProfile] = {}  # profile.ready references not yet applied
         self._next_drift_check = 0.0
-        self._watcher: KeyValue.KeyWatcher | None = None
-        self._profile_sub: Any = None
+        self._endpoints: KvFollower | None = None  #: follows the endpoints bucket
+        self._profiles_sub: Resubscriber | None = None  #: the profile.ready ordered consumer
+        self.profile_ids: dict[str, str] = {}  #: id of the last profile.ready handled per endpoint
         self.registry_loaded = asyncio.Event()  #: set once the endpoints bucket's values are in
         self.metrics_registry = new_registry()  #: this service's Prometheus registry
         self.metrics_registry.register(SlaMonitorCollector(self))
@@ -276,15 +276,9 @@ class SlaMonitorService(Service):
             filter_subject=self.settings.subject,
             fetch_timeout_s=self.settings.fetch_wait_s * self.settings.time_scale,
         )
-        await self._watch_endpoints(ctx.js)
+        await self._watch_endpoints(ctx.js, ctx.nc)
         if self.settings.drift:
-            self._profile_sub = await ctx.js.subscribe(
-                event_filter_subject(EventKind.PROFILE_READY),
-                stream="EVENTS",
-                ordered_consumer=True,
-                config=ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
-                cb=self._on_profile,
-            )
+            await self._subscribe_profiles(ctx.js, ctx.nc)
         if self.settings.metrics_port >= 0:
             self.metrics_server = MetricsServer(
                 self.metrics_registry, host=self.settings.metrics_host, port=self.settings.metrics_port
@@ -297,72 +291,60 @@ class SlaMonitorService(Service):
         self.alerts.start(self.spawn, self.stopping)
 
     async def on_stop(self) -> None:
-        if self._profile_sub is not None:
-            with contextlib.suppress(Exception):
-                await self._profile_sub.unsubscribe()
-        if self._watcher is not None:
-            with contextlib.suppress(Exception):
-                await self._watcher.stop()  # type: ignore[no-untyped-call]
+        if self._endpoints is not None:
+            await self._endpoints.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.alerts.close()
 
     # --- endpoints bucket --------------------------------------------------------------------
-    async def _watch_endpoints(self, js: JetStreamContext) -> None:
-        """Load every endpoint of the bucket, then follow it in a loop (no bucket: defaults only)."""
+    async def _watch_endpoints(self, js: JetStreamContext, nc: Client) -> None:
+        """Load every endpoint of the bucket, then follow it (`KvFollower`: a new watch and a full
+        reload after each NATS reconnect); no bucket: defaults only."""
         name = self.settings.endpoints_bucket
         if not name:
             self.registry_loaded.set()
             return
+        follower = KvFollower(js, nc, name, self._apply_endpoint)
         try:
-            kv = await js.key_value(name)
+            await follower.load()
         except BucketNotFoundError:
             self.log.warning("endpoints bucket missing; every endpoint gets the default SLO", bucket=name)
             self.registry_loaded.set()
             return
-        self._watcher = watcher = await kv.watchall()
-        while True:
-            entry = await watcher.updates(timeout=10.0)  # type: ignore[no-untyped-call]
-            if entry is None:  # the initial values are all in
-                break
-            self._apply_endpoint(entry)
+        self._endpoints = follower
         self.registry_loaded.set()
         self.log.info("endpoints loaded", bucket=name, endpoints=len(self.registry))
-        self.spawn(self._follow_endpoints(watcher), name="endpoints")
+        self.spawn(follower.run(self.stopping), name="endpoints")
 
-    def _apply_endpoint(self, entry: KeyValue.Entry) -> None:
+    def _apply_endpoint(self, key: str, value: bytes | None) -> None:
         try:
-            change = self.registry.put(
-                entry.key, None if entry.operation in KV_DELETES else (entry.value or b"")
-            )
+            change = self.registry.put(key, value)
         except DecodeError as err:
-            self.log.warning("endpoint entry ignored: not an Endpoint", key=entry.key, error=str(err))
+            self.log.warning("endpoint entry ignored: not an Endpoint", key=key, error=str(err))
             return
-        self._warned_unreachable.discard(entry.key)  # the SLO may have changed
+        self._warned_unreachable.discard(key)  # the SLO may have changed
         tracker = self.drift.get(change.endpoint)
         if change.deployment_changed and tracker is not None:
             tracker.deployment_changed()
             self.log.info("stable deployment changed; drift baseline restarts", endpoint=change.endpoint)
 
-    async def _follow_endpoints(self, watcher: KeyValue.KeyWatcher) -> None:
-        stopping = asyncio.create_task(self.stopping.wait())
-        try:
-            while not self.stopping.is_set():
-                nxt = asyncio.ensure_future(watcher.__anext__())  # type: ignore[no-untyped-call]
-                done, _ = await asyncio.wait({nxt, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if nxt not in done:
-                    nxt.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await nxt
-                    break
-                try:
-                    entry = nxt.result()
-                except StopAsyncIteration:
-                    break
-                if entry is not None:
-                    self._apply_endpoint(entry)
-        finally:
-            stopping.cancel()
+    async def _subscribe_profiles(self, js: JetStreamContext, nc: Client) -> None:
+        """The latest profile.ready per endpoint, then each new one: an ordered consumer, made
+        again after each NATS reconnect (a restarted server has lost it)."""
+
+        async def subscribe() -> Any:
+            return await js.subscribe(
+                event_filter_subject(EventKind.PROFILE_READY),
+                stream="EVENTS",
+                ordered_consumer=True,
+                config=ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
+                cb=self._on_profile,
+            )
+
+        self._profiles_sub = Resubscriber(nc, subscribe, name="profile.ready")
+        await self._profiles_sub.start()
+        self.spawn(self._profiles_sub.run(self.stopping), name="profiles")
 
     # --- drift -------------------------------------------------------------------------------
     async def _on_profile(self, msg: Msg) -> None:
@@ -372,6 +354,10 @@ class SlaMonitorService(Service):
             return
         if event.WhichOneof("payload") != "profile_ready" or not event.endpoint:
             return
+        profile_id = event.profile_ready.profile_id
+        if profile_id and self.profile_ids.get(event.endpoint) == profile_id:
+            return  # delivered again after a re-subscribe: already taken (or refused)
+        self.profile_ids[event.endpoint] = profile_id
         self.use_profile(event.endpoint, event.profile_ready)
 
     def use_profile(self, endpoint: str, ready: events_pb2.ProfileReady) -> bool:

@@ -37,6 +37,8 @@ class SlaMonitorSettings(BaseSettings):
     resolve_hold_s: float = Field(default=300.0, ge=0)
     #: requests the long window needs before a rule may fire
     min_requests: int = Field(default=10, ge=1)
+    #: requests a deployment scope (a canary beside the stable one) needs in both windows of a rule
+    deployment_min_requests: int = Field(default=50, ge=1)
     #: alert per deployment while an endpoint has more than one (a canary beside the stable one)
     deployment_alerts: bool = True
     #: multiplies every window length (1 = real time, 1/60 = hours become minutes)

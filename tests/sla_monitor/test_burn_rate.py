@@ -70,6 +70,19 @@ def test_threshold_is_strict_and_min_requests_holds_small_windows() -> None:
     assert not evaluate_rule(small, RULE, now=T0 + 1, budget=0.1, min_requests=10).firing
 
 
+def test_min_short_requests_holds_a_short_window_of_a_handful() -> None:
+    """A long window full of bad traffic, a short one with 8 bad requests: fires only while the
+    short window's floor is at most 8."""
+    ring = CountRing(slot_s=10, history_s=3600)
+    _fill(ring, start=T0, seconds=3000, per_s=1, bad_share=1.0)
+    ring.add_counts(T0 + 3590, requests=8, good=0)
+    ev = evaluate_rule(ring, RULE, now=T0 + 3599.0, budget=0.1, min_requests=50, min_short_requests=8)
+    assert ev.short.requests == 8 and ev.long.requests > 50 and ev.firing
+    assert not evaluate_rule(
+        ring, RULE, now=T0 + 3599.0, budget=0.1, min_requests=50, min_short_requests=9
+    ).firing
+
+
 def test_ring_drops_what_is_older_than_its_history_and_reuses_positions() -> None:
     ring = CountRing(slot_s=10, history_s=60)
     assert ring.add(T0, good=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 from evertune.sla_monitor.alerts import Breach, Resolved
 from evertune.sla_monitor.burn_rate import DEFAULT_RULES, FAST_RULE
@@ -135,3 +136,53 @@ def test_fast_rule_needs_several_bad_requests_in_its_short_window() -> None:
     assert monitor.evaluate(T0 + 30) == []
     [ev] = monitor.burn_rates("ep", "", now=T0 + 30)
     assert ev.long.burn_rate > FAST_RULE.burn_rate and not ev.firing
+
+
+def _canary_start(config: MonitorConfig) -> SlaMonitor:
+    """Stable: an hour of healthy traffic at 1 rps. Canary: its first 12 requests, 2 of them slow
+    (burn 1.67x at a 0.9 target); the endpoint as a whole stays healthy."""
+    monitor = SlaMonitor(config)
+    for s in range(3600):
+        monitor.observe(Observation("ep", "stable", T0 + s, 200.0, 20.0, False), TARGETS)
+    for i in range(12):
+        ttft = 900.0 if i in (3, 9) else 200.0
+        monitor.observe(Observation("ep", "canary", T0 + 3588 + i, ttft, 20.0, False), TARGETS)
+    return monitor
+
+
+def test_a_canary_s_first_dozen_requests_raise_no_breach() -> None:
+    ticket = next(r for r in DEFAULT_RULES if r.name == "ticket-3d")
+    config = MonitorConfig(
+        rules=(ticket,), slot_s=10, sketch_history_s=3600, resolve_hold_s=300, min_requests=10
+    )
+    # without a deployment floor the 12 requests are "evidence": the bug a deployer rolled back on
+    [ev] = _canary_start(config).burn_rates("ep", "canary", now=T0 + 3600)
+    assert ev.long.requests == ev.short.requests == 12 and ev.long.burn_rate > 1.5 and ev.firing
+    guarded = _canary_start(replace(config, deployment_min_requests=50))
+    assert guarded.min_requests("canary") == (50, 50) and guarded.min_requests("") == (10, 1)
+    assert guarded.evaluate(T0 + 3600) == []
+    [ev] = guarded.burn_rates("ep", "canary", now=T0 + 3600)
+    assert ev.long.burn_rate > ticket.burn_rate and not ev.firing
+
+
+def test_a_deployment_needs_its_floor_in_the_short_window_too() -> None:
+    """A canary bad for 30 s at 10 rps (300 requests in the long window), then 4 slow requests in the
+    last 3 s: the short window (3 s) holds 4 < 50, so the canary is not paged on; a floor of 4 pages."""
+    rule = next(r for r in DEFAULT_RULES if r.name == "page-6h").scaled(1 / 600)  # 36 s / 3 s, 6x
+    config = MonitorConfig(
+        rules=(rule,), slot_s=1, sketch_history_s=60, resolve_hold_s=1, deployment_min_requests=50
+    )
+    monitor = SlaMonitor(config)
+    _traffic(monitor, start=T0, seconds=30, ttft_ms=100.0, deployment="stable")
+    _traffic(monitor, start=T0, seconds=26, ttft_ms=900.0, deployment="canary")
+    for i in range(4):
+        monitor.observe(Observation("ep", "canary", T0 + 28 + i * 0.4, 900.0, 20.0, False), TARGETS)
+    [ev] = monitor.burn_rates("ep", "canary", now=T0 + 30)
+    assert ev.long.requests >= 50 and ev.short.requests == 4 and ev.short.burn_rate > rule.burn_rate
+    assert monitor.evaluate(T0 + 30) == [] and not ev.firing
+    loose = SlaMonitor(replace(config, deployment_min_requests=4))
+    _traffic(loose, start=T0, seconds=30, ttft_ms=100.0, deployment="stable")
+    _traffic(loose, start=T0, seconds=26, ttft_ms=900.0, deployment="canary")
+    for i in range(4):
+        loose.observe(Observation("ep", "canary", T0 + 28 + i * 0.4, 900.0, 20.0, False), TARGETS)
+    assert [(d.key.deployment, type(d).__name__) for d in loose.evaluate(T0 + 30)] == [("canary", "Breach")]
