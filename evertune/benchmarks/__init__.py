@@ -70,6 +70,11 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "run",
         "telemetry inserts and per-minute percentile queries on chDB",
     ),
+    "rollout": (
+        "evertune.benchmarks.rollout",
+        "run",
+        "a good swap and a planted bad canary through the gateway under load (sim engine)",
+    ),
     "kernels": (
         "evertune.benchmarks.kernels",
         "run",

@@ -33,6 +33,11 @@ _POLICIES = {
     "advisory": endpoint_pb2.SEARCH_POLICY_ADVISORY,
     "off": endpoint_pb2.SEARCH_POLICY_OFF,
 }
+_OBJECTIVES = {
+    "goodput": endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT,
+    "p50_ttft": endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT,
+    "cost": endpoint_pb2.SEARCH_OBJECTIVE_COST,
+}
 
 
 class RemoteError(EvertuneError):
@@ -49,7 +54,7 @@ def add_commands(commands: Any) -> None:
         parser.add_argument("--data-dir", type=Path, default=None, help="data dir of a local `evertune up`")
         parser.add_argument("--json", action="store_true", help="print JSON")
 
-    endpoints = commands.add_parser("endpoints", help="create, list, get, delete endpoints (gRPC)")
+    endpoints = commands.add_parser("endpoints", help="create, list, get, update, delete endpoints (gRPC)")
     sub = endpoints.add_subparsers(dest="endpoints_command", required=True, metavar="COMMAND")
     create = sub.add_parser("create", help="create an endpoint and its first deployment")
     create.add_argument("name")
@@ -69,6 +74,27 @@ def add_commands(commands: Any) -> None:
     get = sub.add_parser("get", help="show one endpoint")
     get.add_argument("name")
     common(get)
+    update = sub.add_parser("update", help="change an endpoint's SLO, search policy or alert routes")
+    update.add_argument("name")
+    update.add_argument("--ttft-p50-ms", type=float, default=None, help="new p50 TTFT target, ms")
+    update.add_argument("--ttft-p99-ms", type=float, default=None, help="new p99 TTFT target, ms")
+    update.add_argument("--itl-p99-ms", type=float, default=None, help="new p99 inter-token target, ms")
+    update.add_argument("--attainment-target", type=float, default=None, help="new SLO attainment target")
+    update.add_argument("--policy", choices=sorted(_POLICIES), default=None, help="new search policy")
+    update.add_argument("--objective", choices=sorted(_OBJECTIVES), default=None, help="new search objective")
+    update.add_argument("--max-replicas", type=int, default=None, help="new replica cap of the pool")
+    update.add_argument(
+        "--webhook",
+        action="append",
+        default=None,
+        metavar="NAME=URL",
+        help="alert route to a webhook, repeatable; replaces every alert route",
+    )
+    update.add_argument("--no-alert-routes", action="store_true", help="remove every alert route")
+    update.add_argument(
+        "--expected-revision", type=int, default=0, help="refuse unless the endpoint is at this revision"
+    )
+    common(update)
     delete = sub.add_parser("delete", help="drain and delete an endpoint")
     delete.add_argument("name")
     common(delete)
@@ -120,6 +146,47 @@ def engine_config(knobs: list[str], *, engine: str) -> endpoint_pb2.EngineConfig
         return ParseDict(fields, endpoint_pb2.EngineConfig())
     except ParseError as err:
         raise InvalidArgument(f"--knob: {err}") from None
+
+
+def update_request(args: argparse.Namespace) -> pb.UpdateEndpointRequest:
+    """An UpdateEndpointRequest naming in its mask exactly the fields the flags set."""
+    request = pb.UpdateEndpointRequest(name=args.name, expected_revision=args.expected_revision)
+    spec = request.spec
+    paths: list[str] = []
+    for flag, path in (
+        ("ttft_p50_ms", "slo.ttft_p50_ms"),
+        ("ttft_p99_ms", "slo.ttft_p99_ms"),
+        ("itl_p99_ms", "slo.itl_p99_ms"),
+        ("attainment_target", "slo.attainment_target"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            setattr(spec.slo, flag, value)
+            paths.append(path)
+    if args.policy is not None:
+        spec.search_policy = _POLICIES[args.policy]
+        paths.append("search_policy")
+    if args.objective is not None:
+        spec.objective = _OBJECTIVES[args.objective]
+        paths.append("objective")
+    if args.max_replicas is not None:
+        spec.hardware_pool.max_replicas = args.max_replicas
+        paths.append("hardware_pool.max_replicas")
+    if args.webhook and args.no_alert_routes:
+        raise InvalidArgument("--webhook and --no-alert-routes: give one or the other")
+    for route in args.webhook or ():
+        key, sep, url = route.partition("=")
+        if not sep or not key or not url:
+            raise InvalidArgument(
+                f"--webhook {route!r}: expected NAME=URL, e.g. pager=http://127.0.0.1:9000/hook"
+            )
+        spec.alert_routes.add(name=key, kind=endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK, url=url)
+    if args.webhook or args.no_alert_routes:
+        paths.append("alert_routes")
+    if not paths:
+        raise InvalidArgument("endpoints update: nothing to change; give at least one of its options")
+    request.update_mask.paths.extend(paths)
+    return request
 
 
 def _address(args: argparse.Namespace) -> str:
@@ -264,6 +331,9 @@ async def _endpoints(
     elif command == "get":
         reply = await stub.GetEndpoint(pb.GetEndpointRequest(name=args.name), metadata=metadata, timeout=30)
         show(reply.endpoint, _line)
+    elif command == "update":
+        updated = await stub.UpdateEndpoint(update_request(args), metadata=metadata, timeout=30)
+        show(updated.endpoint, _line)
     else:
         reply = await stub.DeleteEndpoint(
             pb.DeleteEndpointRequest(name=args.name), metadata=metadata, timeout=30

@@ -12,7 +12,8 @@ At each step of a rollout the deployer gathers, from telemetry, what each arm se
     test keeps noise from rolling back a good canary; the tolerance keeps a real but trivial shift
     on thousands of requests from doing so.
   - inter-token: the canary's p99 of per-request p99 gaps exceeds the stable one by more than its
-    tolerance and slack;
+    tolerance and slack, AND the same one-sided test says the canary's per-request p99 gaps are
+    larger (a p99 over a few dozen requests is their single slowest one: noise alone moves it);
   - errors: the canary's error share exceeds the stable one by more than `max_error_share_increase`;
   - SLO: the canary's attainment is below the target while the stable one meets it.
 - PROCEED otherwise.
@@ -174,7 +175,10 @@ def analyse(
     if canary.itl_p99_ms and stable.itl_p99_ms:
         c, s = percentile(canary.itl_p99_ms, 99.0), percentile(stable.itl_p99_ms, 99.0)
         worse = _regressed(c, s, relative=policy.max_itl_regression, slack=policy.itl_slack_ms)
-        checks.append(Check("itl_p99", c, s, not worse, f"canary {c:.1f} ms vs stable {s:.1f} ms"))
+        # the p99 of a few dozen requests is their slowest one: a shift must also be significant
+        p = mann_whitney_greater_p(canary.itl_p99_ms, stable.itl_p99_ms)
+        detail = f"canary {c:.1f} ms vs stable {s:.1f} ms; Mann-Whitney p={p:.3g}"
+        checks.append(Check("itl_p99", c, s, not (worse and p < policy.p_value), detail))
     increase = canary.error_share - stable.error_share
     checks.append(
         Check(

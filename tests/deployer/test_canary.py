@@ -3,6 +3,7 @@ regression of TTFT, inter-token gaps, errors or attainment, and not on noise."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -129,6 +130,19 @@ def test_other_regressions_roll_back(canary_kwargs: dict[str, float], failed: st
     result = analyse(canary=canary, stable=stable, policy=POLICY, attainment_target=0.9)
     assert result.verdict is Verdict.ROLL_BACK
     assert [c.name for c in result.failed] == [failed]
+
+
+def test_one_slow_gap_does_not_roll_back() -> None:
+    # equal gap distributions, but the canary's 30 requests include one with a 3x slower gap: its
+    # p99 (the slowest of 30) is far above the stable's, yet nothing says its gaps are larger
+    rng = random.Random(9)
+    stable = _arm(rng, n=120, ttft_ms=100, attainment=0.95)
+    canary = _arm(rng, n=30, ttft_ms=100, attainment=0.95)
+    canary = dataclasses.replace(canary, itl_p99_ms=[*canary.itl_p99_ms[:-1], 60.0])
+    result = analyse(canary=canary, stable=stable, policy=POLICY, attainment_target=0.9)
+    [itl] = [c for c in result.checks if c.name == "itl_p99"]
+    assert itl.canary > itl.stable * (1 + POLICY.max_itl_regression) + POLICY.itl_slack_ms
+    assert itl.passed and result.verdict is Verdict.PROCEED, result.reason
 
 
 def test_mann_whitney_known_values() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -56,3 +57,48 @@ async def test_create_list_promote_and_delete(stack: Stack, capsys: pytest.Captu
     assert [line for line in lines if line.startswith("evertune:")] == [
         "evertune: NOT_FOUND: endpoint no-such-endpoint not found"
     ]
+
+
+def _json(out: str) -> Any:
+    """The JSON line of a command's output (the deployer running in this process may log there too)."""
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+async def test_update(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    name = new_name()
+    common = ["--address", stack.address, "--token", TOKEN_A, "--json"]
+
+    async def cli(*argv: str) -> int:
+        return await asyncio.to_thread(main, [*argv, *common])
+
+    assert await cli("endpoints", "create", name, "--model", "tiny-model", "--ttft-p99-ms", "400") == 0
+    revision = _json(capsys.readouterr().out)["revision"]
+    hook = "http://127.0.0.1:9/hook"
+    argv = [
+        "endpoints",
+        "update",
+        name,
+        "--ttft-p99-ms",
+        "650",
+        "--policy",
+        "off",
+        "--webhook",
+        f"pager={hook}",
+    ]
+    assert await cli(*argv, "--expected-revision", str(revision)) == 0
+    updated = _json(capsys.readouterr().out)
+    spec = updated["spec"]
+    assert spec["slo"]["ttftP99Ms"] == 650 and spec["searchPolicy"] == "SEARCH_POLICY_OFF"
+    [route] = spec["alertRoutes"]
+    assert (route["name"], route["kind"], route["url"]) == ("pager", "ALERT_ROUTE_KIND_WEBHOOK", hook)
+    assert spec["model"] == "tiny-model"  # untouched: not in the mask
+    assert int(updated["revision"]) > int(revision)
+    # a stale revision is refused; so is an update that changes nothing
+    assert (
+        await cli("endpoints", "update", name, "--itl-p99-ms", "9", "--expected-revision", str(revision)) == 1
+    )
+    assert "evertune: FAILED_PRECONDITION" in capsys.readouterr().err
+    assert await cli("endpoints", "update", name) == 1
+    assert "evertune: endpoints update: nothing to change" in capsys.readouterr().err
+    assert await cli("endpoints", "update", name, "--no-alert-routes") == 0
+    assert "alertRoutes" not in _json(capsys.readouterr().out)["spec"]

@@ -1,0 +1,449 @@
+"""`evertune bench rollout`: a good swap and a planted bad canary, through the gateway under load.
+
+Hosted in this process on a fresh temporary data dir: an embedded nats-server, chDB, and the
+gateway, the profiler's telemetry sink and the deployer as `evertune up` hosts them. The endpoint
+runs on the `sim` engine (hardware pool `sim-cpu`, evertune's performance model), so an engine
+starts in about a second; the JSON says so in `engine`. Rollout settings are short (canary steps
+10% -> 50% -> 100% of `step_s` seconds each, judged on `min_requests` requests an arm; see `QUICK`
+and `FULL`) so that a run takes a minute or two; they are reported in the JSON.
+
+A steady open-loop replay of voice-like chat requests (a long shared system prompt, a short user
+turn, a few output tokens) runs through the gateway for the whole benchmark:
+
+1. **before**: `before_s` of traffic on the first deployment (vLLM defaults);
+2. **good swap**: Promote of an equal-or-better configuration (more sequences, prefix caching on);
+   the canary goes 10/50/100% and is promoted, the old deployment drains and stops;
+3. **bad canary**: Promote of a deliberately slow configuration (prefix caching off and a tiny
+   chunked-prefill token budget, so every long prompt is prefilled from scratch in many steps); the
+   canary analysis must roll it back.
+
+Figures:
+- `failed_requests`: requests that did not complete, over the whole run (both rollouts);
+- `cut_streams`: streams that broke off before their final chunk (`stream_broken`);
+- `swap_ttft_p99_ratio`: client p99 TTFT of requests sent during the good swap (Promote to the old
+  deployment retired) over the p99 of those sent in the before window;
+- `rollback_s`: from the bad canary's first failed analysis (its `deploy.canary_step` event with
+  verdict ROLL_BACK) to its weight 0 in the route table (polled every `POLL_S`);
+- `bad_canary_requests`: requests the bad canary served (telemetry rows of its deployment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from evertune.bus import connect
+from evertune.errors import Unavailable
+from evertune.events import event_filter_subject
+from evertune.model import ensure_model
+from evertune.nats_server import EmbeddedNats
+from evertune.replay import RequestResult, replay
+from evertune.replay.percentiles import percentile
+from evertune.runtime.host import host_services
+from evertune.settings import SharedSettings, load_settings
+from evertune.store import open_store
+from evertune.v1 import endpoint_pb2 as D
+from evertune.v1 import endpoint_service_pb2 as pb
+from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
+from evertune.v1 import events_pb2
+from evertune.workloads.plan import ChatMessage, PlannedRequest
+
+if TYPE_CHECKING:
+    from evertune.deployer import DeployerService
+    from evertune.deployer.state import State
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Durations of one kind of run."""
+
+    before_s: float  #: seconds of traffic measured before the good swap
+    step_s: float  #: seconds of traffic at each canary step before it is analysed
+    min_requests: int  #: requests each arm must have served in a step before it is judged
+
+
+QUICK = Mode(before_s=20.0, step_s=3.0, min_requests=5)
+FULL = Mode(before_s=60.0, step_s=5.0, min_requests=10)
+#: Route-table poll period while waiting for the roll back, seconds.
+POLL_S = 0.02
+#: Warm-up requests straight to each new deployment before it takes traffic: a freshly started
+#: engine process serves its first requests slower, which a canary step of a few seconds would see.
+WARMUP_REQUESTS = 20
+#: Offered load, requests per second (open loop).
+RPS = 20.0
+#: Seconds of each replay round; rounds start back to back and overlap, so the load is steady.
+ROUND_S = 5.0
+#: The first deployment's configuration (vLLM defaults, sim engine).
+STABLE = D.EngineConfig(engine="sim", max_num_seqs=64)
+#: An equal-or-better configuration: more sequences, prefix caching on explicitly.
+GOOD = D.EngineConfig(engine="sim", max_num_seqs=128, enable_prefix_caching=True)
+#: A deliberately slow one: no prefix caching, and 32 prompt tokens a step.
+BAD = D.EngineConfig(
+    engine="sim",
+    max_num_seqs=64,
+    enable_prefix_caching=False,
+    enable_chunked_prefill=True,
+    max_num_batched_tokens=32,
+)
+_SYSTEM = (
+    "You are the voice agent of a regional energy provider. Answer briefly and politely, in one or "
+    "two short sentences suited to speech. Confirm account numbers digit by digit, never read out "
+    "personal data, and offer to transfer the caller to a human when a question is about billing "
+    "disputes, outages in progress or moving house. "
+) * 6
+_UTTERANCES = ("Hello, I have a question about my bill.", "Can you check my meter reading?", "Thanks, bye.")
+
+
+def voice_plan(n: int, *, every_s: float, prefix: str) -> list[PlannedRequest]:
+    """`n` chat turns one every `every_s` s: a long shared system prompt and a short utterance."""
+    return [
+        PlannedRequest(
+            at_s=i * every_s,
+            request_id=f"{prefix}-{i}",
+            api="chat",
+            max_tokens=8,
+            messages=(ChatMessage("system", _SYSTEM), ChatMessage("user", _UTTERANCES[i % 3])),
+            conversation_id=f"{prefix}-call-{i // 3}",
+            turn=i % 3,
+        )
+        for i in range(n)
+    ]
+
+
+@dataclass
+class Sample:
+    """One finished request and when it left (wall clock)."""
+
+    sent_at: float  #: epoch seconds when the request was sent
+    result: RequestResult  #: what the client saw
+
+
+@dataclass
+class Load:
+    """Open-loop traffic through the gateway until stopped; every result kept."""
+
+    url: str  #: the gateway's base URL
+    endpoint: str  #: the endpoint (the model name callers ask for)
+    samples: list[Sample] = field(default_factory=list)
+
+    def _keep(self, result: RequestResult) -> None:
+        self.samples.append(Sample(sent_at=time.time() - (result.e2e_ms or 0.0) / 1000, result=result))
+
+    async def run_until(self, stop: asyncio.Event) -> None:
+        rounds: list[asyncio.Task[Any]] = []
+        n = int(ROUND_S * RPS)
+        while not stop.is_set():
+            plan = voice_plan(n, every_s=1 / RPS, prefix=f"{self.endpoint}-{uuid.uuid4().hex[:6]}")
+            rounds.append(
+                asyncio.create_task(
+                    replay(plan, target=self.url, model=self.endpoint, on_result=self._keep, timeout_s=30.0)
+                )
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ROUND_S)
+        await asyncio.gather(*rounds)
+
+    def p99_ttft(self, lo: float, hi: float) -> float | None:
+        ttfts = [
+            s.result.ttft_ms for s in self.samples if lo <= s.sent_at < hi and s.result.ttft_ms is not None
+        ]
+        return percentile(ttfts, 99) if ttfts else None
+
+
+class Events:
+    """The endpoint's events as they arrive."""
+
+    def __init__(self) -> None:
+        self.seen: list[events_pb2.Event] = []
+        self.changed = asyncio.Event()
+
+    def add(self, event: events_pb2.Event) -> None:
+        self.seen.append(event)
+        self.changed.set()
+
+    async def first(
+        self, kind: str, match: Callable[[events_pb2.Event], bool], *, timeout_s: float
+    ) -> events_pb2.Event:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = next((e for e in self.seen if e.kind == kind and match(e)), None)
+            if found is not None:
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Unavailable(f"no {kind} event within {timeout_s:g} s")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), left)
+
+
+async def _until(check: Callable[[], Any], *, timeout_s: float, what: str, every_s: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise Unavailable(f"{what}: not within {timeout_s:g} s")
+        await asyncio.sleep(every_s)
+
+
+@contextlib.asynccontextmanager
+async def _hosted(
+    data_dir: Path, model_dir: Path, mode: Mode
+) -> AsyncIterator[tuple[DeployerService, str, str, SharedSettings]]:
+    """NATS and the gateway, profiler and deployer in this process; yields (deployer service,
+    gateway URL, NATS URL, shared settings)."""
+    from evertune.deployer import DeployerService, DeployerSettings
+    from evertune.gateway import GatewayService, GatewaySettings
+    from evertune.profiler import ProfilerService, ProfilerSettings
+
+    nats = EmbeddedNats(data_dir / "nats")
+    await nats.start()
+    shared = load_settings(SharedSettings, data_dir=data_dir / "data")
+    gateway = GatewayService(GatewaySettings(port=0, tokenizer_dir=model_dir, batch_ms=20.0))
+    profiler = ProfilerService(ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0))
+    deployer = DeployerService(
+        DeployerSettings(
+            grpc_port=0,
+            engine_log_dir=data_dir / "engines",
+            rollout_steps=[1000, 5000, 10000],
+            rollout_step_duration_s=mode.step_s,
+            canary_min_requests=mode.min_requests,
+            telemetry_lag_s=1.0,
+            drain_timeout_s=10.0,
+            ready_timeout_s=60.0,
+            health_interval_s=0.5,
+            warmup_requests=WARMUP_REQUESTS,
+        )
+    )
+    stop, ready = asyncio.Event(), asyncio.Event()
+    hosting = asyncio.create_task(
+        host_services(
+            [profiler, deployer, gateway],
+            shared=shared,
+            nats_url=nats.url,
+            stop=stop,
+            on_ready=lambda _: ready.set(),
+            client_name="bench-rollout",
+        )
+    )
+    try:
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait({waiting, hosting}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if hosting.done():
+            hosting.result()
+        if not ready.is_set():
+            raise Unavailable("the services did not start within 120 s")
+        yield deployer, f"http://127.0.0.1:{gateway.port}", nats.url, shared
+    finally:
+        stop.set()
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(hosting, 60)
+        finally:
+            await nats.stop()
+
+
+def _state(deployer: DeployerService) -> State:
+    assert deployer.deployer is not None, "the deployer is not running"
+    return deployer.deployer.state
+
+
+async def _weight(deployer: DeployerService, name: str, deployment_id: str) -> int:
+    table = await _state(deployer).get_routes(name)
+    return sum(r.weight for r in table.routes if r.deployment_id == deployment_id) if table else 0
+
+
+async def _state_of(deployer: DeployerService, name: str, deployment_id: str) -> int:
+    deployment = await _state(deployer).get_deployment(name, deployment_id)
+    return int(deployment.state) if deployment is not None else 0
+
+
+async def run(quick: bool) -> dict[str, Any]:
+    mode = QUICK if quick else FULL
+    with tempfile.TemporaryDirectory(prefix="evertune-bench-rollout-") as tmp:
+        root = Path(tmp)
+        model_dir = await asyncio.to_thread(ensure_model, root / "model")
+        async with _hosted(root, model_dir, mode) as (deployer, gateway_url, nats_url, shared):
+            return await _measure(
+                deployer, gateway_url=gateway_url, nats_url=nats_url, shared=shared,
+                model_dir=model_dir, mode=mode,
+            )  # fmt: skip
+
+
+async def _measure(
+    deployer: DeployerService,
+    *,
+    gateway_url: str,
+    nats_url: str,
+    shared: SharedSettings,
+    model_dir: Path,
+    mode: Mode,
+) -> dict[str, Any]:
+    name = f"bench-rollout-{uuid.uuid4().hex[:6]}"
+    events = Events()
+    nc = await connect(nats_url, name="bench-rollout")
+    channel = grpc.aio.insecure_channel(deployer.server.address)
+    stub = pb_grpc.EndpointServiceStub(channel)  # type: ignore[no-untyped-call]
+    try:
+
+        async def on_msg(msg: Any) -> None:
+            events.add(events_pb2.Event.FromString(msg.data))
+
+        sub = await nc.jetstream().subscribe(
+            event_filter_subject(endpoint=name),
+            stream="EVENTS",
+            cb=on_msg,
+            ordered_consumer=True,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+        )
+        spec = D.EndpointSpec(
+            name=name,
+            model=str(model_dir),
+            slo=D.Slo(ttft_p99_ms=2000.0),
+            hardware_pool=D.HardwarePool(hardware_class="sim-cpu"),
+            initial_engine_config=STABLE,
+            search_policy=D.SEARCH_POLICY_OFF,
+        )
+        await stub.CreateEndpoint(pb.CreateEndpointRequest(request_id=uuid.uuid4().hex, spec=spec))
+
+        async def ready() -> bool:
+            got = (await stub.GetEndpoint(pb.GetEndpointRequest(name=name))).endpoint
+            if got.state == D.ENDPOINT_STATE_FAILED:
+                raise Unavailable(f"endpoint failed: {got.state_message}")
+            return bool(got.state == D.ENDPOINT_STATE_READY)
+
+        await _until(ready, timeout_s=60, what="endpoint READY")
+        first = (await stub.GetEndpoint(pb.GetEndpointRequest(name=name))).endpoint.stable_deployment_id
+
+        load = Load(url=gateway_url, endpoint=name)
+        stop = asyncio.Event()
+        traffic = asyncio.create_task(load.run_until(stop))
+        try:
+            await asyncio.sleep(2.0)  # warm: the first round's connections and prefix cache
+            before_lo = time.time()
+            await asyncio.sleep(mode.before_s)
+            swap_lo = time.time()
+            good = await _promote(stub, name, GOOD, reason="bench: good swap")
+
+            async def swapped() -> bool:
+                """The rollout ended: promoted and the old deployment stopped, or rolled back
+                (a false roll back; the figures say so in `good_swap_promoted`) and stopped."""
+                if await _state(deployer).get_rollout(name) is not None:
+                    return False
+                now = await _state_of(deployer, name, good)
+                if now == D.DEPLOYMENT_STATE_ACTIVE:
+                    return await _state_of(deployer, name, first) == D.DEPLOYMENT_STATE_RETIRED
+                return now in (D.DEPLOYMENT_STATE_ROLLED_BACK, D.DEPLOYMENT_STATE_FAILED)
+
+            await _until(swapped, timeout_s=180, what="the good swap finished")
+            swap_hi = time.time()
+            good_final = await _state_of(deployer, name, good)
+            await asyncio.sleep(2.0)
+
+            bad = await _promote(stub, name, BAD, reason="bench: planted bad canary")
+            bad_started = time.time()
+
+            async def carried() -> bool:
+                return await _weight(deployer, name, bad) > 0
+
+            await _until(carried, timeout_s=120, what="the bad canary taking traffic", every_s=POLL_S)
+
+            async def out() -> bool:
+                return await _weight(deployer, name, bad) == 0
+
+            await _until(out, timeout_s=180, what="the bad canary back to weight 0", every_s=POLL_S)
+            weight0_at = time.time()
+            verdict = await events.first(
+                "deploy.canary_step",
+                lambda e: (
+                    e.deploy_canary_step.deployment_id == bad
+                    and e.deploy_canary_step.verdict == events_pb2.CANARY_VERDICT_ROLL_BACK
+                ),
+                timeout_s=10,
+            )
+            analysis_at = verdict.time.seconds + verdict.time.nanos / 1e9
+
+            async def bad_stopped() -> bool:
+                return await _state_of(deployer, name, bad) == D.DEPLOYMENT_STATE_ROLLED_BACK
+
+            await _until(bad_stopped, timeout_s=60, what="the bad canary stopped")
+            await asyncio.sleep(2.0)
+        finally:
+            stop.set()
+            await traffic
+        await sub.unsubscribe()
+        bad_requests = await _rows_of(shared, name, bad, sent=len(load.samples))
+    finally:
+        await channel.close()
+        await nc.close()
+
+    results = [s.result for s in load.samples]
+    before = load.p99_ttft(before_lo, swap_lo)
+    during = load.p99_ttft(swap_lo, swap_hi)
+    steps = [e.deploy_canary_step for e in events.seen if e.kind == "deploy.canary_step"]
+    return {
+        "engine": "sim",
+        "hardware_class": "sim-cpu",
+        "rollout_steps": "10/50/100",
+        "step_duration_s": mode.step_s,
+        "canary_min_requests": mode.min_requests,
+        "warmup_requests": WARMUP_REQUESTS,
+        "before_s": mode.before_s,
+        "offered_rps": RPS,
+        "requests": len(results),
+        "failed_requests": sum(1 for r in results if not r.ok),
+        "cut_streams": sum(1 for r in results if r.error_class == "stream_broken"),
+        "swap_ttft_p99_ratio": round(during / before, 4) if before and during else None,
+        "before_ttft_p99_ms": round(before, 2) if before else None,
+        "swap_ttft_p99_ms": round(during, 2) if during else None,
+        "swap_s": round(swap_hi - swap_lo, 2),
+        "good_swap_promoted": good_final == D.DEPLOYMENT_STATE_ACTIVE,
+        "rollback_s": round(weight0_at - analysis_at, 3),
+        "bad_canary_detect_s": round(analysis_at - bad_started, 2),
+        "bad_canary_requests": bad_requests,
+        "bad_canary_ttft_p99_ms": round(
+            max((s.canary_ttft_p99_ms for s in steps if s.deployment_id == bad), default=0.0), 2
+        ),
+        "bad_canary_stable_ttft_p99_ms": round(
+            max((s.stable_ttft_p99_ms for s in steps if s.deployment_id == bad), default=0.0), 2
+        ),
+    }
+
+
+async def _promote(
+    stub: pb_grpc.EndpointServiceStub, name: str, config: D.EngineConfig, *, reason: str
+) -> str:
+    reply = await stub.Promote(
+        pb.PromoteRequest(endpoint=name, request_id=uuid.uuid4().hex, engine_config=config, reason=reason)
+    )
+    return str(reply.deployment.id)
+
+
+async def _rows_of(shared: SharedSettings, name: str, deployment_id: str, *, sent: int) -> int:
+    """Telemetry rows of `deployment_id`, once every request sent has its row (or 30 s passed)."""
+    store = await open_store(shared.store_url, database=shared.clickhouse_database)
+    try:
+
+        async def landed() -> bool:
+            rows = await store.query("SELECT count() FROM requests WHERE endpoint = {e:String}", {"e": name})
+            return int(rows[0][0]) >= sent
+
+        with contextlib.suppress(Unavailable):
+            await _until(landed, timeout_s=30, what="telemetry rows", every_s=0.5)
+        rows = await store.query(
+            "SELECT count() FROM requests WHERE endpoint = {e:String} AND deployment = {d:String}",
+            {"e": name, "d": deployment_id},
+        )
+        return int(rows[0][0])
+    finally:
+        await store.close()
