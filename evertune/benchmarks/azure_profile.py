@@ -172,9 +172,13 @@ async def run(quick: bool) -> Figures:
     }
 
 
-async def measure_trace(rows: list[TraceRow], *, time_scale: float, model_dir: Path) -> Figures:
+async def measure_trace(
+    rows: list[TraceRow], *, time_scale: float, model_dir: Path, store_url: str | None = None
+) -> Figures:
     """Replay `rows` (from the first one's time) `time_scale` times faster through gateway, profiler
-    and a sim engine; `profile show`'s statistics against the rows' own (see the module doc)."""
+    and a sim engine; `profile show`'s statistics against the rows' own (see the module doc).
+    `store_url`: the store to use (a fresh database in it); None = a chDB folder of its own (a
+    process that already has a chDB folder open must pass that one's URL: one folder per process)."""
     if len(rows) < 2:
         raise InvalidArgument("a trace cut needs at least two requests")
     start = min(row.t_s for row in rows)
@@ -213,6 +217,7 @@ async def measure_trace(rows: list[TraceRow], *, time_scale: float, model_dir: P
                 longest=longest,
                 expected=expected,
                 header={"time_scale": time_scale, "profile_window_s_in_trace_time": 60.0 * time_scale},
+                store_url=store_url or f"chdb://{folder}/clickhouse",
             )
         finally:
             await nats.stop()
@@ -228,6 +233,7 @@ async def _serve_and_profile(
     longest: int,
     expected: dict[str, float],
     header: dict[str, Any],
+    store_url: str,
 ) -> Figures:
     """Gateway, profiler and sim engine up; the replay through them; `profile show`; the comparison."""
     from evertune.gateway import GatewayService, GatewaySettings
@@ -238,7 +244,6 @@ async def _serve_and_profile(
         js = nc.jetstream()
         await declare(js, load_definitions())
         database = f"az_{uuid.uuid4().hex[:8]}"
-        store_url = f"chdb://{folder}/clickhouse"
         shared = load_settings(
             SharedSettings, data_dir=folder, clickhouse_url=store_url, clickhouse_database=database
         )

@@ -792,7 +792,8 @@ class Deployer:
                 if action.kind is ActionKind.SET_WEIGHT:
                     step_started_s = self.state.clock().timestamp()
                     started_s = started_s or step_started_s
-                    await self._canary_weight(name, canary_id, stable_id, action.weight, urls)
+                    # The record first, then the routes: a deployer stopped in between resumes at
+                    # this step (resume re-applies its weight), never behind the live weights.
                     await self.state.change_rollout(
                         name,
                         canary_id,
@@ -802,6 +803,7 @@ class Deployer:
                         step_started_s=step_started_s,
                         failures=rollout.failures,
                     )
+                    await self._canary_weight(name, canary_id, stable_id, action.weight, urls)
                     log.info("canary step", endpoint=name, step=action.step, weight=action.weight)
                 elif action.kind is ActionKind.HOLD:
                     await self.state.change_rollout(name, canary_id, failures=rollout.failures)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from itertools import pairwise
 from pathlib import Path
 
 import aiohttp
@@ -110,9 +109,10 @@ async def test_tokens_arrive_on_the_calibrated_schedule(tmp_path: Path, tiny_mod
                 if raw.startswith(b"data: {"):
                     arrivals.append(time.monotonic() - sent)
     assert len(arrivals) == 4
-    assert arrivals[0] >= 0.14  # 100 ms before the engine sees it + one 40 ms step
-    gaps = [b - a for a, b in pairwise(arrivals)]
-    assert all(g >= 0.035 for g in gaps)
+    # The schedule is a floor: token k (from 0) cannot arrive before 100 ms + (k + 1) steps of 40 ms.
+    # Late tokens may bunch on a loaded machine, so single gaps are not bounded from below.
+    for k, arrival in enumerate(arrivals):
+        assert arrival >= 0.1 + 0.04 * (k + 1) - 0.005, (k, arrivals)
 
 
 def test_sim_refuses_what_it_does_not_model(tmp_path: Path, tiny_model_dir: Path) -> None:

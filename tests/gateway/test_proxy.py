@@ -78,7 +78,10 @@ async def test_stream_passes_through_and_records_client_timing(
     assert record.ttft_ms <= client_ttft + 1.0
     assert 0.0 < record.upstream_ttft_ms <= record.ttft_ms
     assert record.completion_tokens == 6 and record.prompt_tokens > 0
-    assert len(record.itl_ms) == 5 and all(5.0 < gap < 30.0 for gap in record.itl_ms)
+    # The fake sends a token every 10 ms: five gaps whose sum cannot be under ~50 ms. Single gaps
+    # are not bounded: on a loaded machine two tokens can leave in one burst (a gap near 0).
+    assert len(record.itl_ms) == 5 and all(gap >= 0.0 for gap in record.itl_ms)
+    assert sum(record.itl_ms) >= 45.0, record.itl_ms
     assert record.e2e_ms >= record.ttft_ms + sum(record.itl_ms) - 1.0
     assert record.prefix_block_tokens == 128 and len(record.prefix_hashes) >= 3
     _no_text(record, "quick brown", "zebra")

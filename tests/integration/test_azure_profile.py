@@ -16,17 +16,21 @@ import pytest
 
 from evertune.benchmarks.azure_profile import TRACE, measure_trace
 from evertune.model import make_model
+from evertune.store import Store
 from evertune.workloads import parse_azure_csv
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="the shared Azure trace is not on this machine")
-async def test_profile_show_matches_the_trace_it_was_served(tmp_path: Path) -> None:
+async def test_profile_show_matches_the_trace_it_was_served(
+    tmp_path: Path, store_engine: Store, store_url: str
+) -> None:
+    # The session's store (chDB opens one folder per process); the bench uses a database of its own.
     with TRACE.open(encoding="utf-8", newline="") as lines:
         every, _ = parse_azure_csv(lines, source=TRACE.name)
     rows = [row for row in every if 180.0 <= row.t_s < 240.0]
     assert len(rows) == 531
     model_dir = make_model(tmp_path / "model", size="tiny", seed=0)
-    figures = await measure_trace(rows, time_scale=4.0, model_dir=model_dir)
+    figures = await measure_trace(rows, time_scale=4.0, model_dir=model_dir, store_url=store_url)
     assert figures["request_errors"] == 0
     assert figures["rows_stored"] == figures["profile_requests"] == len(rows)
     compared = set(figures["rel_err"])
