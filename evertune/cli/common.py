@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from pathlib import Path
 from typing import Literal
 
 from evertune.data_dir import read_runtime
+from evertune.errors import EvertuneError
 from evertune.logging import configure_logging
-from evertune.settings import SharedSettings, load_settings
+from evertune.settings import DEFAULT_DATA_DIR, SharedSettings, load_settings
 
 
 def shared_settings(
@@ -38,3 +40,24 @@ def nats_url_for(shared: SharedSettings, nats_url: str | None) -> str:
     if shared.nats_url:
         return shared.nats_url
     return read_runtime(shared.data_dir.expanduser()).nats_url
+
+
+def grpc_address(*, service: str, given: str | None, data_dir: Path | None, default: str) -> str:
+    """Where `service`'s gRPC server listens: `given` (--address), else
+    `EVERTUNE_<SERVICE>_ADDRESS`, else what a local `evertune up` on the data dir wrote in its
+    runtime.json, else `default`."""
+    if given:
+        return given
+    env = os.environ.get(f"EVERTUNE_{service.upper().replace('-', '_')}_ADDRESS", "")
+    if env:
+        return env
+    folder = (data_dir or Path(os.environ.get("EVERTUNE_DATA_DIR", "") or DEFAULT_DATA_DIR)).expanduser()
+    try:
+        listen = read_runtime(folder).listen
+    except EvertuneError:
+        return default
+    for part in listen.get(service, "").split(", "):  # e.g. "grpc 127.0.0.1:50051"
+        kind, _, where = part.partition(" ")
+        if kind == "grpc" and where:
+            return where
+    return default

@@ -20,9 +20,8 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
-from evertune.data_dir import read_runtime
+from evertune.cli.common import grpc_address
 from evertune.errors import EvertuneError, InvalidArgument
-from evertune.settings import DEFAULT_DATA_DIR
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
@@ -190,23 +189,9 @@ def update_request(args: argparse.Namespace) -> pb.UpdateEndpointRequest:
 
 
 def _address(args: argparse.Namespace) -> str:
-    if args.address:
-        return str(args.address)
-    env = os.environ.get("EVERTUNE_DEPLOYER_ADDRESS", "")
-    if env:
-        return env
-    data_dir = (
-        args.data_dir or Path(os.environ.get("EVERTUNE_DATA_DIR", "") or DEFAULT_DATA_DIR)
-    ).expanduser()
-    try:
-        listen = read_runtime(data_dir).listen
-    except EvertuneError:
-        return DEFAULT_ADDRESS
-    for part in listen.get("deployer", "").split(", "):  # e.g. "grpc 127.0.0.1:50051"
-        kind, _, where = part.partition(" ")
-        if kind == "grpc" and where:
-            return where
-    return DEFAULT_ADDRESS
+    return grpc_address(
+        service="deployer", given=args.address, data_dir=args.data_dir, default=DEFAULT_ADDRESS
+    )
 
 
 def _line(endpoint: endpoint_pb2.Endpoint) -> str:

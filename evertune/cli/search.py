@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,8 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from evertune.data_dir import read_runtime
+from evertune.cli.common import grpc_address
 from evertune.errors import EvertuneError
-from evertune.settings import DEFAULT_DATA_DIR
 from evertune.v1 import events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
@@ -71,23 +69,9 @@ def add_commands(commands: Any) -> None:
 
 
 def _address(args: argparse.Namespace) -> str:
-    if args.address:
-        return str(args.address)
-    env = os.environ.get("EVERTUNE_SEARCHER_ADDRESS", "")
-    if env:
-        return env
-    data_dir = (
-        args.data_dir or Path(os.environ.get("EVERTUNE_DATA_DIR", "") or DEFAULT_DATA_DIR)
-    ).expanduser()
-    try:
-        listen = read_runtime(data_dir).listen
-    except EvertuneError:
-        return DEFAULT_ADDRESS
-    for part in listen.get("searcher", "").split(", "):  # e.g. "grpc 127.0.0.1:50052"
-        kind, _, where = part.partition(" ")
-        if kind == "grpc" and where:
-            return where
-    return DEFAULT_ADDRESS
+    return grpc_address(
+        service="searcher", given=args.address, data_dir=args.data_dir, default=DEFAULT_ADDRESS
+    )
 
 
 def _ms(value: float) -> str:

@@ -6,13 +6,16 @@ speaks TLS only) and its own message-size cap.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import grpc
+import nats.errors
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from evertune.errors import Unavailable
+from evertune.errors import EvertuneError, Unavailable
 from evertune.runtime.service import Service, ServiceContext
 
 #: Largest request or response a server accepts (bytes).
@@ -131,3 +134,26 @@ class GrpcService(Service):
 
     def listen(self) -> dict[str, str]:
         return {"grpc": self.grpc.address} if self.grpc.port else {}
+
+
+T = TypeVar("T")
+
+
+async def run_unary(context: grpc.aio.ServicerContext, method: str, work: Callable[[], Awaitable[T]]) -> T:
+    """Run one RPC's `work` within the caller's deadline; the one place a handler's errors become
+    gRPC statuses with one-line details: an `EvertuneError` its own status, the deadline
+    DEADLINE_EXCEEDED, a dependency's timeout or NATS error UNAVAILABLE."""
+    remaining = context.time_remaining()
+    timeout = asyncio.timeout(remaining if remaining is not None and remaining > 0 else None)
+    try:
+        async with timeout:
+            return await work()
+    except TimeoutError:
+        if timeout.expired():
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{method}: the deadline ran out")
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: a dependency timed out")
+    except EvertuneError as err:
+        await context.abort(err.grpc_status, str(err))
+    except nats.errors.Error as err:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: NATS: {str(err) or type(err).__name__}")
+    raise AssertionError("unreachable: abort raises")

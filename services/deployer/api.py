@@ -1,5 +1,5 @@
 """The EndpointService servicer: validate (validation.py), scope to the caller (auth.py), act
-(controller.py), answer. Errors become gRPC statuses in one place (`_unary`).
+(controller.py), answer. Errors become gRPC statuses in one place (`evertune.runtime.run_unary`).
 
 Deadlines: each unary call runs within the client's deadline; when it runs out the call answers
 DEADLINE_EXCEEDED (background work it started — engine starts, drains — carries on and is visible
@@ -9,46 +9,24 @@ through GetEndpoint / ListDeployments / WatchEvents).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator
 
 import grpc
-import nats.errors
 from evertune.deployer import validation
 from evertune.deployer.auth import caller
 from evertune.deployer.controller import Deployer
 from evertune.deployer.watch import TenantScope, watch
 
-from evertune.errors import EvertuneError
 from evertune.logging import bound_ids, get_logger
+from evertune.runtime import run_unary
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2
 
 log = get_logger("evertune.deployer.api")
 
-T = TypeVar("T")
-
 #: Full name of the service (health and reflection list it).
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EndpointService"].full_name
-
-
-async def _unary(context: grpc.aio.ServicerContext, method: str, work: Callable[[], Awaitable[T]]) -> T:
-    """Run `work` within the call's deadline; map errors to statuses with one-line details."""
-    remaining = context.time_remaining()
-    timeout = asyncio.timeout(remaining if remaining is not None and remaining > 0 else None)
-    try:
-        async with timeout:
-            return await work()
-    except TimeoutError:
-        if timeout.expired():
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{method}: the deadline ran out")
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: a dependency timed out")
-    except EvertuneError as err:
-        await context.abort(err.grpc_status, str(err))
-    except nats.errors.Error as err:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: NATS: {str(err) or type(err).__name__}")
-    raise AssertionError("unreachable: abort raises")
 
 
 class EndpointApi(pb_grpc.EndpointServiceServicer):
@@ -72,7 +50,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
                 endpoint, deployment = await self.deployer.create_endpoint(command, who)
             return pb.CreateEndpointResponse(endpoint=endpoint, deployment=deployment)
 
-        return await _unary(context, "CreateEndpoint", work)
+        return await run_unary(context, "CreateEndpoint", work)
 
     async def GetEndpoint(
         self, request: pb.GetEndpointRequest, context: grpc.aio.ServicerContext
@@ -81,7 +59,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             name = validation.endpoint_name(request.name, "name")
             return pb.GetEndpointResponse(endpoint=await self.deployer.visible_endpoint(name, caller()))
 
-        return await _unary(context, "GetEndpoint", work)
+        return await run_unary(context, "GetEndpoint", work)
 
     async def ListEndpoints(
         self, request: pb.ListEndpointsRequest, context: grpc.aio.ServicerContext
@@ -93,7 +71,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             endpoints, token = await self.deployer.list_endpoints(caller(), tenant=request.tenant, page=page)
             return pb.ListEndpointsResponse(endpoints=endpoints, next_page_token=token)
 
-        return await _unary(context, "ListEndpoints", work)
+        return await run_unary(context, "ListEndpoints", work)
 
     async def UpdateEndpoint(
         self, request: pb.UpdateEndpointRequest, context: grpc.aio.ServicerContext
@@ -105,7 +83,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             command = validation.update_command(request, current=current.spec)
             return pb.UpdateEndpointResponse(endpoint=await self.deployer.update_endpoint(command, who))
 
-        return await _unary(context, "UpdateEndpoint", work)
+        return await run_unary(context, "UpdateEndpoint", work)
 
     async def DeleteEndpoint(
         self, request: pb.DeleteEndpointRequest, context: grpc.aio.ServicerContext
@@ -116,7 +94,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             endpoint = await self.deployer.delete_endpoint(name, caller(), expected_revision=revision)
             return pb.DeleteEndpointResponse(endpoint=endpoint)
 
-        return await _unary(context, "DeleteEndpoint", work)
+        return await run_unary(context, "DeleteEndpoint", work)
 
     async def ListDeployments(
         self, request: pb.ListDeploymentsRequest, context: grpc.aio.ServicerContext
@@ -129,7 +107,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             )
             return pb.ListDeploymentsResponse(deployments=deployments, next_page_token=token)
 
-        return await _unary(context, "ListDeployments", work)
+        return await run_unary(context, "ListDeployments", work)
 
     async def Promote(
         self, request: pb.PromoteRequest, context: grpc.aio.ServicerContext
@@ -142,7 +120,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             with bound_ids(endpoint=name, request=command.request_id):
                 return pb.PromoteResponse(deployment=await self.deployer.promote(command, who))
 
-        return await _unary(context, "Promote", work)
+        return await run_unary(context, "Promote", work)
 
     async def Rollback(
         self, request: pb.RollbackRequest, context: grpc.aio.ServicerContext
@@ -152,7 +130,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             with bound_ids(endpoint=command.endpoint, request=command.request_id):
                 return pb.RollbackResponse(deployment=await self.deployer.rollback(command, caller()))
 
-        return await _unary(context, "Rollback", work)
+        return await run_unary(context, "Rollback", work)
 
     async def WatchEvents(
         self, request: pb.WatchEventsRequest, context: grpc.aio.ServicerContext
@@ -165,7 +143,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
                 await self.deployer.visible_endpoint(filt.endpoint, who)
             return filt
 
-        filt = await _unary(context, "WatchEvents", start)
+        filt = await run_unary(context, "WatchEvents", start)
 
         async def tenant_of(endpoint: str) -> str | None:
             stored = await self.deployer.state.get_endpoint(endpoint)

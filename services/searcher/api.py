@@ -1,46 +1,25 @@
 """The SearchService servicer: validate, call `Searches`, answer. Errors become gRPC statuses in one
-place (`_unary`): INVALID_ARGUMENT, NOT_FOUND and FAILED_PRECONDITION with one-line details naming
-the field."""
+place (`evertune.runtime.run_unary`): INVALID_ARGUMENT, NOT_FOUND and FAILED_PRECONDITION with
+one-line details naming the field."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
 
 import grpc
-import nats.errors
 from evertune.searcher.control import Searches
 
 from evertune.errors import EvertuneError, InvalidArgument
+from evertune.runtime import run_unary
 from evertune.v1 import events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
-
-T = TypeVar("T")
 
 #: Full name of the service (health and reflection list it).
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SearchService"].full_name
 #: ListSearches / ListTrials page size when the request leaves it at 0, and the most it may ask.
 DEFAULT_PAGE, MAX_PAGE = 100, 1000
-
-
-async def _unary(context: grpc.aio.ServicerContext, method: str, work: Callable[[], Awaitable[T]]) -> T:
-    """Run `work` within the call's deadline; map errors to statuses with one-line details."""
-    remaining = context.time_remaining()
-    timeout = asyncio.timeout(remaining if remaining is not None and remaining > 0 else None)
-    try:
-        async with timeout:
-            return await work()
-    except TimeoutError:
-        if timeout.expired():
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{method}: the deadline ran out")
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: a dependency timed out")
-    except EvertuneError as err:
-        await context.abort(err.grpc_status, str(err))
-    except nats.errors.Error as err:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"{method}: NATS: {str(err) or type(err).__name__}")
-    raise AssertionError("unreachable: abort raises")
 
 
 def page_offset(token: str) -> int:
@@ -75,7 +54,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
             record = await self._require().start(request)
             return pb.StartSearchResponse(search=record.search)
 
-        return await _unary(context, "StartSearch", work)
+        return await run_unary(context, "StartSearch", work)
 
     async def GetSearch(
         self, request: pb.GetSearchRequest, context: grpc.aio.ServicerContext
@@ -83,7 +62,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
         async def work() -> pb.GetSearchResponse:
             return pb.GetSearchResponse(search=(await self._require().get(request.search_id)).search)
 
-        return await _unary(context, "GetSearch", work)
+        return await run_unary(context, "GetSearch", work)
 
     async def ListSearches(
         self, request: pb.ListSearchesRequest, context: grpc.aio.ServicerContext
@@ -105,7 +84,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
                 searches=[r.search for r in records], next_page_token=f"o{offset + limit}" if more else ""
             )
 
-        return await _unary(context, "ListSearches", work)
+        return await run_unary(context, "ListSearches", work)
 
     async def ListTrials(
         self, request: pb.ListTrialsRequest, context: grpc.aio.ServicerContext
@@ -118,7 +97,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
             trials, more = await self._require().trials(request.search_id, limit=limit, offset=offset)
             return pb.ListTrialsResponse(trials=trials, next_page_token=f"o{offset + limit}" if more else "")
 
-        return await _unary(context, "ListTrials", work)
+        return await run_unary(context, "ListTrials", work)
 
     async def CancelSearch(
         self, request: pb.CancelSearchRequest, context: grpc.aio.ServicerContext
@@ -127,12 +106,12 @@ class SearchApi(pb_grpc.SearchServiceServicer):
             record = await self._require().cancel(request.search_id, request.reason)
             return pb.CancelSearchResponse(search=record.search)
 
-        return await _unary(context, "CancelSearch", work)
+        return await run_unary(context, "CancelSearch", work)
 
     async def WatchSearch(
         self, request: pb.WatchSearchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[events_pb2.Event]:
-        searches = await _unary(context, "WatchSearch", self._check_watch(request))
+        searches = await run_unary(context, "WatchSearch", self._check_watch(request))
         async for event in searches.watch(request.search_id, replay=request.replay, stopping=self.stopping):
             yield event
 

@@ -14,7 +14,6 @@ import aiohttp
 import grpc
 import pytest
 from evertune.deployer import DeployerService
-from evertune.deployer.api import _unary
 from evertune.gateway import GatewayService
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -23,6 +22,7 @@ from pydantic import SecretStr
 from evertune.bus import publish_event
 from evertune.errors import SettingsError
 from evertune.events import EventKind, new_event
+from evertune.runtime import run_unary
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
@@ -109,7 +109,7 @@ async def _drain(call: Any) -> grpc.StatusCode:
 
 
 class _Context:
-    """Enough of a grpc.aio.ServicerContext for `_unary`: a deadline, and abort."""
+    """Enough of a grpc.aio.ServicerContext for `run_unary`: a deadline, and abort."""
 
     def __init__(self, remaining: float | None) -> None:
         self.remaining = remaining
@@ -131,13 +131,13 @@ async def test_unary_calls_stop_at_the_callers_deadline() -> None:
         return 1
 
     with pytest.raises(grpc.aio.AbortError):
-        await _unary(context, "GetEndpoint", slow)
+        await run_unary(context, "GetEndpoint", slow)
     assert context.aborted == (grpc.StatusCode.DEADLINE_EXCEEDED, "GetEndpoint: the deadline ran out")
 
     async def quick() -> int:
         return 7
 
-    assert await _unary(_Context(remaining=None), "GetEndpoint", quick) == 7
+    assert await run_unary(_Context(remaining=None), "GetEndpoint", quick) == 7
 
 
 def _self_signed(tmp_path: Path) -> tuple[Path, Path, bytes]:
