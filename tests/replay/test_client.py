@@ -43,14 +43,15 @@ async def test_ttft_and_itl_match_what_the_server_did(fake_url: str) -> None:
 
     async def good(run: ReplayRun) -> bool:
         ttft, gaps = _errors(run, await server_truth(fake_url))
-        return -0.5 < statistics.median(ttft) < 2.0 and abs(statistics.median(gaps)) < 1.0
+        return -0.5 < statistics.median(ttft) < 3.0 and abs(statistics.median(gaps)) < 1.0
 
     run = await steady(attempt, good=good)
     assert all(r.ok for r in run.results), [r.error for r in run.results]
     ttft_errors, gap_errors = _errors(run, await server_truth(fake_url))
     assert len(ttft_errors) == 20 and len(gap_errors) == 20 * 7
-    # The client's TTFT also holds the two HTTP stacks and loopback: a little above the server's.
-    assert -0.5 < statistics.median(ttft_errors) < 2.0, ttft_errors
+    # The client's TTFT also holds the two HTTP stacks and loopback: a little above the server's
+    # (a median of 2.1 ms was seen in CI; a wrong clock start would be off by the 40 ms TTFT).
+    assert -0.5 < statistics.median(ttft_errors) < 3.0, ttft_errors
     assert abs(statistics.median(gap_errors)) < 1.0, gap_errors
     first = run.results[0]
     assert first.chunks == 8 and first.completion_tokens == 8 and first.prompt_tokens
