@@ -26,7 +26,7 @@ from evertune.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2
-from tests.deployer.conftest import Stack, start_stack, stop_stack
+from tests.deployer.conftest import Stack, purge_state, start_stack, stop_stack
 from tests.deployer.helpers import create_request, eventually, insert_requests, new_name, request_row
 from tests.deployer.test_api import deployments, endpoint_in, events_of, routes
 
@@ -277,44 +277,53 @@ async def test_search_winners_roll_out_under_policy_auto_only(canary_stack: Stac
 async def test_a_deployer_restarted_mid_canary_carries_it_on(
     nc: Client, tmp_path: Path, store: Store
 ) -> None:
-    first_stack = await start_stack(nc, tmp_path / "one", store=store, **FAST)
+    # the first deployer holds each step for 3 s, so the test cannot miss the 50% step (at 0.6 s a
+    # busy CI machine did); the second one resumes at FAST pace
+    first_stack = await start_stack(
+        nc, tmp_path / "one", store=store, **{**FAST, "rollout_step_duration_s": 3.0}
+    )
     second_stack: Stack | None = None
+    first_stopped = False
     canary_id: list[str] = []
     try:
-        name, first = await _ready_endpoint(first_stack)
-        async with traffic(first_stack, store, name, lambda d: 50.0):
-            canary_id.append(await _promote(first_stack, name, max_num_seqs=2))
+        async with asyncio.timeout(150):  # a hang fails here, with the stack of where it waits
+            name, first = await _ready_endpoint(first_stack)
+            async with traffic(first_stack, store, name, lambda d: 50.0):
+                canary_id.append(await _promote(first_stack, name, max_num_seqs=2))
 
-            async def at_half() -> bool:
-                table = await routes(first_stack, name)
-                weights = {r.deployment_id: r.weight for r in table.routes} if table else {}
-                return weights.get(canary_id[0]) == 5000
+                async def at_half() -> bool:
+                    table = await routes(first_stack, name)
+                    weights = {r.deployment_id: r.weight for r in table.routes} if table else {}
+                    return weights.get(canary_id[0]) == 5000
 
-            await eventually(at_half, what="the canary at 50%")
-        await stop_stack(first_stack, purge=False)
-        # where the first deployer left it: 50%, or 100% when it got one more step in while stopping
-        left = await State.open(first_stack.ctx.js)
-        record = await left.get_rollout(name)
-        assert record is not None and record.deployment_id == canary_id[0] and record.step in (1, 2)
-        second_stack = await start_stack(nc, tmp_path / "two", store=store, **FAST)
-        async with traffic(second_stack, store, name, lambda d: 50.0) as running:
-            expected = {canary_id[0]: D.DEPLOYMENT_STATE_ACTIVE, first: D.DEPLOYMENT_STATE_RETIRED}
-            await eventually(lambda: _states(second_stack, name, expected), timeout_s=30, what="promoted")
-        # back at its step with its restarted engine (the URL changed), then on to 100%
-        assert _canary_weights(running.weights_seen, canary_id[0]) == [5000, 10000][record.step - 1 :]
-        steps = [
-            e.deploy_canary_step
-            for e in await events_of(second_stack, name)
-            if e.kind == "deploy.canary_step"
-            and e.deploy_canary_step.verdict != events_pb2.CANARY_VERDICT_HOLD
-        ]
-        assert [(s.step, s.weight) for s in steps][-2:] == [(1, 10000), (2, 10000)]
-        assert steps[-1].verdict == events_pb2.CANARY_VERDICT_PROCEED
+                await eventually(at_half, what="the canary at 50%")
+            await stop_stack(first_stack, purge=False)
+            first_stopped = True
+            # where the first deployer left it: 50%, or 100% when it got one more step in while stopping
+            left = await State.open(first_stack.ctx.js)
+            record = await left.get_rollout(name)
+            assert record is not None and record.deployment_id == canary_id[0] and record.step in (1, 2)
+            second_stack = await start_stack(nc, tmp_path / "two", store=store, **FAST)
+            async with traffic(second_stack, store, name, lambda d: 50.0) as running:
+                expected = {canary_id[0]: D.DEPLOYMENT_STATE_ACTIVE, first: D.DEPLOYMENT_STATE_RETIRED}
+                await eventually(lambda: _states(second_stack, name, expected), timeout_s=30, what="promoted")
+            # back at its step with its restarted engine (the URL changed), then on to 100%
+            assert _canary_weights(running.weights_seen, canary_id[0]) == [5000, 10000][record.step - 1 :]
+            steps = [
+                e.deploy_canary_step
+                for e in await events_of(second_stack, name)
+                if e.kind == "deploy.canary_step"
+                and e.deploy_canary_step.verdict != events_pb2.CANARY_VERDICT_HOLD
+            ]
+            assert [(s.step, s.weight) for s in steps][-2:] == [(1, 10000), (2, 10000)]
+            assert steps[-1].verdict == events_pb2.CANARY_VERDICT_PROCEED
     finally:
         if second_stack is not None:
             await stop_stack(second_stack)
-        else:
+        elif not first_stopped:
             await stop_stack(first_stack)
+        else:
+            await purge_state(nc.jetstream())
 
 
 async def test_rollback_during_a_canary_gives_the_stable_its_full_weight(
