@@ -6,12 +6,20 @@ import asyncio
 import os
 import signal
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from evertune.data_dir import read_runtime
 from evertune.errors import EvertuneError
 from evertune.logging import configure_logging
 from evertune.settings import DEFAULT_DATA_DIR, SharedSettings, load_settings
+from evertune.v1 import endpoint_pb2
+
+#: Search objectives by their CLI name ("goodput", "p50_ttft", "cost"), from the wire enum.
+OBJECTIVES: dict[str, endpoint_pb2.SearchObjective] = {
+    name.removeprefix("SEARCH_OBJECTIVE_").lower(): cast(endpoint_pb2.SearchObjective, number)
+    for name, number in endpoint_pb2.SearchObjective.items()
+    if number != endpoint_pb2.SEARCH_OBJECTIVE_UNSPECIFIED
+}
 
 
 def shared_settings(

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from evertune.cli.common import grpc_address
+from evertune.cli.common import OBJECTIVES, grpc_address
 from evertune.errors import EvertuneError
 from evertune.v1 import events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
@@ -50,6 +50,12 @@ def add_commands(commands: Any) -> None:
     start.add_argument("--budget", type=int, default=0, help="real trials (default: the searcher's)")
     start.add_argument("--hardware", action="append", default=[], help="hardware class, repeatable")
     start.add_argument("--profile", default=None, help="profile id (default: the endpoint's latest)")
+    start.add_argument(
+        "--objective",
+        choices=sorted(OBJECTIVES),
+        default=None,
+        help="what to optimise (default: the endpoint's)",
+    )
     start.add_argument("--request-id", default=None, help="idempotency key (default: a new uuid)")
     start.add_argument("--no-wait", action="store_true", help="return once the search is accepted")
     common(start)
@@ -188,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
                 hardware_classes=args.hardware,
                 trial_budget=args.budget,
             )
+            if args.objective is not None:
+                request.objective = OBJECTIVES[args.objective]
             if args.profile is not None:
                 request.profile_id = args.profile
             search = (await stub.StartSearch(request)).search

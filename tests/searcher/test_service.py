@@ -198,6 +198,12 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
         assert await asyncio.to_thread(main, ["search", "list", "--endpoint", lonely, *address]) == 0
         assert await asyncio.to_thread(main, ["search", "show", first.id, *address]) == 0
         assert await asyncio.to_thread(main, ["search", "show", "search-nope", *address]) == 1
+        start = ["search", "start", lonely, "--objective", "p50_ttft", "--no-wait", *address]
+        assert await asyncio.to_thread(main, start) == 0
+        listed = (await stub.ListSearches(pb.ListSearchesRequest(endpoint=lonely))).searches
+        started = [s for s in listed if s.state != pb.SEARCH_STATE_DONE]
+        assert len(started) == 1 and started[0].objective == endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT
+        await stub.CancelSearch(pb.CancelSearchRequest(search_id=started[0].id, reason="test"))
 
         # profile.ready while the endpoint's search runs: the newest is queued and starts after it.
         third = (
