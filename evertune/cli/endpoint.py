@@ -43,6 +43,24 @@ class RemoteError(EvertuneError):
     """The deployer refused a call; the message is its status and one-line detail."""
 
 
+def _rollout_flags(parser: argparse.ArgumentParser, *, new: str) -> None:
+    parser.add_argument(
+        "--canary-steps",
+        default=None,
+        metavar="P,P,...",
+        help=f"{new}canary weights in percent, e.g. 10,50,100 ('default': the deployer's)",
+    )
+    parser.add_argument(
+        "--canary-step-s", type=float, default=None, help=f"{new}seconds per canary step (0: the deployer's)"
+    )
+    parser.add_argument(
+        "--canary-failure-limit",
+        type=int,
+        default=None,
+        help=f"{new}failed analyses that roll back (1: the first; 0: the deployer's)",
+    )
+
+
 def add_commands(commands: Any) -> None:
     """Register `endpoints`, `deployments` and `deploy` on the top-level subparsers."""
 
@@ -66,6 +84,7 @@ def add_commands(commands: Any) -> None:
     create.add_argument("--knob", action="append", default=[], metavar="K=V", help="engine knob, repeatable")
     create.add_argument("--policy", choices=sorted(_POLICIES), default="auto", help="search policy")
     create.add_argument("--request-id", default=None, help="idempotency key (default: a new uuid)")
+    _rollout_flags(create, new="")
     common(create)
     listing = sub.add_parser("list", help="list endpoints")
     listing.add_argument("--tenant", default="", help="only this tenant's")
@@ -73,7 +92,9 @@ def add_commands(commands: Any) -> None:
     get = sub.add_parser("get", help="show one endpoint")
     get.add_argument("name")
     common(get)
-    update = sub.add_parser("update", help="change an endpoint's SLO, search policy or alert routes")
+    update = sub.add_parser(
+        "update", help="change an endpoint's SLO, search policy, alert routes or rollout policy"
+    )
     update.add_argument("name")
     update.add_argument("--ttft-p50-ms", type=float, default=None, help="new p50 TTFT target, ms")
     update.add_argument("--ttft-p99-ms", type=float, default=None, help="new p99 TTFT target, ms")
@@ -90,6 +111,7 @@ def add_commands(commands: Any) -> None:
         help="alert route to a webhook, repeatable; replaces every alert route",
     )
     update.add_argument("--no-alert-routes", action="store_true", help="remove every alert route")
+    _rollout_flags(update, new="new ")
     update.add_argument(
         "--expected-revision", type=int, default=0, help="refuse unless the endpoint is at this revision"
     )
@@ -147,6 +169,37 @@ def engine_config(knobs: list[str], *, engine: str) -> endpoint_pb2.EngineConfig
         raise InvalidArgument(f"--knob: {err}") from None
 
 
+def canary_steps(text: str) -> list[int]:
+    """`--canary-steps` percents ("10,50,100") as basis points ([1000, 5000, 10000]); "default" is
+    the empty list (the deployer's steps). The deployer checks the plan itself."""
+    if text.strip().lower() == "default":
+        return []
+    try:
+        return [round(float(part) * 100) for part in text.split(",")]
+    except ValueError:
+        raise InvalidArgument(
+            f"--canary-steps {text!r}: expected percents separated by commas, e.g. 10,50,100"
+        ) from None
+
+
+def rollout_policy(args: argparse.Namespace) -> tuple[endpoint_pb2.RolloutPolicy, list[str]]:
+    """The RolloutPolicy the `--canary-*` flags give, and the update_mask paths they set."""
+    policy = endpoint_pb2.RolloutPolicy()
+    paths: list[str] = []
+    if args.canary_steps is not None:
+        policy.steps.extend(canary_steps(args.canary_steps))
+        paths.append("rollout.steps")
+    if args.canary_step_s is not None:
+        policy.step_duration_s = args.canary_step_s
+        paths.append("rollout.step_duration_s")
+    if args.canary_failure_limit is not None:
+        if args.canary_failure_limit < 0:
+            raise InvalidArgument("--canary-failure-limit: must be >= 0 (0 = the deployer's default)")
+        policy.failure_limit = args.canary_failure_limit
+        paths.append("rollout.failure_limit")
+    return policy, paths
+
+
 def update_request(args: argparse.Namespace) -> pb.UpdateEndpointRequest:
     """An UpdateEndpointRequest naming in its mask exactly the fields the flags set."""
     request = pb.UpdateEndpointRequest(name=args.name, expected_revision=args.expected_revision)
@@ -182,6 +235,9 @@ def update_request(args: argparse.Namespace) -> pb.UpdateEndpointRequest:
         spec.alert_routes.add(name=key, kind=endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK, url=url)
     if args.webhook or args.no_alert_routes:
         paths.append("alert_routes")
+    rollout, rollout_paths = rollout_policy(args)
+    spec.rollout.CopyFrom(rollout)
+    paths.extend(rollout_paths)
     if not paths:
         raise InvalidArgument("endpoints update: nothing to change; give at least one of its options")
     request.update_mask.paths.extend(paths)
@@ -202,6 +258,28 @@ def _line(endpoint: endpoint_pb2.Endpoint) -> str:
         f"{spec.name:<24} {spec.tenant:<14} {state:<12} rev {endpoint.revision:<4} "
         f"stable {stable:<17} ttft_p99 {spec.slo.ttft_p99_ms:g} ms  {spec.model}"
     )
+
+
+def rollout_line(policy: endpoint_pb2.RolloutPolicy) -> str:
+    """One line about an endpoint's rollout policy; "deployer default" for what it leaves unset."""
+    default = "deployer default"
+    steps = ",".join(f"{w / 100:g}%" for w in policy.steps) if policy.steps else default
+    parts = [
+        f"steps {steps}",
+        f"step {policy.step_duration_s:g} s" if policy.step_duration_s else f"step {default}",
+        f"failure limit {policy.failure_limit}" if policy.failure_limit else f"failure limit {default}",
+    ]
+    canary = MessageToDict(policy, preserving_proto_field_name=True)
+    for key in ("steps", "step_duration_s", "failure_limit"):
+        canary.pop(key, None)
+    parts.append(
+        "canary " + " ".join(f"{k}={v}" for k, v in sorted(canary.items())) if canary else f"canary {default}"
+    )
+    return "rollout: " + "; ".join(parts)
+
+
+def _detail(endpoint: endpoint_pb2.Endpoint) -> str:
+    return f"{_line(endpoint)}\n  {rollout_line(endpoint.spec.rollout)}"
 
 
 def _deployment_line(deployment: endpoint_pb2.Deployment) -> str:
@@ -299,6 +377,9 @@ async def _endpoints(
             initial_engine_config=engine_config(args.knob, engine=args.engine),
             search_policy=_POLICIES[args.policy],
         )
+        rollout, paths = rollout_policy(args)
+        if paths:
+            spec.rollout.CopyFrom(rollout)
         request = pb.CreateEndpointRequest(request_id=args.request_id or uuid.uuid4().hex, spec=spec)
         reply = await stub.CreateEndpoint(request, metadata=metadata, timeout=30)
         show(reply.endpoint, _line)
@@ -315,7 +396,7 @@ async def _endpoints(
                 break
     elif command == "get":
         reply = await stub.GetEndpoint(pb.GetEndpointRequest(name=args.name), metadata=metadata, timeout=30)
-        show(reply.endpoint, _line)
+        show(reply.endpoint, _detail)
     elif command == "update":
         updated = await stub.UpdateEndpoint(update_request(args), metadata=metadata, timeout=30)
         show(updated.endpoint, _line)

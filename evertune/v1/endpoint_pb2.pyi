@@ -180,7 +180,7 @@ class EngineConfig(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., model: _Optional[str] = ..., max_num_seqs: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., enable_chunked_prefill: _Optional[bool] = ..., enable_prefix_caching: _Optional[bool] = ..., enforce_eager: _Optional[bool] = ..., dtype: _Optional[str] = ..., block_size: _Optional[int] = ..., kv_cache_space_gib: _Optional[float] = ..., speculative: _Optional[_Union[SpeculativeConfig, _Mapping]] = ..., quantization: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., replicas: _Optional[int] = ..., kernels: _Optional[str] = ..., max_model_len: _Optional[int] = ...) -> None: ...
 
 class EndpointSpec(_message.Message):
-    __slots__ = ("name", "tenant", "model", "slo", "hardware_pool", "initial_engine_config", "search_policy", "alert_routes", "correctness_agreement_threshold", "objective")
+    __slots__ = ("name", "tenant", "model", "slo", "hardware_pool", "initial_engine_config", "search_policy", "alert_routes", "correctness_agreement_threshold", "objective", "rollout")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -191,6 +191,7 @@ class EndpointSpec(_message.Message):
     ALERT_ROUTES_FIELD_NUMBER: _ClassVar[int]
     CORRECTNESS_AGREEMENT_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     model: str
@@ -201,7 +202,34 @@ class EndpointSpec(_message.Message):
     alert_routes: _containers.RepeatedCompositeFieldContainer[AlertRoute]
     correctness_agreement_threshold: float
     objective: SearchObjective
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ..., hardware_pool: _Optional[_Union[HardwarePool, _Mapping]] = ..., initial_engine_config: _Optional[_Union[EngineConfig, _Mapping]] = ..., search_policy: _Optional[_Union[SearchPolicy, str]] = ..., alert_routes: _Optional[_Iterable[_Union[AlertRoute, _Mapping]]] = ..., correctness_agreement_threshold: _Optional[float] = ..., objective: _Optional[_Union[SearchObjective, str]] = ...) -> None: ...
+    rollout: RolloutPolicy
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., slo: _Optional[_Union[Slo, _Mapping]] = ..., hardware_pool: _Optional[_Union[HardwarePool, _Mapping]] = ..., initial_engine_config: _Optional[_Union[EngineConfig, _Mapping]] = ..., search_policy: _Optional[_Union[SearchPolicy, str]] = ..., alert_routes: _Optional[_Iterable[_Union[AlertRoute, _Mapping]]] = ..., correctness_agreement_threshold: _Optional[float] = ..., objective: _Optional[_Union[SearchObjective, str]] = ..., rollout: _Optional[_Union[RolloutPolicy, _Mapping]] = ...) -> None: ...
+
+class RolloutPolicy(_message.Message):
+    __slots__ = ("steps", "step_duration_s", "min_requests", "tail_min_requests", "max_ttft_regression", "ttft_slack_ms", "max_itl_regression", "itl_slack_ms", "max_error_share_increase", "p_value", "failure_limit")
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    STEP_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    MIN_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TAIL_MIN_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TTFT_REGRESSION_FIELD_NUMBER: _ClassVar[int]
+    TTFT_SLACK_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ITL_REGRESSION_FIELD_NUMBER: _ClassVar[int]
+    ITL_SLACK_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ERROR_SHARE_INCREASE_FIELD_NUMBER: _ClassVar[int]
+    P_VALUE_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedScalarFieldContainer[int]
+    step_duration_s: float
+    min_requests: int
+    tail_min_requests: int
+    max_ttft_regression: float
+    ttft_slack_ms: float
+    max_itl_regression: float
+    itl_slack_ms: float
+    max_error_share_increase: float
+    p_value: float
+    failure_limit: int
+    def __init__(self, steps: _Optional[_Iterable[int]] = ..., step_duration_s: _Optional[float] = ..., min_requests: _Optional[int] = ..., tail_min_requests: _Optional[int] = ..., max_ttft_regression: _Optional[float] = ..., ttft_slack_ms: _Optional[float] = ..., max_itl_regression: _Optional[float] = ..., itl_slack_ms: _Optional[float] = ..., max_error_share_increase: _Optional[float] = ..., p_value: _Optional[float] = ..., failure_limit: _Optional[int] = ...) -> None: ...
 
 class Endpoint(_message.Message):
     __slots__ = ("spec", "state", "create_time", "update_time", "revision", "stable_deployment_id", "state_message")

@@ -11,6 +11,12 @@ promoted or rolled back (analysis, an `sla.breach`, a failure). Without a stable
 first one), with `skip_canary`, or for a Rollback that restarts an old config, all traffic moves at
 once. A promoted deployment takes 100%; the replaced one drains (in-flight requests finish) and
 stops. The rollout's progress lives in its KV record, so a restarted deployer carries it on.
+
+Each rollout runs with `effective_policy(deployer defaults, endpoint's spec.rollout)` (steps, step
+duration, canary thresholds, failure limit), fixed in its KV record when it begins: a rollout in
+flight keeps the policy it started with; an UpdateEndpoint of `rollout` applies to the next one. A
+failed analysis within the failure limit holds the step (its deploy.canary_step still says
+ROLL_BACK) and the next analysis judges a fresh canary window.
 """
 
 from __future__ import annotations
@@ -28,7 +34,14 @@ from evertune.deployer.auth import Principal
 from evertune.deployer.backend import EngineReport, ServingBackend, Target
 from evertune.deployer.canary import Analysis, ArmWindow, Verdict, analyse
 from evertune.deployer.plan import FULL_WEIGHT
-from evertune.deployer.rollout import Action, ActionKind, Rollout, RolloutPolicy, Trigger
+from evertune.deployer.rollout import (
+    Action,
+    ActionKind,
+    Rollout,
+    RolloutPolicy,
+    Trigger,
+    effective_policy,
+)
 from evertune.deployer.state import RequestRecord, RolloutRecord, State, request_key
 from evertune.deployer.telemetry import SloTargets, Telemetry, Windows
 from evertune.deployer.trials import find_trial
@@ -41,6 +54,7 @@ from evertune.deployer.validation import (
     UpdateCommand,
     endpoint_spec_proto,
     page_token,
+    rollout_overrides,
     update_command,
 )
 from evertune.deployer.warmup import warm_up
@@ -118,7 +132,7 @@ class Deployer:
         self.backend = backend
         self.ready_timeout_s = ready_timeout_s
         self.drain_timeout_s = drain_timeout_s
-        self.policy = policy or RolloutPolicy()
+        self.policy = policy or RolloutPolicy()  #: the deployer's defaults (settings)
         self.telemetry = telemetry
         self.warmup_requests = warmup_requests
         self.telemetry_lag_s = telemetry_lag_s
@@ -129,6 +143,10 @@ class Deployer:
         self._locks: dict[str, asyncio.Lock] = {}
         self._draining: dict[str, asyncio.Task[Any]] = {}  #: deployment id -> its drain task
         self._closing = False
+
+    def policy_for(self, endpoint: endpoint_pb2.Endpoint) -> RolloutPolicy:
+        """The policy a new rollout of `endpoint` runs with: its spec.rollout over the defaults."""
+        return effective_policy(self.policy, rollout_overrides(endpoint.spec.rollout, field="spec.rollout"))
 
     # -- background work ----------------------------------------------------------------------
 
@@ -519,11 +537,12 @@ class Deployer:
             search_id=search_id,
             message=reason,
         )
+        policy = self.policy_for(endpoint)
         rollout = RolloutRecord(
             deployment_id=deployment_id,
             skip_canary=skip_canary,
             trigger=trigger,
-            policy=self.policy.model_dump(mode="json"),
+            policy=policy.model_dump(mode="json"),
         )
         await self.state.begin_rollout(name, deployment.id, rollout)
         try:
@@ -531,7 +550,7 @@ class Deployer:
         except BaseException:
             await self.state.end_rollout(name, deployment.id)
             raise
-        steps = [] if skip_canary or not endpoint.stable_deployment_id else list(self.policy.steps)
+        steps = [] if skip_canary or not endpoint.stable_deployment_id else list(policy.steps)
         await self._emit_started(deployment, trigger=trigger, steps=steps)
         self._spawn(name, self._roll_out(name, deployment.id), name="rollout")
         return deployment
@@ -701,7 +720,9 @@ class Deployer:
                     final = record.replaced_final
                     self._spawn(name, self._drain(name, previous, final=final), name="drain")
                 return
-            policy = RolloutPolicy.model_validate(record.policy) if record.policy else self.policy
+            policy = (
+                RolloutPolicy.model_validate(record.policy) if record.policy else self.policy_for(endpoint)
+            )
             await self._canary(name, deployment, stable_id=previous, policy=policy, urls=urls)
 
     async def _start_engines(
@@ -806,7 +827,12 @@ class Deployer:
                     await self._canary_weight(name, canary_id, stable_id, action.weight, urls)
                     log.info("canary step", endpoint=name, step=action.step, weight=action.weight)
                 elif action.kind is ActionKind.HOLD:
-                    await self.state.change_rollout(name, canary_id, failures=rollout.failures)
+                    if analysis is not None and analysis.verdict is Verdict.ROLL_BACK:
+                        # a tolerated failure: the next analysis judges a fresh canary window
+                        step_started_s = self.state.clock().timestamp()
+                    await self.state.change_rollout(
+                        name, canary_id, failures=rollout.failures, step_started_s=step_started_s
+                    )
                 elif action.kind is ActionKind.PROMOTE:
                     await self._promote_canary(name, deployment, stable_id)
                     return
@@ -1248,7 +1274,9 @@ class Deployer:
                 urls = await self._start_engines(endpoint, deployment)
                 if urls is None:
                     return
-            policy = RolloutPolicy.model_validate(record.policy) if record.policy else self.policy
+            policy = (
+                RolloutPolicy.model_validate(record.policy) if record.policy else self.policy_for(endpoint)
+            )
             log.info("canary resumed", endpoint=name, step=record.step)
             await self._canary(name, deployment, stable_id=stable_id, policy=policy, urls=urls, resume=record)
 

@@ -8,6 +8,10 @@ The deployer's shell feeds it events (`ready`, `on_analysis`, `on_breach`, `on_f
 out the `Action` each returns: set the canary's route weight, promote it, or roll it back. Weights
 are basis points of the endpoint's traffic (the route table sums to 10000).
 
+The policy of a rollout is `effective_policy(deployer defaults, the endpoint's RolloutOverrides)`,
+computed once when the rollout begins and kept in its KV record: a rollout in flight keeps the
+policy it started with (a restarted deployer too); an UpdateEndpoint changes the next rollout.
+
 Invariants (asserted): the canary's weight never decreases except to 0 on a roll back; PROMOTED and
 ROLLED_BACK are final (any later event answers `none`).
 """
@@ -51,17 +55,93 @@ class RolloutPolicy(BaseModel):
     @field_validator("steps")
     @classmethod
     def _check_steps(cls, steps: tuple[int, ...]) -> tuple[int, ...]:
-        if not steps:
-            raise ValueError("steps: at least one step is needed")
-        if any(not 0 < s <= FULL_WEIGHT for s in steps):
-            raise ValueError(
-                f"steps: each weight must be in 1..{FULL_WEIGHT} basis points, got {list(steps)}"
-            )
-        if list(steps) != sorted(set(steps)):
-            raise ValueError(f"steps: weights must strictly increase, got {list(steps)}")
-        if steps[-1] != FULL_WEIGHT:
-            raise ValueError(f"steps: the last step must be {FULL_WEIGHT} (100%), got {steps[-1]}")
+        problem = step_plan_error(steps)
+        if problem:
+            raise ValueError(f"steps: {problem}")
         return steps
+
+
+def step_plan_error(steps: tuple[int, ...]) -> str:
+    """What is wrong with a plan of canary weights (basis points), or "" when nothing is."""
+    if not steps:
+        return "at least one step is needed"
+    if any(not 0 < s <= FULL_WEIGHT for s in steps):
+        return f"each weight must be in 1..{FULL_WEIGHT} basis points, got {list(steps)}"
+    if list(steps) != sorted(set(steps)):
+        return f"weights must strictly increase and end at {FULL_WEIGHT}, got {list(steps)}"
+    if steps[-1] != FULL_WEIGHT:
+        return f"the last step must be {FULL_WEIGHT} (100%), got {steps[-1]}"
+    return ""
+
+
+class RolloutOverrides(BaseModel):
+    """An endpoint's own rollout settings (the domain form of the wire's `RolloutPolicy`).
+
+    None everywhere means "the deployer's default" (`DeployerSettings.rollout_policy()`);
+    `effective_policy` merges the two.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: canary weights in basis points (RolloutPolicy.steps' rules)
+    steps: tuple[int, ...] | None = None
+    #: seconds of traffic at a step before it is analysed
+    step_duration_s: float | None = Field(default=None, gt=0)
+    #: failed analyses tolerated before rolling back (the wire's failure_limit minus one)
+    failures_tolerated: int | None = Field(default=None, ge=0)
+    #: requests each arm must have served in a step before it is judged
+    min_requests: int | None = Field(default=None, ge=1)
+    #: canary requests from which the TTFT tail check uses p99
+    tail_min_requests: int | None = Field(default=None, ge=1)
+    #: allowed relative TTFT regression
+    max_ttft_regression: float | None = Field(default=None, ge=0)
+    #: allowed absolute TTFT regression, ms
+    ttft_slack_ms: float | None = Field(default=None, ge=0)
+    #: allowed relative regression of the p99 inter-token gap
+    max_itl_regression: float | None = Field(default=None, ge=0)
+    #: allowed absolute inter-token regression, ms
+    itl_slack_ms: float | None = Field(default=None, ge=0)
+    #: allowed increase of the error share (absolute)
+    max_error_share_increase: float | None = Field(default=None, ge=0, le=1)
+    #: significance of the one-sided Mann-Whitney U test
+    p_value: float | None = Field(default=None, gt=0, lt=1)
+
+    @field_validator("steps")
+    @classmethod
+    def _check_steps(cls, steps: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if steps is not None:
+            problem = step_plan_error(steps)
+            if problem:
+                raise ValueError(problem)
+        return steps
+
+    @property
+    def empty(self) -> bool:
+        """True when every field is left to the deployer."""
+        return all(v is None for v in self.model_dump().values())
+
+
+#: RolloutOverrides fields that are CanaryPolicy fields of the same name.
+_CANARY_FIELDS = tuple(CanaryPolicy.model_fields)
+
+
+def effective_policy(defaults: RolloutPolicy, overrides: RolloutOverrides) -> RolloutPolicy:
+    """The policy a rollout of an endpoint runs with: its `overrides` where set, else `defaults`
+    (the deployer's settings). `max_holds` is the deployer's alone. Pure."""
+    canary = {f: getattr(overrides, f) for f in _CANARY_FIELDS if getattr(overrides, f) is not None}
+    return RolloutPolicy(
+        steps=overrides.steps if overrides.steps is not None else defaults.steps,
+        step_duration_s=(
+            overrides.step_duration_s if overrides.step_duration_s is not None else defaults.step_duration_s
+        ),
+        max_holds=defaults.max_holds,
+        failure_limit=(
+            overrides.failures_tolerated
+            if overrides.failures_tolerated is not None
+            else defaults.failure_limit
+        ),
+        canary=CanaryPolicy.model_validate({**defaults.canary.model_dump(), **canary}),
+    )
 
 
 class ActionKind(Enum):

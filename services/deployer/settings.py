@@ -129,7 +129,8 @@ class DeployerSettings(BaseSettings):
         return steps
 
     def rollout_policy(self) -> RolloutPolicy:
-        """The rollout policy every endpoint gets (the API has no per-endpoint policy yet)."""
+        """The deployer's default rollout policy; an endpoint's `spec.rollout` overrides it field by
+        field (`rollout.effective_policy`)."""
         return RolloutPolicy(
             steps=tuple(self.rollout_steps),
             step_duration_s=self.rollout_step_duration_s,

@@ -8,18 +8,21 @@ Defaults filled in at creation (the stored spec shows them): `search_policy` AUT
 `slo.attainment_target` 0.9, `hardware_pool.max_replicas` 1, `correctness_agreement_threshold`
 0.95, an alert route's `min_severity` WARNING, and the initial engine config's `engine` ("vllm")
 and `model` (the endpoint's). An unset `initial_engine_config` is vLLM with every knob at its
-default.
+default. `rollout` is NOT filled in: its unset fields stay unset and take the deployer's defaults
+when a rollout begins (`rollout.effective_policy`), so a change of those settings reaches them.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
 
+from evertune.deployer.rollout import FULL_WEIGHT, RolloutOverrides
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evertune.engines import EngineSpec, InvalidEngineConfig
@@ -47,6 +50,33 @@ MAX_PAGE: Final = 1000
 
 DEFAULT_ATTAINMENT: Final = 0.9
 DEFAULT_AGREEMENT: Final = 0.95
+#: Longest canary step an endpoint may ask for, in seconds, and most failed analyses it may allow.
+MAX_STEP_DURATION_S: Final = 86_400.0
+MAX_FAILURE_LIMIT: Final = 100
+#: Most requests a canary check may ask each arm for.
+MAX_CANARY_REQUESTS: Final = 10_000_000
+#: The wire RolloutPolicy's leaves (UpdateEndpoint paths `rollout.<leaf>`).
+ROLLOUT_LEAVES: Final = (
+    "steps",
+    "step_duration_s",
+    "min_requests",
+    "tail_min_requests",
+    "max_ttft_regression",
+    "ttft_slack_ms",
+    "max_itl_regression",
+    "itl_slack_ms",
+    "max_error_share_increase",
+    "p_value",
+    "failure_limit",
+)
+#: Its `optional` leaves: unset = the deployer's default, 0 = no tolerance.
+_ROLLOUT_OPTIONAL: Final = (
+    "max_ttft_regression",
+    "ttft_slack_ms",
+    "max_itl_regression",
+    "itl_slack_ms",
+    "max_error_share_increase",
+)
 
 SearchPolicyName = Literal["auto", "advisory", "off"]
 _POLICY_FROM_WIRE: Final[dict[int, SearchPolicyName]] = {
@@ -88,6 +118,8 @@ MUTABLE_PATHS: Final = frozenset(
         "alert_routes",
         "hardware_pool.max_replicas",
         "correctness_agreement_threshold",
+        "rollout",
+        *(f"rollout.{leaf}" for leaf in ROLLOUT_LEAVES),
     }
 )
 IMMUTABLE_PATHS: Final = frozenset(
@@ -190,6 +222,8 @@ class EndpointDef(BaseModel):
     alert_routes: tuple[AlertRouteSpec, ...] = ()
     #: Agreement a lossy change must reach at the correctness gate (0 < x <= 1).
     correctness_agreement_threshold: float = Field(default=DEFAULT_AGREEMENT, gt=0, le=1)
+    #: The endpoint's own rollout settings (None fields: the deployer's defaults).
+    rollout: RolloutOverrides = RolloutOverrides()
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,6 +417,7 @@ def endpoint_def(spec: endpoint_pb2.EndpointSpec, *, field: str = "spec") -> End
         )
     except ValidationError as err:
         raise _one_line(err, f"{field}.hardware_pool") from None
+    rollout = rollout_overrides(spec.rollout, field=f"{field}.rollout")
     if initial.replica_count > pool.max_replicas:
         raise InvalidArgument(
             f"{field}.initial_engine_config.replicas: {initial.replica_count} exceeds "
@@ -400,9 +435,74 @@ def endpoint_def(spec: endpoint_pb2.EndpointSpec, *, field: str = "spec") -> End
             objective=_OBJECTIVE_FROM_WIRE[spec.objective],
             alert_routes=tuple(routes),
             correctness_agreement_threshold=spec.correctness_agreement_threshold or DEFAULT_AGREEMENT,
+            rollout=rollout,
         )
     except ValidationError as err:
         raise _one_line(err, field) from None
+
+
+def rollout_overrides(policy: endpoint_pb2.RolloutPolicy, *, field: str) -> RolloutOverrides:
+    """An endpoint's wire RolloutPolicy as overrides of the deployer's defaults: 0 / unset fields
+    are None; `failure_limit` N (roll back at the Nth failed analysis) is N - 1 failures tolerated.
+    Errors name the field under `field` (`spec.rollout.p_value: must be in (0, 1), got 1.5`)."""
+    for leaf in ROLLOUT_LEAVES:
+        value = getattr(policy, leaf)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidArgument(f"{field}.{leaf}: must be a finite number")
+    for leaf in _ROLLOUT_OPTIONAL:
+        if getattr(policy, leaf) < 0:
+            raise InvalidArgument(f"{field}.{leaf}: must be >= 0, got {getattr(policy, leaf):g}")
+    if policy.step_duration_s < 0 or policy.step_duration_s > MAX_STEP_DURATION_S:
+        raise InvalidArgument(
+            f"{field}.step_duration_s: must be in 0..{MAX_STEP_DURATION_S:g} seconds (0 = the "
+            f"deployer's default), got {policy.step_duration_s:g}"
+        )
+    if not 0 <= policy.p_value < 1:
+        raise InvalidArgument(
+            f"{field}.p_value: must be in (0, 1) (0 = the deployer's default), got {policy.p_value:g}"
+        )
+    if policy.failure_limit > MAX_FAILURE_LIMIT:
+        raise InvalidArgument(
+            f"{field}.failure_limit: at most {MAX_FAILURE_LIMIT}, got {policy.failure_limit}"
+        )
+    for leaf in ("min_requests", "tail_min_requests"):
+        if getattr(policy, leaf) > MAX_CANARY_REQUESTS:
+            raise InvalidArgument(
+                f"{field}.{leaf}: at most {MAX_CANARY_REQUESTS}, got {getattr(policy, leaf)}"
+            )
+    if policy.steps and (policy.steps[-1] != FULL_WEIGHT or list(policy.steps) != sorted(set(policy.steps))):
+        raise InvalidArgument(
+            f"{field}.steps: must increase and end at {FULL_WEIGHT} (basis points), got {list(policy.steps)}"
+        )
+    try:
+        return RolloutOverrides(
+            steps=tuple(policy.steps) or None,
+            step_duration_s=policy.step_duration_s or None,
+            failures_tolerated=policy.failure_limit - 1 if policy.failure_limit else None,
+            min_requests=policy.min_requests or None,
+            tail_min_requests=policy.tail_min_requests or None,
+            **{leaf: getattr(policy, leaf) for leaf in _ROLLOUT_OPTIONAL if policy.HasField(leaf)},
+            p_value=policy.p_value or None,
+        )
+    except ValidationError as err:
+        raise _one_line(err, field) from None
+
+
+def rollout_policy_proto(rollout: RolloutOverrides) -> endpoint_pb2.RolloutPolicy:
+    """The wire form of an endpoint's rollout overrides (unset where the deployer decides)."""
+    out = endpoint_pb2.RolloutPolicy(
+        steps=list(rollout.steps or ()),
+        step_duration_s=rollout.step_duration_s or 0.0,
+        min_requests=rollout.min_requests or 0,
+        tail_min_requests=rollout.tail_min_requests or 0,
+        p_value=rollout.p_value or 0.0,
+        failure_limit=rollout.failures_tolerated + 1 if rollout.failures_tolerated is not None else 0,
+    )
+    for leaf in _ROLLOUT_OPTIONAL:
+        value = getattr(rollout, leaf)
+        if value is not None:
+            setattr(out, leaf, value)
+    return out
 
 
 def _alert_route(route: endpoint_pb2.AlertRoute, field: str) -> AlertRouteSpec:
@@ -463,6 +563,7 @@ def endpoint_spec_proto(spec: EndpointDef) -> endpoint_pb2.EndpointSpec:
             for r in spec.alert_routes
         ],
         correctness_agreement_threshold=spec.correctness_agreement_threshold,
+        rollout=None if spec.rollout.empty else rollout_policy_proto(spec.rollout),
     )
 
 
@@ -542,6 +643,20 @@ def update_command(
             merged.hardware_pool.max_replicas = new.hardware_pool.max_replicas
         elif path == "correctness_agreement_threshold":
             merged.correctness_agreement_threshold = new.correctness_agreement_threshold
+        elif path == "rollout":
+            merged.rollout.CopyFrom(new.rollout)
+        elif path == "rollout.steps":
+            del merged.rollout.steps[:]
+            merged.rollout.steps.extend(new.rollout.steps)
+        elif path.removeprefix("rollout.") in _ROLLOUT_OPTIONAL:
+            leaf = path.removeprefix("rollout.")
+            if new.rollout.HasField(leaf):
+                setattr(merged.rollout, leaf, getattr(new.rollout, leaf))
+            else:
+                merged.rollout.ClearField(leaf)
+        elif path.startswith("rollout."):
+            leaf = path.removeprefix("rollout.")
+            setattr(merged.rollout, leaf, getattr(new.rollout, leaf))
     spec = endpoint_def(merged)
     return UpdateCommand(
         name=name, spec=spec, changed_fields=paths, expected_revision=revision, request=request

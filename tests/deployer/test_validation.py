@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from evertune.deployer import validation as v
+from evertune.deployer.rollout import RolloutOverrides
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -235,3 +236,48 @@ def test_watch_filter() -> None:
     assert filt.accepts(kind="deploy.promoted", severity=common_pb2.SEVERITY_ERROR)
     assert not filt.accepts(kind="deploy.promoted", severity=common_pb2.SEVERITY_INFO)
     assert not filt.accepts(kind="sla.breach", severity=common_pb2.SEVERITY_CRITICAL)
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"steps": [5000, 1000, 10000]}, "spec.rollout.steps: must increase and end at 10000"),
+        ({"steps": [1000, 5000]}, "spec.rollout.steps: must increase and end at 10000"),
+        ({"steps": [0, 10000]}, "spec.rollout.steps: each weight must be in 1..10000"),
+        ({"p_value": 1.5}, "spec.rollout.p_value: must be in (0, 1)"),
+        ({"p_value": -0.01}, "spec.rollout.p_value: must be in (0, 1)"),
+        ({"max_ttft_regression": -0.1}, "spec.rollout.max_ttft_regression: must be >= 0"),
+        ({"itl_slack_ms": -2.0}, "spec.rollout.itl_slack_ms: must be >= 0"),
+        ({"max_error_share_increase": 1.5}, "spec.rollout.max_error_share_increase:"),
+        ({"step_duration_s": -1.0}, "spec.rollout.step_duration_s: must be in 0..86400"),
+        ({"step_duration_s": float("nan")}, "spec.rollout.step_duration_s: must be a finite number"),
+        ({"failure_limit": 101}, "spec.rollout.failure_limit: at most 100"),
+    ],
+)
+def test_create_refuses_a_bad_rollout_policy_naming_the_field(
+    policy: dict[str, object], message: str
+) -> None:
+    s = spec("voice-eu")
+    s.rollout.CopyFrom(endpoint_pb2.RolloutPolicy(**policy))  # type: ignore[arg-type]
+    refused(message, create, s)
+
+
+def test_a_rollout_policy_reads_back_and_changes_by_path() -> None:
+    s = spec("voice-eu")
+    s.rollout.CopyFrom(endpoint_pb2.RolloutPolicy(steps=[5000, 10000], failure_limit=2, ttft_slack_ms=0))
+    domain = create(s).spec
+    assert domain.rollout.steps == (5000, 10000) and domain.rollout.failures_tolerated == 1
+    assert domain.rollout.ttft_slack_ms == 0.0 and domain.rollout.max_ttft_regression is None
+    wire = v.endpoint_spec_proto(domain)
+    assert wire.rollout.failure_limit == 2 and list(wire.rollout.steps) == [5000, 10000]
+    assert wire.rollout.HasField("ttft_slack_ms") and not wire.rollout.HasField("max_ttft_regression")
+    assert v.endpoint_def(wire) == domain
+    assert not v.endpoint_spec_proto(create(spec("plain")).spec).HasField("rollout")  # nothing to store
+    new = spec("voice-eu")
+    new.rollout.step_duration_s = 30
+    leaf = update(wire, new, "spec.rollout.step_duration_s").spec.rollout
+    assert leaf.step_duration_s == 30 and leaf.steps == (5000, 10000) and leaf.ttft_slack_ms == 0.0
+    assert update(wire, new, "rollout.ttft_slack_ms").spec.rollout.ttft_slack_ms is None  # unset: default
+    assert update(wire, new, "rollout").spec.rollout == RolloutOverrides(step_duration_s=30)
+    new.rollout.steps.extend([6000, 3000])
+    refused("spec.rollout.steps: must increase", update, wire, new, "rollout.steps")
