@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
-from evertune.cli.common import grpc_address
+from evertune.cli.common import OBJECTIVES, grpc_address
 from evertune.errors import EvertuneError, InvalidArgument
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -31,11 +31,6 @@ _POLICIES = {
     "auto": endpoint_pb2.SEARCH_POLICY_AUTO,
     "advisory": endpoint_pb2.SEARCH_POLICY_ADVISORY,
     "off": endpoint_pb2.SEARCH_POLICY_OFF,
-}
-_OBJECTIVES = {
-    "goodput": endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT,
-    "p50_ttft": endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT,
-    "cost": endpoint_pb2.SEARCH_OBJECTIVE_COST,
 }
 
 
@@ -101,7 +96,7 @@ def add_commands(commands: Any) -> None:
     update.add_argument("--itl-p99-ms", type=float, default=None, help="new p99 inter-token target, ms")
     update.add_argument("--attainment-target", type=float, default=None, help="new SLO attainment target")
     update.add_argument("--policy", choices=sorted(_POLICIES), default=None, help="new search policy")
-    update.add_argument("--objective", choices=sorted(_OBJECTIVES), default=None, help="new search objective")
+    update.add_argument("--objective", choices=sorted(OBJECTIVES), default=None, help="new search objective")
     update.add_argument("--max-replicas", type=int, default=None, help="new replica cap of the pool")
     update.add_argument(
         "--webhook",
@@ -219,7 +214,7 @@ def update_request(args: argparse.Namespace) -> pb.UpdateEndpointRequest:
         spec.search_policy = _POLICIES[args.policy]
         paths.append("search_policy")
     if args.objective is not None:
-        spec.objective = _OBJECTIVES[args.objective]
+        spec.objective = OBJECTIVES[args.objective]
         paths.append("objective")
     if args.max_replicas is not None:
         spec.hardware_pool.max_replicas = args.max_replicas
