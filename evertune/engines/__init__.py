@@ -5,6 +5,7 @@
 - `vllm_args`: pure mapping of knobs to vLLM's arguments and environment, and refusal rules.
 - `vllm`: `VllmEngine` / `EngineGroup`, the process shell (start, ready, health, stop, metrics).
 - `metrics`: the /metrics parser, `EngineMetrics`, and `delta` between two scrapes.
+- `replicas`: start, wait on and stop several replicas as one (`EngineGroup`, the runner).
 - `sim`: `SimEngine`, the performance model served as an engine (kind "sim").
 - `backend`: `make_engine(spec, ...)`, the one way to start an engine of any kind.
 """

@@ -32,6 +32,7 @@ from evertune.engines.config import EngineSpec
 from evertune.engines.errors import EngineNotRunning, EngineStartFailed
 from evertune.engines.hardware import HardwareProfile, detect_local
 from evertune.engines.metrics import EngineMetrics, fetch_metrics
+from evertune.engines.replicas import start_all, stop_all, wait_all_ready
 from evertune.engines.vllm_args import KNOB_ENV_VARS, server_command, validate
 from evertune.nats_server import free_port
 
@@ -415,24 +416,11 @@ class EngineGroup(_ServedInBlock):
 
     async def start(self) -> None:
         """Start every replica (they load side by side)."""
-        try:
-            for replica in self.replicas:
-                await replica.start()
-        except BaseException:
-            await self.stop()
-            raise
+        await start_all(self.replicas)
 
     async def wait_ready(self, timeout_s: float = 300.0) -> None:
         """Return when every replica is ready; on the first failure stop them all and raise it."""
-        tasks = [asyncio.ensure_future(replica.wait_ready(timeout_s)) for replica in self.replicas]
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        failures = [err for task in done if (err := task.exception()) is not None]
-        if failures:
-            await self.stop()
-            raise failures[0]
+        await wait_all_ready(self.replicas, timeout_s)
 
     async def health(self) -> list[bool]:
         """Health of each replica, in order."""
@@ -444,7 +432,7 @@ class EngineGroup(_ServedInBlock):
 
     async def stop(self, timeout_s: float = 20.0) -> None:
         """Stop every replica (see `VllmEngine.stop`)."""
-        await asyncio.gather(*(replica.stop(timeout_s) for replica in self.replicas))
+        await stop_all(self.replicas, timeout_s)
 
 
 def _cpu_binds(replicas: int) -> list[str | None]:

@@ -5,6 +5,9 @@ Open loop: each request leaves at its due time (`at_s / (rate * time_scale)` aft
 unlimited connector carries every stream. A preflight `GET /v1/models` runs before the clock
 starts, so an unreachable target fails at once with one line. The client watches its own lateness
 (send lag, event-loop stalls, in-flight cap) and says when it fell behind (`ReplayRun.lag`).
+
+Several targets (the replicas of one engine config, say) share one replay: each conversation goes to
+one of them, dealt round robin (`evertune.replay.spread`), and each is preflighted.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from evertune.errors import FailedPrecondition, InvalidArgument, NotFound, Unaut
 from evertune.replay.lag import DEFAULT_LAG_THRESHOLD_MS, assess_lag
 from evertune.replay.results import ErrorClass, ReplayRun, RequestResult
 from evertune.replay.schedule import due_offsets
+from evertune.replay.spread import spread
 from evertune.replay.sse import BadChunk, SseDecoder, read_chunk
 from evertune.replay.wire import API_PATHS, MODELS_PATH, base_url, encode_body
 from evertune.workloads.plan import PlannedRequest
@@ -190,7 +194,8 @@ class _Replay:
         self,
         *,
         session: aiohttp.ClientSession,
-        url: str,
+        urls: Sequence[str],
+        assigned: Sequence[int],
         model: str,
         timeout_s: float,
         max_in_flight: int,
@@ -201,7 +206,8 @@ class _Replay:
         size: int,
     ) -> None:
         self.session = session
-        self.url = url
+        self.urls = urls  #: base URLs of the targets
+        self.assigned = assigned  #: per request (plan order), the index of its target in `urls`
         self.model = model
         self.timeout_s = timeout_s
         self.max_in_flight = max_in_flight
@@ -249,7 +255,7 @@ class _Replay:
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
-            result = await self.send(request, due)
+            result = await self.send(request, due, url=self.urls[self.assigned[index]])
         finally:
             self.in_flight -= 1
             self.slots.release()
@@ -280,7 +286,7 @@ class _Replay:
             error=f"not sent: in-flight cap {self.max_in_flight} full for {self.timeout_s:g} s",
         )
 
-    async def send(self, request: PlannedRequest, due: float) -> RequestResult:
+    async def send(self, request: PlannedRequest, due: float, *, url: str) -> RequestResult:
         body = encode_body(request, model=self.model, ignore_eos=self.ignore_eos)
         headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
         stream = _Stream()
@@ -289,7 +295,7 @@ class _Replay:
             self.on_sent(request.request_id)
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.exchange(request, body=body, headers=headers, stream=stream, sent=sent)
+                await self.exchange(request, url=url, body=body, headers=headers, stream=stream, sent=sent)
         except TimeoutError:
             if stream.done_s is None:  # a stall after `[DONE]` (draining the body) is no timeout
                 stream.fail("timeout", f"not finished within {self.timeout_s:g} s")
@@ -317,13 +323,20 @@ class _Replay:
             status=stream.status,
             error_class=stream.error_class,
             error=stream.error,
+            target=url if len(self.urls) > 1 else "",
         )
 
     async def exchange(
-        self, request: PlannedRequest, *, body: bytes, headers: dict[str, str], stream: _Stream, sent: float
+        self,
+        request: PlannedRequest,
+        *,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        stream: _Stream,
+        sent: float,
     ) -> None:
-        url = self.url + API_PATHS[request.api]
-        async with self.session.post(url, data=body, headers=headers) as response:
+        async with self.session.post(url + API_PATHS[request.api], data=body, headers=headers) as response:
             stream.status = response.status
             if response.status != 200:
                 detail = _error_message(await response.read())  # the body itself is not kept
@@ -348,7 +361,7 @@ class _Replay:
 async def replay(
     plan: Sequence[PlannedRequest],
     *,
-    target: str,
+    target: str | Sequence[str],
     model: str | None = None,
     rate: float = 1.0,
     time_scale: float = 1.0,
@@ -363,6 +376,10 @@ async def replay(
 ) -> ReplayRun:
     """Replay `plan` open-loop against `target` (an OpenAI-compatible base URL) and measure each request.
 
+    `target` may also be several base URLs serving the same model (an engine's replicas): each
+    conversation then goes to one of them, round robin in the order conversations start (see
+    `evertune.replay.spread`), and each result names its `target`. Every target is preflighted.
+
     A request planned at `at_s` leaves `at_s / (rate * time_scale)` s after the start. `model=None`
     takes the target's first served model. `timeout_s` bounds each request from send to `[DONE]`;
     at most `max_in_flight` requests are in flight (a request that finds the cap full waits for a
@@ -375,13 +392,20 @@ async def replay(
     offsets = due_offsets(plan, rate=rate, time_scale=time_scale)
     if max_in_flight < 1:
         raise InvalidArgument(f"max_in_flight must be at least 1, got {max_in_flight}")
-    url = base_url(target)
+    urls = [base_url(target)] if isinstance(target, str) else [base_url(t) for t in target]
+    if not urls:
+        raise InvalidArgument("replay needs at least one target URL")
+    url = urls[0]
     async with _new_session(headers) as session:
-        served = await served_models(session, url, timeout_s=min(timeout_s, PREFLIGHT_TIMEOUT_S))
+        preflight_s = min(timeout_s, PREFLIGHT_TIMEOUT_S)
+        served = await served_models(session, url, timeout_s=preflight_s)
         chosen = _pick_model(served, model, url)
+        for other in urls[1:]:
+            _pick_model(await served_models(session, other, timeout_s=preflight_s), chosen, other)
         state = _Replay(
             session=session,
-            url=url,
+            urls=urls,
+            assigned=spread(plan, offsets, targets=len(urls)),
             model=chosen,
             timeout_s=timeout_s,
             max_in_flight=max_in_flight,
@@ -419,4 +443,5 @@ async def replay(
         results=results,
         lag=lag,
         peak_in_flight=state.peak_in_flight,
+        targets=tuple(urls),
     )

@@ -51,6 +51,7 @@ class RequestResult:
     status: int  #: HTTP status; 0 when no response came
     error_class: ErrorClass  #: "" when it completed, else the class (see `ErrorClass`)
     error: str = ""  #: one line of detail for an error (never any prompt or completion text)
+    target: str = ""  #: base URL it was sent to, when the replay spread over several ("" = the one)
 
     @property
     def ok(self) -> bool:
@@ -66,7 +67,7 @@ class RequestResult:
 class ReplayRun:
     """One replay of a plan against a target, with the client's own lag."""
 
-    target: str  #: base URL replayed against (without `/v1`)
+    target: str  #: base URL replayed against (without `/v1`); the first when there were several
     model: str  #: model name sent in every request
     rate: float  #: rate multiplier the plan was replayed at
     time_scale: float  #: time compression the plan was replayed at (see `replay`)
@@ -75,6 +76,7 @@ class ReplayRun:
     results: tuple[RequestResult, ...]  #: one per planned request, in plan order
     lag: LagReport  #: send lag, loop stalls, cap hits, and whether the client fell behind
     peak_in_flight: int  #: most requests in flight at once
+    targets: tuple[str, ...] = ()  #: every base URL replayed against, in order (`target` is the first)
 
     @property
     def fell_behind(self) -> bool:

@@ -2,7 +2,9 @@
 
 What the runner adds to the job, so the searcher need not:
 - the rates replayed are the job's, plus its target rate (headline figures) and the gate rate
-  (target x `slo_headroom`, where the "slo" gate is checked), ascending, without repeats;
+  (target x headroom, where the "slo" and "stability" gates are checked), ascending, without
+  repeats; the headroom is the job's `slo_headroom`, or the runner's setting (1.25) when the job
+  leaves it at 0 (`gate_rate`);
 - with a "stability" gate the runner replays each rate at least twice (it compares repeats);
 - a job whose target rate is 0 reports its headline figures, and checks its gates, at its highest rate.
 """
@@ -28,6 +30,8 @@ KNOWN_GATES: frozenset[str] = frozenset({"correctness", "slo", "stability"})
 DEFAULT_ATTAINMENT = 0.9
 #: Seconds each rate is replayed when the job leaves `duration_per_rate` unset.
 DEFAULT_DURATION_S = 60.0
+#: Largest `slo_headroom` a job may ask for (the runner setting's bound too).
+MAX_HEADROOM = 10.0
 
 
 class InvalidJob(InvalidArgument):
@@ -59,6 +63,7 @@ class TrialPlan:
     rates_rps: tuple[float, ...]  #: rates to replay, ascending, gate and target rates included
     target_rate_rps: float  #: rate of the headline figures
     gate_rate_rps: float  #: rate the "slo" and "stability" gates are checked at
+    slo_headroom: float  #: gate rate / target rate as applied (1.0 when the target is the highest rate)
     duration_s: float  #: seconds each rate is replayed, per repeat
     warmup_s: float  #: seconds of unmeasured traffic before each rate (0 = none)
     repeats: int  #: measured replays of each rate
@@ -120,8 +125,31 @@ def slo_of(slo: endpoint_pb2.Slo) -> tuple[Slo, float]:
     return Slo(ttft_ms=slo.ttft_p99_ms, itl_ms=itl, share=share), slo.ttft_p50_ms
 
 
+def gate_rate(
+    *, target_rps: float, rates_rps: list[float], job_headroom: float, default_headroom: float
+) -> tuple[float, float]:
+    """(gate rate, headroom applied) of a job whose rates are already checked.
+
+    The gate rate is the target (the profile's peak) x the job's `slo_headroom`, or x
+    `default_headroom` (the runner's setting) when the job leaves it at 0. A target of 0 means the
+    highest of `rates_rps`, with no headroom (1.0). A headroom below 1 or above `MAX_HEADROOM`
+    raises `InvalidJob`.
+    """
+    if job_headroom != 0 and not (1.0 <= job_headroom <= MAX_HEADROOM):
+        raise InvalidJob(
+            f"slo_headroom must be 0 (the default) or within 1..{MAX_HEADROOM:g}, not {job_headroom:g}"
+        )
+    if target_rps == 0:
+        return max(rates_rps), 1.0
+    headroom = job_headroom or default_headroom
+    return target_rps * headroom, headroom
+
+
 def plan_trial(job: jobs_pb2.TrialJob, *, slo_headroom: float) -> TrialPlan:
-    """The validated plan of a decoded job; a job that cannot run raises `InvalidJob` (one line)."""
+    """The validated plan of a decoded job; a job that cannot run raises `InvalidJob` (one line).
+
+    `slo_headroom` is the runner's default headroom, used when the job's `slo_headroom` is 0.
+    """
     rates = list(job.rates_rps)
     if any(not (r > 0 and math.isfinite(r)) for r in rates):
         raise InvalidJob("every rate in rates_rps must be a positive number of requests per second")
@@ -130,7 +158,9 @@ def plan_trial(job: jobs_pb2.TrialJob, *, slo_headroom: float) -> TrialPlan:
         raise InvalidJob("target_rate_rps must be >= 0")
     if not rates and target == 0:
         raise InvalidJob("the job names no rate (rates_rps and target_rate_rps are empty)")
-    gate_rate = target * slo_headroom if target > 0 else max(rates)
+    gate_rate_rps, headroom = gate_rate(
+        target_rps=target, rates_rps=rates, job_headroom=job.slo_headroom, default_headroom=slo_headroom
+    )
     if target == 0:
         target = max(rates)
     gates: list[GatePlan] = []
@@ -168,9 +198,10 @@ def plan_trial(job: jobs_pb2.TrialJob, *, slo_headroom: float) -> TrialPlan:
         config=job.engine_config,
         trace_uri=job.trace_uri,
         trace_sha256=job.trace_sha256.lower(),
-        rates_rps=effective_rates(rates, extra=[target, gate_rate]),
+        rates_rps=effective_rates(rates, extra=[target, gate_rate_rps]),
         target_rate_rps=target,
-        gate_rate_rps=gate_rate,
+        gate_rate_rps=gate_rate_rps,
+        slo_headroom=headroom,
         duration_s=duration or DEFAULT_DURATION_S,
         warmup_s=warmup,
         repeats=repeats,

@@ -1,4 +1,5 @@
-"""The runner's side of the `trials` table: store a result once, find a stored one, read a reference."""
+"""The runner's side of the store: the `trials` table (store a result once, find a stored one, read
+a reference) and the profiler's `profiles` table (read a stored trace; read only)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evertune.runner.report import COLUMNS, dedup_token
+from evertune.runner.trace import PROFILES_TABLE, StoredTrace, StoredTraceRef
 from evertune.runner.trial import Reference
 from google.protobuf.message import DecodeError
 
@@ -67,6 +69,17 @@ class TrialRecords:
             chains=[[int(h) for h in chain] for chain in hashes],
             spec=spec,
         )
+
+    async def stored_trace(self, ref: StoredTraceRef) -> StoredTrace | None:
+        """The trace the profiler stored with profile `ref.profile_id`, or None when there is none."""
+        table = f"{ref.database or self.store.database}.{PROFILES_TABLE}"
+        rows = await self.store.query(
+            f"SELECT trace_jsonl, trace_sha256 FROM {table} FINAL WHERE profile_id = {{id:String}} LIMIT 1",
+            {"id": ref.profile_id},
+        )
+        if not rows:
+            return None
+        return StoredTrace(jsonl=str(rows[0][0]), sha256=str(rows[0][1]))
 
 
 def _decode(data: str) -> events_pb2.TrialCompleted:

@@ -107,6 +107,7 @@ class RunnerService(Service):
             model_dir=model_dir,
             log_dir=log_dir,
             references=self._records.reference,
+            traces=self._records.stored_trace,
         )
         sub = await ctx.js.pull_subscribe(
             self.settings.subject,

@@ -9,6 +9,12 @@ Engines come from an `EngineFactory` (`evertune.engines.backend.make_engine` by 
 shell where that module is missing); anything with the `TrialEngine` methods serves, which is how
 the tests put a small HTTP server in the engine's place and how `sim-*` runners get the
 performance model (engine kind "sim").
+
+A config with several replicas runs as a `ReplicaGroup`: every replica is started and checked, the
+warm-up goes to each, the golden answers come from the first (replicas are one config), and each
+measured replay spreads over all of them, one conversation per replica in turn
+(`evertune.replay.replay` with several targets), so prefix caching works per replica as it would
+behind a session-affine balancer.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -37,11 +43,12 @@ from evertune.runner.golden import GoldenSet, collect_golden, golden_set
 from evertune.runner.job import TrialPlan, engine_spec, plan_trial
 from evertune.runner.measure import RateFigures, at_rate, rate_figures, skip_higher
 from evertune.runner.settings import RunnerSettings
-from evertune.runner.trace import TraceSource, open_trace
+from evertune.runner.trace import TraceLookup, TraceSource, TraceUnavailable, open_trace, stored_trace_ref
 
-from evertune.engines import EngineSpec, EngineStartFailed, VllmEngine, get_profile
+from evertune.engines import EngineGroup, EngineSpec, EngineStartFailed, get_profile
 from evertune.engines.backend import make_engine
-from evertune.errors import EvertuneError, InvalidArgument, Unavailable
+from evertune.engines.replicas import start_all, stop_all, wait_all_ready
+from evertune.errors import EvertuneError, Unavailable
 from evertune.logging import get_logger
 from evertune.replay import list_models, replay, summarize_run
 from evertune.v1 import events_pb2, jobs_pb2
@@ -72,6 +79,56 @@ class TrialEngine(Protocol):
 
 #: Builds the engine of a spec, its logs under the folder; nothing is started yet.
 EngineFactory = Callable[[EngineSpec, Path], TrialEngine]
+
+
+class ReplicaGroup:
+    """Several replicas of one config as one `TrialEngine` (the replay spreads over `urls`).
+
+    Started one after another (they then load side by side); ready when all are (the first failure
+    stops every replica and is raised); healthy per replica; stopped together.
+    """
+
+    def __init__(self, replicas: Sequence[TrialEngine]) -> None:
+        if not replicas:
+            raise ValueError("a replica group needs at least one replica")
+        self.replicas = list(replicas)  #: the replicas, in order
+
+    @property
+    def urls(self) -> list[str]:
+        """Base URLs of the replicas, in order."""
+        return [replica.base_url for replica in self.replicas]
+
+    @property
+    def base_url(self) -> str:
+        """The first replica's URL (golden answers and model listing go there)."""
+        return self.replicas[0].base_url
+
+    async def start(self) -> None:
+        await start_all(self.replicas)
+
+    async def wait_ready(self, timeout_s: float = 300.0) -> None:
+        await wait_all_ready(self.replicas, timeout_s)
+
+    async def stop(self, timeout_s: float = 20.0) -> None:
+        await stop_all(self.replicas, timeout_s)
+
+    async def health(self) -> list[bool]:
+        """Health of each replica, in order."""
+        return [bool(h) for h in await asyncio.gather(*(replica.health() for replica in self.replicas))]
+
+    def log_tail(self, n: int = 40) -> list[str]:
+        """The last lines of every replica's log, each marked with its replica (n in all, at most)."""
+        each = max(1, n // len(self.replicas))
+        return [
+            f"[replica {i}] {line}"
+            for i, replica in enumerate(self.replicas)
+            for line in replica.log_tail(each)
+        ]
+
+
+def engine_urls(engine: TrialEngine) -> list[str]:
+    """Where a trial's replay goes: every replica of a `ReplicaGroup`, else the engine's one URL."""
+    return engine.urls if isinstance(engine, ReplicaGroup) else [engine.base_url]
 
 
 class EngineCrashed(Unavailable):
@@ -130,8 +187,9 @@ class TrialOutcome:
 def default_engine_factory(settings: RunnerSettings) -> EngineFactory:
     """Engines through `evertune.engines.backend.make_engine`, or vLLM's shell where it is missing.
 
-    On CPU with `split_cores`, a one-replica engine is bound to every allowed core but the last,
-    which the measuring client keeps (see `client_core`).
+    On CPU with `split_cores`, the engine is bound to every allowed core but the last, which the
+    measuring client keeps (see `client_core`); several replicas split those cores evenly. Several
+    replicas become a `ReplicaGroup` of the backend's `EngineGroup` replicas.
     """
 
     def make(spec: EngineSpec, log_dir: Path) -> TrialEngine:
@@ -139,17 +197,24 @@ def default_engine_factory(settings: RunnerSettings) -> EngineFactory:
         # fails the trial with one line, not the runner's start).
         hardware = None if settings.hardware == "cpu" else get_profile(settings.hardware)
         engine = make_engine(spec, log_dir=log_dir, hardware=hardware)
-        if not isinstance(engine, VllmEngine):  # EngineGroup: one URL per replica, no balancer
-            raise ReplicasUnsupported(
-                f"{spec.replica_count} replicas: the runner replays against one URL and has no "
-                "balancer in front of replicas yet"
-            )
+        replicas = engine.replicas if isinstance(engine, EngineGroup) else [engine]
         bind = engine_cores(settings)
-        if bind and spec.kind == "vllm":  # make_engine takes no environment: set it on the shell
-            engine.extra_env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(str(c) for c in sorted(bind)))
-        return engine
+        if bind and spec.kind == "vllm":  # make_engine takes no environment: set it on the shells
+            # The backend's own split of several replicas (over every allowed core) is replaced.
+            for replica, cores in zip(replicas, split_cores(sorted(bind), len(replicas)), strict=True):
+                replica.extra_env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cores)
+        return ReplicaGroup(replicas) if isinstance(engine, EngineGroup) else engine
 
     return make
+
+
+def split_cores(cores: Sequence[int], parts: int) -> list[list[int]]:
+    """`cores` dealt into `parts` equal runs (the remainder unused); with fewer cores than parts,
+    every part shares them all (the client's core stays the client's either way)."""
+    share = len(cores) // parts
+    if share == 0:
+        return [list(cores) for _ in range(parts)]
+    return [list(cores[i * share : (i + 1) * share]) for i in range(parts)]
 
 
 def engine_cores(settings: RunnerSettings) -> set[int] | None:
@@ -192,12 +257,14 @@ class TrialRunner:
         model_dir: Path | Callable[[], Path],
         log_dir: Path,
         references: ReferenceLookup,
+        traces: TraceLookup | None = None,
     ) -> None:
         self.settings = settings
         self.engine_factory = engine_factory
         self._model_dir = model_dir
         self.log_dir = log_dir
         self.references = references
+        self.traces = traces  #: reads `clickhouse://` traces (None: this runner has no store)
         self.golden = golden_set(
             count=settings.golden_prompts, max_tokens=settings.golden_max_tokens, seed=settings.golden_seed
         )
@@ -242,9 +309,7 @@ class TrialRunner:
         try:
             async with asyncio.timeout(budget) as scope:
                 reference = await self._reference(plan)
-                trace = await asyncio.to_thread(
-                    open_trace, plan.trace_uri, sha256=plan.trace_sha256, model_dir=model_dir
-                )
+                trace = await self._trace(plan, model_dir)
                 await progress(events_pb2.TRIAL_PHASE_STARTING_ENGINE, 0.0, 0, len(plan.rates_rps))
                 engine = self.engine_factory(outcome.spec, self.log_dir)
                 started = time.monotonic()
@@ -273,6 +338,21 @@ class TrialRunner:
             if engine is not None:
                 # Shielded: a runner stopped mid-trial (cancelled) must still stop its engine.
                 await asyncio.shield(engine.stop())
+
+    async def _trace(self, plan: TrialPlan, model_dir: Path) -> TraceSource:
+        """The job's trace; a `clickhouse://` one is read from the store first."""
+        ref = stored_trace_ref(plan.trace_uri)
+        stored = None
+        if ref is not None:
+            if self.traces is None:
+                raise TraceUnavailable(f"trace {plan.trace_uri!r}: this runner has no store to read it from")
+            stored = await self.traces(ref)
+            if stored is None:
+                where = f"{ref.database}.profiles" if ref.database else "the store's profiles"
+                raise TraceUnavailable(f"trace {plan.trace_uri!r}: no profile {ref.profile_id} in {where}")
+        return await asyncio.to_thread(
+            open_trace, plan.trace_uri, sha256=plan.trace_sha256, model_dir=model_dir, stored=stored
+        )
 
     async def _reference(self, plan: TrialPlan) -> Reference | None:
         """The correctness reference, checked before any engine starts (a missing one fails early)."""
@@ -305,11 +385,13 @@ class TrialRunner:
     ) -> None:
         s = self.settings
         url = engine.base_url
+        urls = engine_urls(engine)
         total = len(plan.rates_rps)
         await progress(events_pb2.TRIAL_PHASE_WARMUP, 0.0, 0, total)
         if s.warmup_turns:
             warm = plan_voice(VoiceWorkload(duration_s=60, seed=99), text=CorpusText())[: s.warmup_turns]
-            await replay(warm, target=url, time_scale=1000.0, timeout_s=s.request_timeout_s)
+            for replica_url in urls:
+                await replay(warm, target=replica_url, time_scale=1000.0, timeout_s=s.request_timeout_s)
             await self._alive(engine, "warm-up")
         if plan.needs_golden and not s.simulated:
             models = await list_models(url)
@@ -333,7 +415,7 @@ class TrialRunner:
                     run=f"warmup/{rate:.6g}",
                 )
                 await replay(
-                    warm_run.plan, target=url, rate=warm_run.multiplier, timeout_s=s.request_timeout_s
+                    warm_run.plan, target=urls, rate=warm_run.multiplier, timeout_s=s.request_timeout_s
                 )
             runs = []
             for repeat in range(plan.repeats):
@@ -345,7 +427,7 @@ class TrialRunner:
                     run=f"{rate:.6g}/{repeat}",
                 )
                 result = await replay(
-                    run_plan.plan, target=url, rate=run_plan.multiplier, timeout_s=s.request_timeout_s
+                    run_plan.plan, target=urls, rate=run_plan.multiplier, timeout_s=s.request_timeout_s
                 )
                 await self._alive(engine, f"the replay at {rate:g} rps")
                 runs.append((summarize_run(result, slo=plan.slo), result.results))
@@ -370,6 +452,7 @@ class TrialRunner:
                 p50_target_ms=plan.ttft_p50_target_ms,
                 threshold=gate.threshold,
                 rate_rps=plan.gate_rate_rps,
+                headroom=plan.slo_headroom,
             )
         if name == "stability":
             return stability_gate(
@@ -396,10 +479,6 @@ class TrialRunner:
         healthy = await engine.health()
         if not (all(healthy) if isinstance(healthy, list) else healthy):
             raise EngineCrashed(f"the engine stopped answering /health during {during}")
-
-
-class ReplicasUnsupported(InvalidArgument):
-    """A config with several replicas: the runner cannot spread a replay over them yet."""
 
 
 class CorrectnessReferenceMissing(EvertuneError):

@@ -488,6 +488,7 @@ class Searches:
             agreement_threshold=spec.correctness_agreement_threshold,
             timeout_s=s.trial_timeout_s,
             engine_model=prepared.live.model,
+            headroom=s.headroom,
         )
         context = Context(
             base=base,

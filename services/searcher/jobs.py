@@ -49,6 +49,7 @@ class JobTemplate:
     agreement_threshold: float  #: the endpoint's correctness threshold for lossy changes (0 = default)
     timeout_s: float  #: seconds a trial of fidelity 1 may take from publication (scaled by fidelity)
     engine_model: str = ""  #: model the jobs name, as the live config does ("" = the runner's own)
+    headroom: float = 0.0  #: the gates' rate is target x this (TrialJob.slo_headroom; 0 = runner default)
 
 
 def _duration(seconds: float) -> Duration:
@@ -93,6 +94,7 @@ def trial_job(order: TrialOrder, template: JobTemplate, *, now: datetime) -> job
         slo=template.slo,
         gates=gates,
         baseline=request.baseline,
+        slo_headroom=template.headroom,
     )
     job.engine_config.model = template.engine_model
     job.deadline.FromDatetime(deadline_of(order, template, now=now))

@@ -16,9 +16,8 @@ from evertune.nats_server import free_port
 SERVER = Path(__file__).with_name("fake_openai.py")
 
 
-@pytest.fixture(scope="session")
-def fake_url() -> Iterator[str]:
-    """Base URL of the fake server (a separate process, so its timing is its own)."""
+def _serve() -> Iterator[str]:
+    """Start one fake server process on a free port; yield its URL; stop it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port)])
@@ -40,3 +39,15 @@ def fake_url() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def fake_url() -> Iterator[str]:
+    """Base URL of the fake server (a separate process, so its timing is its own)."""
+    yield from _serve()
+
+
+@pytest.fixture(scope="session")
+def second_fake_url() -> Iterator[str]:
+    """A second fake server of its own (two replicas of one config, for spread replays)."""
+    yield from _serve()

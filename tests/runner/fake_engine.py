@@ -12,7 +12,8 @@ whose command is this script). Options:
 
 Greedy answers (`return_token_ids`) are a fixed function of the messages: token i of an answer is
 taken from SHA-256(messages, i), so the same prompt always gets the same answer, and
-`--diverge-at K` plants an engine whose answers are wrong from token K on.
+`--diverge-at K` plants an engine whose answers are wrong from token K on. Each streamed request
+is logged as a line `streamed <X-Request-Id>` (which replica served what).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if 0 < args.crash_after <= count[0]:
         print("fatal: planted crash", file=sys.stderr, flush=True)
         os._exit(9)
+    print(f"streamed {request.headers.get('X-Request-Id', '')}", flush=True)  # who was served where
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     await asyncio.sleep(args.ttft_ms / 1000)

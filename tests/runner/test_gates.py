@@ -121,12 +121,14 @@ def test_stability_fails_on_errors_below_the_gate_rate_and_on_unstable_p99() -> 
 
 def test_the_slo_gate_checks_attainment_and_the_median_target_at_the_gate_rate() -> None:
     fast = rate_figures(5.0, [_run([30.0] * 95 + [500.0] * 5)], slo=SLO)
-    met = slo_gate(figures=fast, slo=SLO, p50_target_ms=0.0, threshold=0.0, rate_rps=5.0)
+    at = {"slo": SLO, "rate_rps": 5.0, "headroom": 1.25}
+    met = slo_gate(figures=fast, p50_target_ms=0.0, threshold=0.0, **at)  # type: ignore[arg-type]
     assert met.passed and met.value == 0.95 and met.threshold == 0.9
-    assert not slo_gate(figures=fast, slo=SLO, p50_target_ms=25.0, threshold=0.0, rate_rps=5.0).passed
-    assert not slo_gate(figures=fast, slo=SLO, p50_target_ms=0.0, threshold=0.99, rate_rps=5.0).passed
-    missing = slo_gate(figures=None, slo=SLO, p50_target_ms=0.0, threshold=0.0, rate_rps=5.0)
+    assert not slo_gate(figures=fast, p50_target_ms=25.0, threshold=0.0, **at).passed  # type: ignore[arg-type]
+    assert not slo_gate(figures=fast, p50_target_ms=0.0, threshold=0.99, **at).passed  # type: ignore[arg-type]
+    missing = slo_gate(figures=None, p50_target_ms=0.0, threshold=0.0, **at)  # type: ignore[arg-type]
     assert not missing.passed and "not measured" in missing.detail
+    assert "5 rps (target x 1.25)" in met.detail and "5 rps (target x 1.25)" in missing.detail
 
 
 def test_goodput_is_the_highest_pass_below_the_lowest_fail() -> None:

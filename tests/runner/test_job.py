@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from evertune.runner.job import InvalidJob, decode_job, effective_rates, plan_trial
+from evertune.runner.job import InvalidJob, decode_job, effective_rates, gate_rate, plan_trial
 
 from evertune.bus import PoisonMessage
 from evertune.v1 import jobs_pb2
@@ -16,6 +16,22 @@ def test_target_and_gate_rates_are_added_once_and_sorted() -> None:
     assert plan.rates_rps == (2.0, 8.0, 10.0)
     assert plan.target_rate_rps == 8.0 and plan.gate_rate_rps == 10.0
     assert effective_rates([1.0, 1.0000000001], extra=[2.0]) == (1.0, 2.0)
+
+
+def test_the_jobs_slo_headroom_sets_the_gate_rate_and_zero_means_the_runners_default() -> None:
+    asked = job(hardware="cpu", rates=(4.0, 8.0), target=8.0)
+    asked.slo_headroom = 1.5
+    plan = plan_trial(asked, slo_headroom=1.25)
+    assert plan.gate_rate_rps == 12.0 and plan.slo_headroom == 1.5
+    assert plan.rates_rps == (4.0, 8.0, 12.0)
+    default = plan_trial(job(hardware="cpu", rates=(4.0,), target=8.0), slo_headroom=1.25)
+    assert default.gate_rate_rps == 10.0 and default.slo_headroom == 1.25
+    highest = gate_rate(target_rps=0.0, rates_rps=[3.0, 6.0], job_headroom=2.0, default_headroom=1.25)
+    assert highest == (6.0, 1.0)  # no target: the highest rate, no headroom
+    assert gate_rate(target_rps=4.0, rates_rps=[], job_headroom=1.0, default_headroom=1.25) == (4.0, 1.0)
+    for bad in (0.5, 11.0, float("nan"), -1.0):
+        with pytest.raises(InvalidJob, match="slo_headroom must be 0"):
+            gate_rate(target_rps=4.0, rates_rps=[], job_headroom=bad, default_headroom=1.25)
 
 
 def test_stability_needs_two_repeats_and_a_zero_target_means_the_highest_rate() -> None:
@@ -45,6 +61,7 @@ def test_slo_defaults_no_itl_target_is_unbounded_and_attainment_defaults_to_090(
         (lambda j: j.gates.add(name="vibes"), "unknown gate 'vibes'"),
         (lambda j: setattr(j.slo, "ttft_p99_ms", 0.0), "ttft_p99_ms > 0"),
         (lambda j: setattr(j, "trace_uri", ""), "names no trace"),
+        (lambda j: setattr(j, "slo_headroom", 0.9), "slo_headroom must be 0"),
     ],
 )
 def test_a_job_that_cannot_run_says_why_in_one_line(change, message: str) -> None:  # type: ignore[no-untyped-def]
