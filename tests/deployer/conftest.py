@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -131,6 +132,19 @@ async def purge_state(js: JetStreamContext) -> None:
 @pytest.fixture
 async def stack(nc: Client, tmp_path: Path) -> AsyncIterator[Stack]:
     running = await start_stack(nc, tmp_path)
+    try:
+        yield running
+    finally:
+        await stop_stack(running)
+
+
+#: Short canary steps on few requests (the progressive-rollout tests).
+FAST: dict[str, Any] = {"rollout_step_duration_s": 0.6, "canary_min_requests": 20}
+
+
+@pytest.fixture
+async def canary_stack(nc: Client, tmp_path: Path, store: Store) -> AsyncIterator[Stack]:
+    running = await start_stack(nc, tmp_path, store=store, **FAST)
     try:
         yield running
     finally:

@@ -480,7 +480,7 @@ async def test_rollback_to_a_draining_deployment_reuses_it(stack: Stack) -> None
     async def held_request() -> int:
         async with aiohttp.ClientSession() as session:
             body = {"model": name, "messages": [{"role": "user", "content": "hi"}]}
-            headers = {"X-Hold-Ms": "2500"}
+            headers = {"X-Hold-Ms": "8000"}  # long enough for a loaded machine to see the drain
             async with session.post(f"{old_url}/v1/chat/completions", json=body, headers=headers) as r:
                 await r.read()
                 return r.status

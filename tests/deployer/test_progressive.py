@@ -11,10 +11,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import pytest
 from evertune.deployer.state import State
 from google.protobuf.field_mask_pb2 import FieldMask
 from nats.aio.client import Client
@@ -26,12 +24,11 @@ from evertune.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2
-from tests.deployer.conftest import Stack, purge_state, start_stack, stop_stack
+from tests.deployer.conftest import FAST, Stack, purge_state, start_stack, stop_stack
 from tests.deployer.helpers import create_request, eventually, insert_requests, new_name, request_row
 from tests.deployer.test_api import deployments, endpoint_in, events_of, routes
 
 #: Settings of these tests: short steps, 20 requests per arm to judge.
-FAST: dict[str, Any] = {"rollout_step_duration_s": 0.6, "canary_min_requests": 20}
 #: Rows written per arm with weight, every tick.
 ROWS_PER_TICK = 20
 TICK_S = 0.1
@@ -82,15 +79,6 @@ async def traffic(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-@pytest.fixture
-async def canary_stack(nc: Client, tmp_path: Path, store: Store) -> AsyncIterator[Stack]:
-    running = await start_stack(nc, tmp_path, store=store, **FAST)
-    try:
-        yield running
-    finally:
-        await stop_stack(running)
 
 
 async def _ready_endpoint(stack: Stack, **spec: object) -> tuple[str, str]:

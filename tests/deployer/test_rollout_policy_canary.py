@@ -6,31 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
-from nats.aio.client import Client
 
 from evertune.cli import main
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2
-from tests.deployer.conftest import TOKEN_A, Stack, start_stack, stop_stack
+from tests.deployer.conftest import TOKEN_A, Stack
 from tests.deployer.helpers import eventually, new_name, spec
 from tests.deployer.test_api import deployments, endpoint_in, events_of
-from tests.deployer.test_progressive import FAST, traffic
-
-
-@pytest.fixture
-async def canary_stack(nc: Client, tmp_path: Path, store: Store) -> AsyncIterator[Stack]:
-    running = await start_stack(nc, tmp_path, store=store, **FAST)
-    try:
-        yield running
-    finally:
-        await stop_stack(running)
+from tests.deployer.test_progressive import traffic
 
 
 async def _ready_endpoint(stack: Stack, rollout: D.RolloutPolicy) -> tuple[str, str]:
