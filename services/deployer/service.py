@@ -132,6 +132,7 @@ class DeployerService(GrpcService):
                 restart_window_s=settings.restart_window_s,
                 ready_timeout_s=settings.ready_timeout_s,
                 engine_factory=self.engine_factory,
+                cpu_cores_per_engine=settings.local_cpu_cores_per_engine,
             )
         if ctx.store is None:
             self.log.warning("no telemetry store: every canary step holds, then rolls back")

@@ -39,6 +39,9 @@ class DeployerSettings(BaseSettings):
     backend: Literal["local", "kubernetes"] = "local"
     #: Hardware classes the local backend serves (an engine of kind "sim" also serves "sim-*").
     local_hardware_classes: list[str] = Field(default_factory=lambda: ["cpu"])
+    #: CPU cores each local vLLM-CPU replica is bound to, the least used first; 0: half the cores
+    #: this process may use (at least 1), so a rollout's stable and canary engines do not share.
+    local_cpu_cores_per_engine: int = Field(default=0, ge=0)
     #: Engine logs of the local backend; empty: `<data-dir>/deployer/engines`.
     engine_log_dir: Path | None = None
     #: Seconds a new deployment has to become ready before it is FAILED.

@@ -117,6 +117,7 @@ class StandInFactory:
 
     def __init__(self) -> None:
         self.engines: list[StandInEngine] = []
+        self.cores: list[list[int]] = []  #: the CPU cores each engine made was given, in order
 
     def __call__(
         self,
@@ -126,10 +127,12 @@ class StandInFactory:
         port: int | None = None,
         hardware: HardwareProfile | None = None,
         served_model_name: str | None = None,
+        cpu_cores: Sequence[int] = (),
     ) -> StandInEngine:
         engine = StandInEngine(spec, log_dir=log_dir, port=port, served_model_name=served_model_name)
         if port != 0:  # port 0: the backend only validates the config
             self.engines.append(engine)
+            self.cores.append(list(cpu_cores))
         return engine
 
     def live(self) -> list[StandInEngine]:

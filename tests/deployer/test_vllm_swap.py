@@ -1,0 +1,23 @@
+"""One real swap between two vLLM-CPU deployments under load, through the gateway: the rollout
+benchmark's good swap (its hosting, traffic and figures) on real engines, with short steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from evertune.benchmarks.rollout import VLLM, Mode, measure
+
+#: 10 s of traffic before the swap; canary steps of 3 s judged on 5 requests an arm.
+SHORT = Mode(before_s=10.0, step_s=3.0, min_requests=5)
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(900)
+async def test_a_vllm_deployment_is_swapped_for_another_under_load_without_a_failed_call() -> None:
+    figures = await measure(SHORT, VLLM, bad_canary=False)
+    assert figures["engine"] == "vllm"
+    assert figures["requests"] >= SHORT.before_s * VLLM.rps  # traffic ran before and during the swap
+    assert figures["failed_requests"] == 0, figures
+    assert figures["cut_streams"] == 0, figures
+    assert figures["good_swap_promoted"] is True, figures
+    assert figures["swap_ttft_p99_ratio"] is not None
