@@ -78,8 +78,11 @@ async def make_endpoint(
     return name
 
 
-async def store_profile(store: Store, endpoint: str, model_dir: Path) -> events_pb2.ProfileReady:
-    """A stored profile of voice traffic (the profiler's table, written as the profiler writes it)."""
+async def store_profile(
+    store: Store, endpoint: str, model_dir: Path, *, peak_rps: float = PEAK
+) -> events_pb2.ProfileReady:
+    """A stored profile of voice traffic (the profiler's table, written as the profiler writes it),
+    its peak `peak_rps`."""
     plan = plan_voice(
         VoiceWorkload(duration_s=90, peak_calls_per_s=1.5, seed=5, curve=DailyCurve(shape="flat")),
         text=CorpusText(),
@@ -91,7 +94,7 @@ async def store_profile(store: Store, endpoint: str, model_dir: Path) -> events_
     ready = events_pb2.ProfileReady(
         profile_id=profile_id,
         request_count=len(records),
-        summary=events_pb2.WorkloadSummary(rate_rps=PEAK * 0.8, peak_rate_rps=PEAK),
+        summary=events_pb2.WorkloadSummary(rate_rps=peak_rps * 0.8, peak_rate_rps=peak_rps),
         trace_uri=f"clickhouse://{store.database}/profiles?profile_id={profile_id}",
         trigger="schedule",
         version=1,
