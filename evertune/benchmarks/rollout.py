@@ -243,17 +243,20 @@ async def _until(check: Callable[[], Any], *, timeout_s: float, what: str, every
 
 @contextlib.asynccontextmanager
 async def _hosted(
-    data_dir: Path, model_dir: Path, mode: Mode, engines: Engines
+    data_dir: Path, model_dir: Path, mode: Mode, engines: Engines, store_url: str | None
 ) -> AsyncIterator[tuple[DeployerService, str, str, SharedSettings]]:
     """NATS and the gateway, profiler and deployer in this process; yields (deployer service,
-    gateway URL, NATS URL, shared settings)."""
+    gateway URL, NATS URL, shared settings). `store_url`: a store to use, with a fresh database
+    (a process holds one chDB folder at most); None: a chDB folder in `data_dir`."""
     from evertune.deployer import DeployerService, DeployerSettings
     from evertune.gateway import GatewayService, GatewaySettings
     from evertune.profiler import ProfilerService, ProfilerSettings
 
     nats = EmbeddedNats(data_dir / "nats")
     await nats.start()
-    shared = load_settings(SharedSettings, data_dir=data_dir / "data")
+    store = {} if store_url is None else {"clickhouse_url": store_url}
+    database = f"bench_rollout_{uuid.uuid4().hex[:12]}"
+    shared = load_settings(SharedSettings, data_dir=data_dir / "data", clickhouse_database=database, **store)
     gateway = GatewayService(GatewaySettings(port=0, tokenizer_dir=model_dir, batch_ms=20.0))
     profiler = ProfilerService(ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0))
     deployer = DeployerService(
@@ -325,13 +328,21 @@ async def run_vllm(quick: bool) -> dict[str, Any]:
     return await measure(QUICK if quick else FULL, VLLM)
 
 
-async def measure(mode: Mode, engines: Engines, *, bad_canary: bool = True) -> dict[str, Any]:
+async def measure(
+    mode: Mode, engines: Engines, *, bad_canary: bool = True, store_url: str | None = None
+) -> dict[str, Any]:
     """Host the services on a temporary data dir and run the rollouts; the figures. Without
-    `bad_canary`, the good swap only (its keys about the bad canary are None)."""
+    `bad_canary`, the good swap only (its keys about the bad canary are None); `store_url`: the
+    store to use (a fresh database in it), else a chDB folder of the run's own."""
     with tempfile.TemporaryDirectory(prefix="evertune-bench-rollout-") as tmp:
         root = Path(tmp)
         model_dir = await asyncio.to_thread(ensure_model, root / "model")
-        async with _hosted(root, model_dir, mode, engines) as (deployer, gateway_url, nats_url, shared):
+        async with _hosted(root, model_dir, mode, engines, store_url) as (
+            deployer,
+            gateway_url,
+            nats_url,
+            shared,
+        ):
             run = _Run(
                 deployer=deployer, name=f"bench-rollout-{uuid.uuid4().hex[:6]}", mode=mode, engines=engines
             )

@@ -66,6 +66,15 @@ class Traffic:
                 await insert_requests(self.store, rows)
             await asyncio.sleep(TICK_S)
 
+    def canary_weights(self, canary: str) -> list[int]:
+        """The canary's weights in the order the route table had them (0 and absent left out)."""
+        out: list[int] = []
+        for weights in self.weights_seen:
+            weight = weights.get(canary, 0)
+            if weight and (not out or out[-1] != weight):
+                out.append(weight)
+        return out
+
 
 @contextlib.asynccontextmanager
 async def traffic(
@@ -100,16 +109,6 @@ async def _states(stack: Stack, name: str, expected: Mapping[str, int]) -> bool:
     return {d.id: d.state for d in await deployments(stack, name)} == expected
 
 
-def _canary_weights(seen: list[dict[str, int]], canary: str) -> list[int]:
-    """The canary's weights in the order the route table had them (0 and absent left out)."""
-    out: list[int] = []
-    for weights in seen:
-        weight = weights.get(canary, 0)
-        if weight and (not out or out[-1] != weight):
-            out.append(weight)
-    return out
-
-
 async def test_a_healthy_canary_is_promoted_through_every_step(canary_stack: Stack, store: Store) -> None:
     stack = canary_stack
     name, first = await _ready_endpoint(stack)
@@ -117,7 +116,7 @@ async def test_a_healthy_canary_is_promoted_through_every_step(canary_stack: Sta
         canary = await _promote(stack, name, max_num_seqs=2)
         expected = {canary: D.DEPLOYMENT_STATE_ACTIVE, first: D.DEPLOYMENT_STATE_RETIRED}
         await eventually(lambda: _states(stack, name, expected), timeout_s=30, what="the canary promoted")
-    assert _canary_weights(running.weights_seen, canary) == [1000, 5000, 10000]
+    assert running.canary_weights(canary) == [1000, 5000, 10000]
     for weights in running.weights_seen:  # every split the gateway saw summed to 100%
         assert sum(weights.values()) in (0, 10_000), weights
     events = await events_of(stack, name)
@@ -155,7 +154,7 @@ async def test_a_slow_canary_is_rolled_back_at_the_first_step(canary_stack: Stac
         canary = canary_id[0]
         expected = {canary: D.DEPLOYMENT_STATE_ROLLED_BACK, first: D.DEPLOYMENT_STATE_ACTIVE}
         await eventually(lambda: _states(stack, name, expected), timeout_s=30, what="the canary rolled back")
-    assert _canary_weights(running.weights_seen, canary) == [1000]
+    assert running.canary_weights(canary) == [1000]
     events = await events_of(stack, name)
     steps = [
         e.deploy_canary_step
@@ -296,7 +295,7 @@ async def test_a_deployer_restarted_mid_canary_carries_it_on(
                 expected = {canary_id[0]: D.DEPLOYMENT_STATE_ACTIVE, first: D.DEPLOYMENT_STATE_RETIRED}
                 await eventually(lambda: _states(second_stack, name, expected), timeout_s=30, what="promoted")
             # back at its step with its restarted engine (the URL changed), then on to 100%
-            assert _canary_weights(running.weights_seen, canary_id[0]) == [5000, 10000][record.step - 1 :]
+            assert running.canary_weights(canary_id[0]) == [5000, 10000][record.step - 1 :]
             steps = [
                 e.deploy_canary_step
                 for e in await events_of(second_stack, name)

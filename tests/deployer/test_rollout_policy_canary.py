@@ -55,15 +55,6 @@ def _judged(events: list[events_pb2.Event], canary: str) -> list[events_pb2.Depl
     ]
 
 
-def _weights(seen: list[dict[str, int]], canary: str) -> list[int]:
-    out: list[int] = []
-    for weights in seen:
-        weight = weights.get(canary, 0)
-        if weight and (not out or out[-1] != weight):
-            out.append(weight)
-    return out
-
-
 async def test_an_endpoints_two_steps_walk_its_canary_and_a_change_waits_for_the_next_rollout(
     canary_stack: Stack, store: Store
 ) -> None:
@@ -83,7 +74,7 @@ async def test_an_endpoints_two_steps_walk_its_canary_and_a_change_waits_for_the
         assert updated.spec.rollout.step_duration_s == 1.0  # not in the mask: kept
         expected = {canary: D.DEPLOYMENT_STATE_ACTIVE, first: D.DEPLOYMENT_STATE_RETIRED}
         await eventually(lambda: _in_states(stack, name, expected), timeout_s=30, what="the canary promoted")
-    assert _weights(running.weights_seen, canary) == [5000, 10000]
+    assert running.canary_weights(canary) == [5000, 10000]
     events = await events_of(stack, name)
     started = [e.deploy_started for e in events if e.kind == "deploy.started"]
     assert list(started[-1].canary_steps) == [5000, 10000]
@@ -119,7 +110,7 @@ async def test_failure_limit_2_holds_the_first_failed_analysis_and_rolls_back_at
         await eventually(
             lambda: _in_states(stack, name, expected), timeout_s=30, what="the canary rolled back"
         )
-    assert _weights(running.weights_seen, canary) == [1000]  # held at the first step, never beyond
+    assert running.canary_weights(canary) == [1000]  # held at the first step, never beyond
     events = await events_of(stack, name)
     steps = _judged(events, canary)
     assert [(s.step, s.weight, s.verdict) for s in steps] == [

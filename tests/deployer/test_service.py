@@ -27,13 +27,14 @@ from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2
-from tests.deployer.conftest import Stack, deployer_settings, start_stack, stop_stack
+from tests.deployer.conftest import Stack, deployer_settings, purge_state, start_stack, stop_stack
 from tests.deployer.helpers import create_request, eventually, new_name
 from tests.deployer.test_api import deployments, endpoint_in, routes
 
 
-async def consumers(js: JetStreamContext) -> int:
-    return (await js.stream_info("EVENTS")).state.consumer_count
+async def consumers(js: JetStreamContext) -> set[str]:
+    """Names of the EVENTS stream's consumers (other tests' and services' come and go)."""
+    return {info.name for info in await js.consumers_info("EVENTS")}
 
 
 async def test_watch_streams_new_events_filtered_and_ends_on_cancel(stack: Stack) -> None:
@@ -49,19 +50,25 @@ async def test_watch_streams_new_events_filtered_and_ends_on_cancel(stack: Stack
             received.append(event)
 
     reader = asyncio.create_task(read())
-    await eventually(lambda: _ready(stack, before + 1), what="the watch's consumer")
     await stack.stub.CreateEndpoint(create_request(name), metadata=stack.a)
     await eventually(lambda: _value(len(received) >= 2), what="two events")
     assert [e.kind for e in received] == ["endpoint.created", "deploy.promoted"]
     assert all(e.endpoint == name for e in received)
+    # the watch's consumer: filtered on this endpoint's subjects
+    watching = {
+        info.name
+        for info in await stack.ctx.js.consumers_info("EVENTS")
+        if info.name not in before and name in (info.config.filter_subject or "")
+    }
+    assert len(watching) == 1
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reader
-    await eventually(lambda: _ready(stack, before), what="the watch's consumer removed after cancel")
 
+    async def removed() -> bool:
+        return not watching & await consumers(stack.ctx.js)
 
-async def _ready(stack: Stack, count: int) -> bool:
-    return await consumers(stack.ctx.js) == count
+    await eventually(removed, what="the watch's consumer removed after cancel")
 
 
 async def _value(flag: bool) -> bool:
@@ -253,6 +260,9 @@ async def test_two_deployers_racing_on_one_endpoint(nc: Client, tmp_path: Path) 
 
 
 async def test_a_restarted_deployer_brings_its_deployments_back(nc: Client, tmp_path: Path) -> None:
+    # the second deployer resumes every endpoint in the session's KV: only this test's (a CI run
+    # once timed out here, the second deployer busy with what earlier tests had left)
+    await purge_state(nc.jetstream())
     first = await start_stack(nc, tmp_path / "first")
     name = new_name()
     try:
@@ -270,7 +280,7 @@ async def test_a_restarted_deployer_brings_its_deployments_back(nc: Client, tmp_
             ok = table and table.routes[0].upstream_url != old.routes[0].upstream_url
             return table if ok else None
 
-        table = await eventually(rerouted, what="routes pointing at the restarted engine")
+        table = await eventually(rerouted, timeout_s=60, what="routes pointing at the restarted engine")
         assert (
             table.routes[0].deployment_id == old.routes[0].deployment_id and table.routes[0].weight == 10_000
         )

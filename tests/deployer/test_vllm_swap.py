@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evertune.benchmarks.rollout import VLLM, Mode, measure
+from evertune.store import Store
 
 #: 10 s of traffic before the swap; canary steps of 3 s judged on 5 requests an arm.
 SHORT = Mode(before_s=10.0, step_s=3.0, min_requests=5)
@@ -13,8 +14,11 @@ SHORT = Mode(before_s=10.0, step_s=3.0, min_requests=5)
 
 @pytest.mark.engine
 @pytest.mark.timeout(900)
-async def test_a_vllm_deployment_is_swapped_for_another_under_load_without_a_failed_call() -> None:
-    figures = await measure(SHORT, VLLM, bad_canary=False)
+async def test_a_vllm_deployment_is_swapped_for_another_under_load_without_a_failed_call(
+    store_engine: Store, store_url: str
+) -> None:
+    # the session's chDB (one chDB folder per process), a fresh database in it
+    figures = await measure(SHORT, VLLM, bad_canary=False, store_url=store_url)
     assert figures["engine"] == "vllm"
     assert figures["requests"] >= SHORT.before_s * VLLM.rps  # traffic ran before and during the swap
     assert figures["failed_requests"] == 0, figures
