@@ -51,7 +51,7 @@ from evertune.model import ensure_model
 from evertune.nats_server import EmbeddedNats
 from evertune.replay import RequestResult, replay
 from evertune.replay.percentiles import percentile
-from evertune.runtime.host import host_services
+from evertune.runtime.host import hosted
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import open_store
 from evertune.v1 import endpoint_pb2 as D
@@ -274,33 +274,17 @@ async def _hosted(
             warmup_requests=WARMUP_REQUESTS,
         )
     )
-    stop, ready = asyncio.Event(), asyncio.Event()
-    hosting = asyncio.create_task(
-        host_services(
+    try:
+        async with hosted(
             [profiler, deployer, gateway],
             shared=shared,
             nats_url=nats.url,
-            stop=stop,
-            on_ready=lambda _: ready.set(),
             client_name="bench-rollout",
-        )
-    )
-    try:
-        waiting = asyncio.create_task(ready.wait())
-        await asyncio.wait({waiting, hosting}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
-        if hosting.done():
-            hosting.result()
-        if not ready.is_set():
-            raise Unavailable("the services did not start within 120 s")
-        yield deployer, f"http://127.0.0.1:{gateway.port}", nats.url, shared
+            start_timeout_s=120,
+        ):
+            yield deployer, f"http://127.0.0.1:{gateway.port}", nats.url, shared
     finally:
-        stop.set()
-        try:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(hosting, 60)
-        finally:
-            await nats.stop()
+        await nats.stop()
 
 
 def _state(deployer: DeployerService) -> State:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -14,7 +13,7 @@ from evertune.demo.report import write_report
 from evertune.demo.stack import DemoOptions, endpoint_plan, traffic_plan
 from evertune.errors import Unavailable
 from evertune.nats_server import EmbeddedNats
-from evertune.runtime.host import host_services
+from evertune.runtime.host import hosted
 from evertune.services import SERVICE_NAMES, create_service
 from evertune.settings import SharedSettings, load_settings
 
@@ -90,30 +89,17 @@ async def embedded_stack(data_dir: Path) -> AsyncIterator[Where]:
     nats = EmbeddedNats(data_dir / "nats")
     await nats.start()
     services = [create_service(name) for name in SERVICE_NAMES]
-    stop = asyncio.Event()
-    ready = asyncio.Event()
-    hosting = asyncio.create_task(
-        host_services(services, shared=shared, nats_url=nats.url, stop=stop, on_ready=lambda _: ready.set())
-    )
     try:
-        waiting = asyncio.create_task(ready.wait())
-        await asyncio.wait({hosting, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
-        if hosting.done():
-            hosting.result()  # raises the startup error
-            raise Unavailable("the stack stopped while starting")
-        listen = {s.name: s.listen() for s in services}
-        yield where_of(
-            data_dir=data_dir,
-            nats_url=nats.url,
-            store_url=shared.store_url,
-            database=shared.clickhouse_database,
-            gateway=listen.get("gateway", {}).get("http", ""),
-            deployer=listen.get("deployer", {}).get("grpc", ""),
-        )
+        async with hosted(services, shared=shared, nats_url=nats.url):
+            listen = {s.name: s.listen() for s in services}
+            yield where_of(
+                data_dir=data_dir,
+                nats_url=nats.url,
+                store_url=shared.store_url,
+                database=shared.clickhouse_database,
+                gateway=listen.get("gateway", {}).get("http", ""),
+                deployer=listen.get("deployer", {}).get("grpc", ""),
+            )
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await hosting
         with contextlib.suppress(Exception):
             await nats.stop()

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from nats.micro.service import Service as MicroService
 
 from evertune.bus import connect, declare, load_definitions
+from evertune.errors import Unavailable
 from evertune.logging import get_logger
 from evertune.runtime.micro import register
 from evertune.runtime.service import Service, ServiceContext
@@ -71,3 +72,50 @@ async def host_services(
             await asyncio.wait_for(nc.drain(), shared.shutdown_timeout_s)
         if store is not None:
             await store.close()
+
+
+@contextlib.asynccontextmanager
+async def hosted(
+    services: Sequence[Service],
+    *,
+    shared: SharedSettings,
+    nats_url: str,
+    client_name: str = "evertune",
+    start_timeout_s: float | None = None,
+) -> AsyncIterator[None]:
+    """`host_services` in a task of this process, for embedded stacks, benchmarks and tests.
+
+    Entered once every service runs; a startup error raises here, as do a stop while starting and
+    no start within `start_timeout_s` (None: no limit). On exit the services are shut down as
+    `host_services` does; a shutdown error raises unless the body already raised."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    hosting = asyncio.create_task(
+        host_services(
+            services,
+            shared=shared,
+            nats_url=nats_url,
+            stop=stop,
+            on_ready=lambda _: ready.set(),
+            client_name=client_name,
+        )
+    )
+    try:
+        waiting = asyncio.create_task(ready.wait())
+        try:
+            first = asyncio.FIRST_COMPLETED
+            await asyncio.wait({waiting, hosting}, timeout=start_timeout_s, return_when=first)
+        finally:
+            waiting.cancel()
+        if hosting.done():
+            hosting.result()  # raises the startup error
+            raise Unavailable("the services stopped while starting")
+        if not ready.is_set():
+            raise Unavailable(f"the services did not start within {start_timeout_s:g} s")
+        yield
+    except BaseException:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await hosting
+        raise
+    stop.set()
+    await hosting

@@ -32,7 +32,7 @@ from evertune.bus import connect
 from evertune.engines.sim import SIM_SERVER_MODULE
 from evertune.nats_server import EmbeddedNats
 from evertune.replay import RequestResult, replay
-from evertune.runtime.host import host_services
+from evertune.runtime.host import hosted
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import Store, open_store
 from evertune.v1 import endpoint_pb2 as D
@@ -111,53 +111,38 @@ async def running_loop(
         ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0, sink_ack_wait_s=2.0)
     )
     deployer = DeployerService(deployer_settings(tmp_path, **deployer_overrides))
-    stop, ready = asyncio.Event(), asyncio.Event()
-    hosting = asyncio.create_task(
-        host_services(
+    store: Store | None = None
+    try:
+        async with hosted(
             [profiler, deployer, gateway],
             shared=shared,
             nats_url=nats.url,
-            stop=stop,
-            on_ready=lambda _: ready.set(),
             client_name="reliability-loop",
-        )
-    )
-    store: Store | None = None
-    channel: grpc.aio.Channel | None = None
-    nc: Client | None = None
-    try:
-        waiting = asyncio.create_task(ready.wait())
-        await asyncio.wait({waiting, hosting}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-        if hosting.done():
-            hosting.result()  # a failed start raises here
-        assert ready.is_set(), "the loop's services did not start within 60 s"
-        store = await open_store(store_url, database=database)
-        nc = await connect(nats.url, name="reliability-loop-test")
-        channel = grpc.aio.insecure_channel(deployer.server.address)
-        yield Loop(
-            nats=nats,
-            gateway=gateway,
-            profiler=profiler,
-            deployer=deployer,
-            store=store,
-            database=database,
-            stub=pb_grpc.EndpointServiceStub(channel),  # type: ignore[no-untyped-call]
-            model_dir=model_dir,
-            nc=nc,
-        )
+            start_timeout_s=60,
+        ):
+            store = await open_store(store_url, database=database)
+            nc = await connect(nats.url, name="reliability-loop-test")
+            channel = grpc.aio.insecure_channel(deployer.server.address)
+            try:
+                yield Loop(
+                    nats=nats,
+                    gateway=gateway,
+                    profiler=profiler,
+                    deployer=deployer,
+                    store=store,
+                    database=database,
+                    stub=pb_grpc.EndpointServiceStub(channel),  # type: ignore[no-untyped-call]
+                    model_dir=model_dir,
+                    nc=nc,
+                )
+            finally:
+                await nc.close()
+                await channel.close()
     finally:
-        if nc is not None:
-            await nc.close()
-        if channel is not None:
-            await channel.close()
-        stop.set()
-        try:
-            await asyncio.wait_for(hosting, 60)
-        finally:
-            if store is not None:
-                await store.command(f"DROP DATABASE IF EXISTS `{database}`")
-                await store.close()
-            await nats.stop()
+        if store is not None:
+            await store.command(f"DROP DATABASE IF EXISTS `{database}`")
+            await store.close()
+        await nats.stop()
 
 
 def sim_spec(name: str, model_dir: Path, *, ttft_p99_ms: float = 1000.0) -> D.EndpointSpec:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from evertune.profiler import catalog
 from evertune.runner import RunnerService, RunnerSettings
 from evertune.searcher import SearcherService, SearcherSettings
 from evertune.searcher.model import scaled
@@ -95,7 +96,7 @@ async def store_profile(
         profile_id=profile_id,
         request_count=len(records),
         summary=events_pb2.WorkloadSummary(rate_rps=peak_rps * 0.8, peak_rate_rps=peak_rps),
-        trace_uri=f"clickhouse://{store.database}/profiles?profile_id={profile_id}",
+        trace_uri=catalog.trace_uri(store.database, profile_id),
         trigger="schedule",
         version=1,
     )
@@ -115,22 +116,7 @@ async def store_profile(
         trace,
         "",
     ]
-    columns = (
-        "endpoint",
-        "version",
-        "profile_id",
-        "created",
-        "window_start",
-        "window_end",
-        "trigger",
-        "cause_id",
-        "request_count",
-        "ready_json",
-        "profile_json",
-        "trace_jsonl",
-        "trace_sha256",
-    )
-    await store.insert("profiles", [row], columns, dedup_token=profile_id)
+    await store.insert(catalog.TABLE, [row], catalog.COLUMNS, dedup_token=profile_id)
     return ready
 
 
