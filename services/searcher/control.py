@@ -16,7 +16,8 @@
   replaces a queued one (only the newest profile is worth searching). The queue lives in memory: a
   searcher that restarts forgets it, and the next profile.ready starts a search again.
 - `get`, `page`, `trials` (a page of the runners' `trials` rows), `cancel` (cancels the task; jobs
-  not yet taken are withdrawn), `watch` (the search's events from EVENTS, ending after its
+  not yet taken are withdrawn, and the runners stop a trial already running on the search's
+  `search.completed`), `watch` (the search's events from EVENTS, ending after its
   `search.completed`).
 
 Event ids of search.started / search.completed derive from the search id (a republish is stored

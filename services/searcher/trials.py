@@ -12,7 +12,8 @@
    the trial counts as failed: "no runner answered".
 
 Cancelling `execute` deletes its jobs no runner has taken yet from the work queue; a trial already
-running finishes on its runner and its report is dropped.
+running is stopped by its runner when the search's `search.completed` arrives (the runner reports it
+cancelled, and the report is dropped here).
 """
 
 from __future__ import annotations

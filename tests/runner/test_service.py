@@ -12,11 +12,14 @@ from pathlib import Path
 
 from evertune.runner import RunnerService
 from evertune.runner.report import COLUMNS
+from evertune.runner.trial import TrialEngine
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.bus import publish
+from evertune.bus import publish, publish_event
+from evertune.engines import EngineSpec, VllmEngine
+from evertune.events import EventKind, new_event
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings, load_settings
@@ -274,3 +277,61 @@ async def test_a_long_trial_is_kept_alive_and_not_handed_to_a_second_runner(
         "SELECT deliveries FROM trials WHERE job_id = {j:String}", {"j": trial_job.job_id}
     )
     assert rows == [(1,)]
+
+
+async def _end_search(js: JetStreamContext, *, endpoint: str, search_id: str) -> None:
+    """What the searcher publishes when a search is cancelled through the API."""
+    payload = events_pb2.SearchCompleted(search_id=search_id, outcome=events_pb2.SEARCH_OUTCOME_CANCELLED)
+    await publish_event(
+        js, new_event(EventKind.SEARCH_COMPLETED, endpoint=endpoint, source="test", payload_message=payload)
+    )
+
+
+async def test_a_trial_whose_search_ends_is_stopped_and_reported_cancelled(
+    nc: Client, js: JetStreamContext, store: Store, tmp_path: Path
+) -> None:
+    endpoint = _endpoint()
+    engines: list[TrialEngine] = []
+    make = fake_factory()
+
+    def factory(spec: EngineSpec, log_dir: Path) -> TrialEngine:
+        engines.append(make(spec, log_dir))
+        return engines[-1]
+
+    service = RunnerService(settings(), engine_factory=factory, model_dir=tmp_path)
+    long_job = job(
+        hardware=service.settings.hardware, endpoint=endpoint, gates=("slo",), duration_s=60.0, repeats=1
+    )
+    long_job.search_id = f"search-{uuid.uuid4().hex[:8]}"
+    async with watching(js, endpoint) as seen, running(service, nc, store):
+        await publish(js, service.settings.subject, long_job, msg_id=long_job.job_id)
+        await seen.wait_for("trial.progress", long_job.job_id, timeout_s=30, count=4)
+        assert seen.of("trial.progress", long_job.job_id)[-1].trial_progress.phase == (
+            events_pb2.TRIAL_PHASE_REPLAYING
+        )
+        await _end_search(js, endpoint=endpoint, search_id=long_job.search_id)
+        [event] = await seen.wait_for("trial.completed", long_job.job_id, timeout_s=20)
+        # A job of the ended search that reaches the runner later is not started at all.
+        late = job(hardware=service.settings.hardware, endpoint=endpoint, gates=("slo",))
+        late.search_id = long_job.search_id
+        await publish(js, service.settings.subject, late, msg_id=late.job_id)
+        [late_event] = await seen.wait_for("trial.completed", late.job_id, timeout_s=20)
+        # The runner goes on with the next search's jobs.
+        other = job(hardware=service.settings.hardware, endpoint=endpoint, gates=("slo",), repeats=1)
+        await publish(js, service.settings.subject, other, msg_id=other.job_id)
+        [other_event] = await seen.wait_for("trial.completed", other.job_id, timeout_s=60)
+    done = event.trial_completed
+    assert done.status == jobs_pb2.TRIAL_STATUS_CANCELLED and not done.passed
+    assert f"the search {long_job.search_id} ended while the trial ran" in done.error
+    assert done.duration.seconds < 30  # stopped, not replayed to the end of its 60 s
+    assert late_event.trial_completed.status == jobs_pb2.TRIAL_STATUS_CANCELLED
+    assert "had ended before the trial started" in late_event.trial_completed.error
+    assert other_event.trial_completed.status == jobs_pb2.TRIAL_STATUS_OK
+    assert len(engines) == 2  # the long job's and the next search's; none for the late job
+    assert not any(isinstance(e, VllmEngine) and e.running for e in engines)
+    assert service.cancelled == 2
+    rows = await store.query(
+        "SELECT status FROM trials WHERE job_id IN ({a:String}, {b:String})",
+        {"a": long_job.job_id, "b": late.job_id},
+    )
+    assert sorted(rows) == [("cancelled",), ("cancelled",)]
