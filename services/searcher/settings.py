@@ -46,7 +46,8 @@ class SearcherSettings(BaseSettings):
     trial_timeout_s: float = Field(default=1800.0, gt=0.0)
     #: Seconds of the profile's trace the performance model simulates at each rate.
     model_horizon_s: float = Field(default=120.0, gt=0.0)
-    #: Most replicas a candidate may have: the runner replays against one engine URL today, so 1.
+    #: Most replicas a candidate may have (also capped by the pool's `max_replicas`). Runners replay
+    #: over every replica; 1 by default keeps the space small where replicas share one machine's cores.
     max_replicas: int = Field(default=1, ge=1, le=64)
     #: Model folder (config.json, tokenizer) the performance model reads when the endpoint's model is
     #: not a local folder; empty: the local tiny model under the data dir.

@@ -19,12 +19,12 @@ def test_cores_per_engine_is_half_the_cores_unless_set() -> None:
     assert cores_per_engine(16, 4) == 4 and cores_per_engine(2, 4) == 2
 
 
-def test_a_new_engine_gets_the_least_used_cores() -> None:
-    assert place([0, 1], [], per_engine=1) == [0]
-    assert place([0, 1], [[0]], per_engine=1) == [1]  # the canary beside the stable engine
-    assert place([0, 1], [[0], [1]], per_engine=1) == [0]  # a third: shares, lowest id first
-    assert place([4, 5, 6, 7], [[4, 5]], per_engine=2) == [6, 7]
-    assert place([4, 5, 6, 7], [[5, 9]], per_engine=2) == [4, 6]  # cores not allowed are ignored
+def test_a_new_engine_gets_the_least_used_cores_highest_first() -> None:
+    assert place([0, 1], [], per_engine=1) == [1]  # core 0 is where a runner's trial engine goes
+    assert place([0, 1], [[1]], per_engine=1) == [0]  # the canary beside the stable engine
+    assert place([0, 1], [[0], [1]], per_engine=1) == [1]  # a third: shares, highest id first
+    assert place([4, 5, 6, 7], [[6, 7]], per_engine=2) == [4, 5]
+    assert place([4, 5, 6, 7], [[6, 9]], per_engine=2) == [5, 7]  # cores not allowed are ignored
 
 
 @pytest.mark.parametrize("per_engine", [0, 3])
@@ -59,5 +59,5 @@ async def test_the_local_backend_binds_a_rollouts_two_vllm_engines_to_different_
             await backend.start(target)
     finally:
         await backend.close()
-    second = allowed[1] if len(allowed) > 1 else allowed[0]
-    assert factory.cores == [[allowed[0]], [second], []]  # the sim engine is not placed
+    second = allowed[-2] if len(allowed) > 1 else allowed[0]
+    assert factory.cores == [[allowed[-1]], [second], []]  # the sim engine is not placed

@@ -167,6 +167,10 @@ def test_group_gives_each_replica_its_port_and_cores(tmp_path: Path) -> None:
     if len(cores) >= 2:
         assert binds[0] != binds[1]
         assert all(bind is not None for bind in binds)
+        # each server keeps to its share of the cores (process affinity), disjoint from the other's
+        first, second = (set(replica.cpu_cores) for replica in group.replicas)
+        assert first and second and not first & second
+        assert binds == [",".join(map(str, replica.cpu_cores)) for replica in group.replicas]
     for replica in group.replicas:
         assert replica.spec.replicas is None
         assert replica.command()[1]["VLLM_CPU_KVCACHE_SPACE"] == "1"  # KV space per replica

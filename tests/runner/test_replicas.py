@@ -16,7 +16,7 @@ from evertune.runner.trial import (
     split_cores,
 )
 
-from evertune.engines import EngineSpec
+from evertune.engines import EngineSpec, VllmEngine
 from evertune.v1 import endpoint_pb2
 
 from .helpers import FakeEngine, job, settings
@@ -78,8 +78,13 @@ def test_the_default_factory_makes_a_group_of_the_backends_replicas(tmp_path: Pa
     assert len(set(urls)) == 2 and engine.base_url == urls[0]
     cores = engine_cores(config)
     if cores is not None:  # a machine of one core has no split
-        binds = [getattr(r, "extra_env", {}).get("VLLM_CPU_OMP_THREADS_BIND") for r in engine.replicas]
-        assert binds == [",".join(map(str, part)) for part in split_cores(sorted(cores), 2)]
-        assert str(max(os.sched_getaffinity(0))) not in ",".join(binds).split(",")  # the client's
+        replicas = [r for r in engine.replicas if isinstance(r, VllmEngine)]
+        assert len(replicas) == 2
+        shares = [r.cpu_cores for r in replicas]
+        assert shares == split_cores(sorted(cores), 2)
+        assert max(os.sched_getaffinity(0)) not in [c for share in shares for c in share]  # the client's
+        # The whole server keeps to its share (process affinity), and vLLM binds its threads there.
+        binds = [r.command()[1]["VLLM_CPU_OMP_THREADS_BIND"] for r in replicas]
+        assert binds == [",".join(map(str, share)) for share in shares]
     one = make(EngineSpec(model=str(tiny_model), kv_cache_space_gib=1.0), tmp_path)
     assert not isinstance(one, ReplicaGroup) and engine_urls(one) == [one.base_url]
