@@ -8,8 +8,8 @@ stack (`evertune.demo.run.embedded_stack`, a fresh data dir):
    `measure_s` of that traffic; nothing else runs;
 2. **loop**: the demo endpoint (policy AUTO): baseline traffic for `warm_s` (the demo asks for a
    first profile half way), then the shifted traffic. The loop reacts (drift -> profile -> search
-   -> trials -> canary -> promotion or not); the run counts as settled once, after the first drift,
-   a search has completed and no search or rollout is in progress, plus `GRACE_S`. Then
+   -> trials -> canary -> promotion or not); the run counts as settled once a search started after
+   the first drift has completed and no search or rollout is in progress, plus `GRACE_S`. Then
    `measure_s` of the same traffic is measured and the traffic ends. If the loop does not settle
    within `settle_max_s`, `measure_s` from then on are measured and `settled` is false.
 
@@ -69,10 +69,13 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def settled_at(events: list[DemoEvent], *, shift_s: float) -> float | None:
-    """When the loop settled after the shift (see the module doc), or None while it has not: after
-    the first drift past the shift, a search has completed, no search is running (one started
-    before the drift counts too: the searcher runs one search per endpoint at a time) and no
-    rollout is in progress."""
+    """When the loop settled after the shift (see the module doc), or None while it has not: a
+    search started at or after the first drift past the shift has completed, no search is running
+    and no rollout is in progress.
+
+    A search that started before the drift does not settle the loop by completing: it searched the
+    traffic before the shift, and the drift's own search is queued behind it (the searcher runs one
+    search per endpoint at a time) and starts a moment after it completes."""
     drift = next((e for e in events if e.kind == "drift.detected" and e.t_s >= shift_s), None)
     if drift is None:
         return None
@@ -81,7 +84,8 @@ def settled_at(events: list[DemoEvent], *, shift_s: float) -> float | None:
     if started - completed:
         return None
     after = [e for e in events if e.t_s >= drift.t_s]
-    if not any(e.kind == "search.completed" for e in after):
+    started_after = {e.payload.get("search_id") for e in after if e.kind == "search.started"}
+    if not started_after & completed:
         return None
     rollouts = {e.payload.get("deployment_id") for e in events if e.kind == "deploy.started"}
     ended = {
