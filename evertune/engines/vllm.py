@@ -406,7 +406,8 @@ class EngineGroup(_ServedInBlock):
         if ports is not None and len(ports) != count:
             raise ValueError(f"{len(ports)} ports given for {count} replicas")
         replica_spec = spec.model_copy(update={"replicas": None})
-        shares = _cpu_shares(count) if self.hardware.is_cpu and count > 1 else [[]] * count
+        cpu = self.hardware.is_cpu and count > 1
+        shares = split_cores(sorted(os.sched_getaffinity(0)), count) if cpu else [[]] * count
         self.replicas: list[VllmEngine] = [
             VllmEngine(
                 replica_spec,
@@ -448,10 +449,10 @@ class EngineGroup(_ServedInBlock):
         await stop_all(self.replicas, timeout_s)
 
 
-def _cpu_shares(replicas: int) -> list[list[int]]:
-    """The cores of each replica: the allowed cores split evenly (none: too few cores to split)."""
-    cores = sorted(os.sched_getaffinity(0))
-    share = len(cores) // replicas
+def split_cores(cores: Sequence[int], parts: int) -> list[list[int]]:
+    """`cores` dealt into `parts` equal runs (the remainder unused); with fewer cores than parts,
+    every part shares them all."""
+    share = len(cores) // parts
     if share == 0:
-        return [[] for _ in range(replicas)]
-    return [cores[i * share : (i + 1) * share] for i in range(replicas)]
+        return [list(cores) for _ in range(parts)]
+    return [list(cores[i * share : (i + 1) * share]) for i in range(parts)]

@@ -48,6 +48,7 @@ from evertune.runner.trace import TraceLookup, TraceSource, TraceUnavailable, op
 from evertune.engines import EngineGroup, EngineSpec, EngineStartFailed, get_profile
 from evertune.engines.backend import make_engine
 from evertune.engines.replicas import start_all, stop_all, wait_all_ready
+from evertune.engines.vllm import split_cores
 from evertune.errors import EvertuneError, Unavailable
 from evertune.logging import get_logger
 from evertune.replay import list_models, replay, summarize_run
@@ -209,15 +210,6 @@ def default_engine_factory(settings: RunnerSettings) -> EngineFactory:
         return ReplicaGroup(replicas) if isinstance(engine, EngineGroup) else engine
 
     return make
-
-
-def split_cores(cores: Sequence[int], parts: int) -> list[list[int]]:
-    """`cores` dealt into `parts` equal runs (the remainder unused); with fewer cores than parts,
-    every part shares them all (the client's core stays the client's either way)."""
-    share = len(cores) // parts
-    if share == 0:
-        return [list(cores) for _ in range(parts)]
-    return [list(cores[i * share : (i + 1) * share]) for i in range(parts)]
 
 
 def engine_cores(settings: RunnerSettings) -> set[int] | None:

@@ -13,10 +13,10 @@ from evertune.runner.trial import (
     default_engine_factory,
     engine_cores,
     engine_urls,
-    split_cores,
 )
 
 from evertune.engines import EngineSpec, VllmEngine
+from evertune.engines.vllm import split_cores
 from evertune.v1 import endpoint_pb2
 
 from .helpers import FakeEngine, job, settings
