@@ -277,10 +277,19 @@ class Consistency:
     engine_pids: list[int]  #: its live engine processes
 
 
-async def check_consistent(state: State, name: str) -> Consistency:
+async def check_consistent(state: State, name: str, *, settle_s: float = 30.0) -> Consistency:
     """The endpoint's state after the chaos: READY, its stable deployment ACTIVE and alone in the
     route table at 10000, every other deployment finished, no rollout record, and engine processes
-    alive for the stable deployment only."""
+    alive for the stable deployment only.
+
+    A replaced deployment is still draining for a moment after its rollout ended (the deployer
+    stops its engines, then rewrites the routes, then records its final state), so the check first
+    waits up to `settle_s` for no deployment to be DRAINING."""
+
+    async def settled() -> bool:
+        return all(d.state != D.DEPLOYMENT_STATE_DRAINING for d in await state.list_deployments(name))
+
+    await until_async(settled, timeout_s=settle_s, what=f"the replaced deployments of {name} drained")
     endpoint = await state.get_endpoint(name)
     assert endpoint is not None and endpoint.state == D.ENDPOINT_STATE_READY, endpoint
     stable = endpoint.stable_deployment_id
