@@ -28,6 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from evertune.logging import get_logger
+from evertune.runtime.tasks import cancel_and_wait
 
 log = get_logger("evertune.bus")
 
@@ -91,11 +92,7 @@ async def _first(*aws: Awaitable[Any]) -> None:
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
-                await task
+        await cancel_and_wait(tasks)
 
 
 @dataclass

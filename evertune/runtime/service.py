@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.logging import get_logger
+from evertune.runtime.tasks import cancel_and_wait
 from evertune.settings import SharedSettings
 from evertune.store import Store
 
@@ -93,11 +94,9 @@ class Service:
         self.stopping.set()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
-            for task in pending:
-                task.cancel()
             if pending:
                 self.log.warning("in-flight work cancelled at shutdown", loops=len(pending))
-                await asyncio.wait(pending)
+                await cancel_and_wait(pending, grace_s=timeout_s)  # (their cleanup gets timeout_s)
         await self.on_stop()
         self.state = "stopped"
 

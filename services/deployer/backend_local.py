@@ -32,6 +32,7 @@ from evertune.engines.metrics import fetch_metrics
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument
 from evertune.logging import get_logger
 from evertune.nats_server import free_port
+from evertune.runtime.tasks import cancel_and_wait
 from evertune.v1 import endpoint_pb2
 
 log = get_logger("evertune.deployer.local")
@@ -235,9 +236,7 @@ class LocalBackend:
             return
         for replica in running.replicas:
             if replica.supervisor is not None and replica.supervisor is not asyncio.current_task():
-                replica.supervisor.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await replica.supervisor
+                await cancel_and_wait([replica.supervisor])
         await asyncio.gather(*(r.engine.stop() for r in running.replicas), return_exceptions=True)
         log.info("engines stopped", deployment=deployment_id)
 

@@ -71,6 +71,7 @@ from evertune.errors import (
 from evertune.events import EventKind
 from evertune.logging import bound_ids, get_logger
 from evertune.replay.percentiles import percentile
+from evertune.runtime.tasks import cancel_and_wait
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2
 
 log = get_logger("evertune.deployer")
@@ -173,12 +174,7 @@ class Deployer:
 
     async def _cancel_work(self, endpoint: str) -> None:
         current = asyncio.current_task()
-        tasks = [t for t in self._tasks.get(endpoint, set()) if t is not current]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait([t for t in self._tasks.get(endpoint, set()) if t is not current])
 
     async def idle(self) -> None:
         """Wait until no background work is left (tests)."""
@@ -191,12 +187,7 @@ class Deployer:
     async def close(self) -> None:
         """Stop background work (its progress is in KV) and every engine this process runs."""
         self._closing = True
-        tasks = [t for ts in self._tasks.values() for t in ts]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait([t for ts in self._tasks.values() for t in ts])
         await self.backend.close()
 
     # -- reads ----------------------------------------------------------------------------------

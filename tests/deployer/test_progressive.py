@@ -20,6 +20,7 @@ from nats.js import JetStreamContext
 
 from evertune.bus import publish_event
 from evertune.events import EventKind, new_event
+from evertune.runtime.tasks import cancel_and_wait
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -85,9 +86,10 @@ async def traffic(
     try:
         yield running
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait([task])  # (a plain cancel can be lost in its KV reads)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
 
 
 async def _ready_endpoint(stack: Stack, **spec: object) -> tuple[str, str]:
