@@ -75,6 +75,7 @@ from evertune.logging import get_logger
 from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
 from evertune.perfmodel.simulate import block_size_of
+from evertune.runtime.tasks import cancel_and_wait
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
@@ -83,6 +84,8 @@ from evertune.workloads.source import load_workload
 log = get_logger("evertune.searcher")
 
 SOURCE = "searcher"
+#: Seconds a cancelled search has to record its end before it is cancelled again.
+CANCEL_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -689,8 +692,8 @@ class Searches:
         why = f"cancelled: {reason}" if reason else "cancelled through the API"
         if task is not None:
             self._cancel_reason[search_id] = why
-            task.cancel()
-            await asyncio.wait({task})
+            # (its cancel handler records the end, shielded; a cancel lost in a NATS call is repeated)
+            await cancel_and_wait([task], grace_s=CANCEL_GRACE_S)
         else:
             await self._finish(record, outcome="cancelled", error=why)
         return await self.get(search_id)
