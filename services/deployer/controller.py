@@ -1073,9 +1073,7 @@ class Deployer:
         if not restart:  # a draining target: stop its drain, and restart it if it got stopped
             drain = self._draining.get(restore.id)
             if drain is not None:
-                drain.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await drain
+                await cancel_and_wait([drain])
             restart = restore.id not in self.backend.running()
         result_id = new_deployment_id() if restart else restore.id
         record = RequestRecord(
