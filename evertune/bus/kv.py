@@ -88,8 +88,11 @@ class Bucket:
             raise ConflictError(f"{self.name}/{key} changed since revision {revision}") from None
 
     async def keys(self) -> list[str]:
-        """Every live key (empty list for an empty bucket)."""
+        """Every live key, once each (empty list for an empty bucket).
+
+        nats-py lists keys through a watcher, which also hands over an update made while it lists:
+        a key written meanwhile came back twice (a deployment listed twice by `deployments list`)."""
         try:
-            return sorted(await self._kv.keys())
+            return sorted(set(await self._kv.keys()))
         except NoKeysError:
             return []
