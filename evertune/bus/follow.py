@@ -27,13 +27,12 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
+from evertune.bus.kv import KV_DELETES, read_initial_entries
 from evertune.logging import get_logger
 from evertune.runtime.tasks import cancel_and_wait
 
 log = get_logger("evertune.bus")
 
-#: KV operations that remove a key.
-KV_DELETES = ("DEL", "PURGE")
 #: Applies one key's new value (None: the key was deleted or purged).
 ApplyKey = Callable[[str, bytes | None], None]
 
@@ -140,18 +139,16 @@ class KvFollower:
         await self.stop()
         kv = await self._js.key_value(self.bucket)
         watcher = await kv.watchall()
-        seen: set[str] = set()
         try:
-            while True:
-                entry = await watcher.updates(timeout=self._load_timeout_s)  # type: ignore[no-untyped-call]
-                if entry is None:  # the initial values are all in
-                    break
-                seen.add(entry.key)
-                self._put(entry)
+            entries = await read_initial_entries(watcher, timeout_s=self._load_timeout_s)
         except BaseException:
             with contextlib.suppress(Exception):
                 await watcher.stop()  # type: ignore[no-untyped-call]
             raise
+        seen: set[str] = set()
+        for entry in entries:
+            seen.add(entry.key)
+            self._put(entry)
         for key in sorted(self._keys - seen):  # gone without a delete marker (purged, compacted)
             self._keys.discard(key)
             self._apply(key, None)

@@ -11,10 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from evertune.errors import AlreadyExists, ConflictError, NotFound
+
+#: KV operations that remove a key.
+KV_DELETES = ("DEL", "PURGE")
+#: How long a listing waits for the server's next entry before it gives up.
+LIST_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -88,11 +93,43 @@ class Bucket:
             raise ConflictError(f"{self.name}/{key} changed since revision {revision}") from None
 
     async def keys(self) -> list[str]:
-        """Every live key, once each (empty list for an empty bucket).
+        """Every live key, sorted, once each (empty list for an empty bucket).
 
-        nats-py lists keys through a watcher, which also hands over an update made while it lists:
-        a key written meanwhile came back twice (a deployment listed twice by `deployments list`)."""
+        Not nats-py's `kv.keys()`, which can wrongly find a bucket empty (see
+        `read_initial_entries`). A key written while the listing runs may come back twice (its old
+        and its new message), hence the set."""
+        watcher = await self._kv.watchall(meta_only=True)
         try:
-            return sorted(set(await self._kv.keys()))
-        except NoKeysError:
-            return []
+            entries = await read_initial_entries(watcher, timeout_s=LIST_TIMEOUT_S)
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        live = {e.key: e.operation not in KV_DELETES for e in entries}  # the last entry of a key wins
+        return sorted(key for key, alive in live.items() if alive)
+
+
+async def read_initial_entries(watcher: KeyValue.KeyWatcher, *, timeout_s: float) -> list[KeyValue.Entry]:
+    """The entries a new watch hands over first: each key's latest message, delete markers included.
+
+    nats-py ends them with a None update. It can put that None first by mistake: it calls a watch
+    empty when the server's consumer has nothing left to deliver and the client has received
+    nothing yet, but the server may have sent everything already, still on its way. So a None that
+    comes first is checked with the server: if its consumer has delivered anything, the initial
+    entries end with the first entry that had nothing pending behind it (`delta == 0`).
+    Raises nats' `TimeoutError` if the server sends nothing for `timeout_s`."""
+    first = await watcher.updates(timeout=timeout_s)  # type: ignore[no-untyped-call]
+    if first is not None:
+        entries = [first]
+        while (entry := await watcher.updates(timeout=timeout_s)) is not None:  # type: ignore[no-untyped-call]
+            entries.append(entry)
+        return entries
+    subscription = watcher._sub  # nats-py's own keys() asks this consumer too
+    assert subscription is not None  # set before watchall() returns
+    info = await subscription.consumer_info()
+    if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
+        return []  # truly empty
+    entries = []
+    while True:  # no second None comes: nats-py sends its marker once
+        entry = await watcher.updates(timeout=timeout_s)  # type: ignore[no-untyped-call]
+        entries.append(entry)
+        if entry.delta == 0:
+            return entries
