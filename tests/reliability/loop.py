@@ -55,6 +55,8 @@ FAST_ROLLOUT: dict[str, Any] = {
 }
 #: Deployment states a finished rollout leaves behind for a deployment that is not the stable one.
 FINISHED = (D.DEPLOYMENT_STATE_RETIRED, D.DEPLOYMENT_STATE_ROLLED_BACK)
+#: How long `check_consistent` waits for the replaced deployments to finish draining.
+SETTLE_S = 30.0
 
 
 def deployer_settings(tmp_path: Path, **overrides: object) -> DeployerSettings:
@@ -277,19 +279,19 @@ class Consistency:
     engine_pids: list[int]  #: its live engine processes
 
 
-async def check_consistent(state: State, name: str, *, settle_s: float = 30.0) -> Consistency:
+async def check_consistent(state: State, name: str) -> Consistency:
     """The endpoint's state after the chaos: READY, its stable deployment ACTIVE and alone in the
     route table at 10000, every other deployment finished, no rollout record, and engine processes
     alive for the stable deployment only.
 
     A replaced deployment is still draining for a moment after its rollout ended (the deployer
     stops its engines, then rewrites the routes, then records its final state), so the check first
-    waits up to `settle_s` for no deployment to be DRAINING."""
+    waits up to `SETTLE_S` for no deployment to be DRAINING."""
 
     async def settled() -> bool:
         return all(d.state != D.DEPLOYMENT_STATE_DRAINING for d in await state.list_deployments(name))
 
-    await until_async(settled, timeout_s=settle_s, what=f"the replaced deployments of {name} drained")
+    await until_async(settled, timeout_s=SETTLE_S, what=f"the replaced deployments of {name} drained")
     endpoint = await state.get_endpoint(name)
     assert endpoint is not None and endpoint.state == D.ENDPOINT_STATE_READY, endpoint
     stable = endpoint.stable_deployment_id
