@@ -97,13 +97,13 @@ class Bucket:
 
         Not nats-py's `kv.keys()`, which can wrongly find a bucket empty (see
         `read_initial_entries`). A key written while the listing runs may come back twice (its old
-        and its new message), hence the set."""
+        and its new message): its last entry decides whether it is live."""
         watcher = await self._kv.watchall(meta_only=True)
         try:
             entries = await read_initial_entries(watcher, timeout_s=LIST_TIMEOUT_S)
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
-        live = {e.key: e.operation not in KV_DELETES for e in entries}  # the last entry of a key wins
+        live = {e.key: e.operation not in KV_DELETES for e in entries}
         return sorted(key for key, alive in live.items() if alive)
 
 
