@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     calibrate.add_argument("--json", action="store_true", help="print one JSON object")
 
+    hardware = commands.add_parser("hardware", help="what this machine is, as runners fingerprint it")
+    hardware_commands = hardware.add_subparsers(dest="hardware_command", required=True, metavar="COMMAND")
+    hardware_show = hardware_commands.add_parser("show", help="print this machine's hardware fingerprint")
+    hardware_show.add_argument("--json", action="store_true", help="print one JSON object")
+
     prof = commands.add_parser("profile", help="workload profiles of endpoints")
     prof_commands = prof.add_subparsers(dest="profile_command", required=True, metavar="COMMAND")
     prof_show = prof_commands.add_parser("show", help="print an endpoint's latest profile (built if none)")
@@ -237,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(make_model(args.out, size=args.size, seed=args.seed))
             return 0
+        if args.command == "hardware":
+            from evertune.cli.hardware import show as show_hardware
+
+            return show_hardware(as_json=args.json)
         if args.command == "profile":
             from evertune.cli.profile import show
 

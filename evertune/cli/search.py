@@ -231,7 +231,9 @@ def run(args: argparse.Namespace) -> int:
                 if not token:
                     break
             if args.json:
-                print(json.dumps([MessageToDict(t) for t in trials]))
+                print(
+                    json.dumps([MessageToDict(t, always_print_fields_with_no_presence=True) for t in trials])
+                )
                 return 0
             base = next((t.result.engine_config for t in trials if t.result.baseline), None)
             for trial in trials:

@@ -218,7 +218,11 @@ def trial_run(request: TrialRequest, *, data_dir: Path | None, nats_url: str | N
             await nc.close()
         completed = result.result()
         print(
-            json.dumps(MessageToDict(completed, preserving_proto_field_name=True))
+            json.dumps(
+                MessageToDict(
+                    completed, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+                )
+            )
             if as_json
             else render(completed)
         )

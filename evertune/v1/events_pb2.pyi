@@ -396,7 +396,7 @@ class TrialProgress(_message.Message):
     def __init__(self, search_id: _Optional[str] = ..., trial_id: _Optional[str] = ..., job_id: _Optional[str] = ..., phase: _Optional[_Union[TrialPhase, str]] = ..., rate_rps: _Optional[float] = ..., rates_done: _Optional[int] = ..., rates_total: _Optional[int] = ..., runner: _Optional[str] = ...) -> None: ...
 
 class TrialCompleted(_message.Message):
-    __slots__ = ("search_id", "trial_id", "job_id", "hardware_class", "engine_config", "status", "metrics", "ttft_p50_ms", "ttft_p99_ms", "goodput_rps", "gates", "passed", "simulated", "baseline", "duration", "runner", "error")
+    __slots__ = ("search_id", "trial_id", "job_id", "hardware_class", "engine_config", "status", "metrics", "ttft_p50_ms", "ttft_p99_ms", "goodput_rps", "gates", "passed", "simulated", "baseline", "duration", "runner", "error", "hardware", "phases")
     SEARCH_ID_FIELD_NUMBER: _ClassVar[int]
     TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -414,6 +414,8 @@ class TrialCompleted(_message.Message):
     DURATION_FIELD_NUMBER: _ClassVar[int]
     RUNNER_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
     search_id: str
     trial_id: str
     job_id: str
@@ -431,7 +433,9 @@ class TrialCompleted(_message.Message):
     duration: _duration_pb2.Duration
     runner: str
     error: str
-    def __init__(self, search_id: _Optional[str] = ..., trial_id: _Optional[str] = ..., job_id: _Optional[str] = ..., hardware_class: _Optional[str] = ..., engine_config: _Optional[_Union[_endpoint_pb2.EngineConfig, _Mapping]] = ..., status: _Optional[_Union[_jobs_pb2.TrialStatus, str]] = ..., metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., ttft_p50_ms: _Optional[float] = ..., ttft_p99_ms: _Optional[float] = ..., goodput_rps: _Optional[float] = ..., gates: _Optional[_Iterable[_Union[_jobs_pb2.GateResult, _Mapping]]] = ..., passed: _Optional[bool] = ..., simulated: _Optional[bool] = ..., baseline: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., runner: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    hardware: _jobs_pb2.HardwareFingerprint
+    phases: _jobs_pb2.TrialPhases
+    def __init__(self, search_id: _Optional[str] = ..., trial_id: _Optional[str] = ..., job_id: _Optional[str] = ..., hardware_class: _Optional[str] = ..., engine_config: _Optional[_Union[_endpoint_pb2.EngineConfig, _Mapping]] = ..., status: _Optional[_Union[_jobs_pb2.TrialStatus, str]] = ..., metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., ttft_p50_ms: _Optional[float] = ..., ttft_p99_ms: _Optional[float] = ..., goodput_rps: _Optional[float] = ..., gates: _Optional[_Iterable[_Union[_jobs_pb2.GateResult, _Mapping]]] = ..., passed: _Optional[bool] = ..., simulated: _Optional[bool] = ..., baseline: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., runner: _Optional[str] = ..., error: _Optional[str] = ..., hardware: _Optional[_Union[_jobs_pb2.HardwareFingerprint, _Mapping]] = ..., phases: _Optional[_Union[_jobs_pb2.TrialPhases, _Mapping]] = ...) -> None: ...
 
 class DeployStarted(_message.Message):
     __slots__ = ("deployment_id", "previous_deployment_id", "engine_config", "trigger", "search_id", "trial_id", "canary_steps")

@@ -87,6 +87,52 @@ class TrialMetrics(_message.Message):
     rates: _containers.RepeatedCompositeFieldContainer[RatePoint]
     def __init__(self, ttft_p50_ms: _Optional[float] = ..., ttft_p90_ms: _Optional[float] = ..., ttft_p99_ms: _Optional[float] = ..., itl_p99_ms: _Optional[float] = ..., attainment: _Optional[float] = ..., goodput_rps: _Optional[float] = ..., rates: _Optional[_Iterable[_Union[RatePoint, _Mapping]]] = ...) -> None: ...
 
+class HardwareDevice(_message.Message):
+    __slots__ = ("name", "compute_capability", "memory_gib")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_GIB_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    compute_capability: str
+    memory_gib: float
+    def __init__(self, name: _Optional[str] = ..., compute_capability: _Optional[str] = ..., memory_gib: _Optional[float] = ...) -> None: ...
+
+class HardwareFingerprint(_message.Message):
+    __slots__ = ("id", "tier", "kind", "cpu_model", "cores", "memory_gib", "isa_features", "devices", "machine")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_GIB_FIELD_NUMBER: _ClassVar[int]
+    ISA_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    tier: str
+    kind: str
+    cpu_model: str
+    cores: int
+    memory_gib: float
+    isa_features: _containers.RepeatedScalarFieldContainer[str]
+    devices: _containers.RepeatedCompositeFieldContainer[HardwareDevice]
+    machine: str
+    def __init__(self, id: _Optional[str] = ..., tier: _Optional[str] = ..., kind: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cores: _Optional[int] = ..., memory_gib: _Optional[float] = ..., isa_features: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[_Union[HardwareDevice, _Mapping]]] = ..., machine: _Optional[str] = ...) -> None: ...
+
+class TrialPhases(_message.Message):
+    __slots__ = ("engine_start_s", "warmup_s", "golden_s", "replay_s", "engine_stop_s")
+    ENGINE_START_S_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_S_FIELD_NUMBER: _ClassVar[int]
+    GOLDEN_S_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_S_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_STOP_S_FIELD_NUMBER: _ClassVar[int]
+    engine_start_s: float
+    warmup_s: float
+    golden_s: float
+    replay_s: float
+    engine_stop_s: float
+    def __init__(self, engine_start_s: _Optional[float] = ..., warmup_s: _Optional[float] = ..., golden_s: _Optional[float] = ..., replay_s: _Optional[float] = ..., engine_stop_s: _Optional[float] = ...) -> None: ...
+
 class TrialJob(_message.Message):
     __slots__ = ("job_id", "search_id", "trial_id", "endpoint", "hardware_class", "engine_config", "trace_uri", "trace_sha256", "profile_id", "rates_rps", "target_rate_rps", "duration_per_rate", "warmup", "repeats", "seed", "slo", "gates", "deadline", "baseline", "slo_headroom")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

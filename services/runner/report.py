@@ -23,6 +23,7 @@ from evertune.runner.trial import TrialOutcome
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 
+from evertune.engines.fingerprint import Fingerprint, fingerprint_proto
 from evertune.replay import Summary
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
@@ -44,6 +45,8 @@ COLUMNS: tuple[str, ...] = (
     "profile_id",
     "hardware_class",
     "runner",
+    "hardware_fingerprint",
+    "hardware_tier",
     "baseline",
     "simulated",
     "status",
@@ -139,8 +142,10 @@ def _gate_result(gate: GateOutcome) -> jobs_pb2.GateResult:
     )
 
 
-def completed(outcome: TrialOutcome, *, runner: str, simulated: bool) -> events_pb2.TrialCompleted:
-    """The `trial.completed` payload of an outcome."""
+def completed(
+    outcome: TrialOutcome, *, runner: str, simulated: bool, hardware: Fingerprint
+) -> events_pb2.TrialCompleted:
+    """The `trial.completed` payload of an outcome, measured on `hardware`."""
     job = outcome.job
     metrics = trial_metrics(outcome) if outcome.status == "ok" else jobs_pb2.TrialMetrics()
     config = outcome.spec.to_proto() if outcome.spec is not None else job.engine_config
@@ -167,6 +172,14 @@ def completed(outcome: TrialOutcome, *, runner: str, simulated: bool) -> events_
         duration=duration,
         runner=runner,
         error=error,
+        hardware=fingerprint_proto(hardware),
+        phases=jobs_pb2.TrialPhases(
+            engine_start_s=0.0 if math.isnan(outcome.startup_s) else outcome.startup_s,
+            warmup_s=outcome.warmup_s,
+            golden_s=outcome.golden_s,
+            replay_s=outcome.replay_s,
+            engine_stop_s=outcome.stop_s,
+        ),
     )
 
 
@@ -203,6 +216,8 @@ def row(outcome: TrialOutcome, payload: events_pb2.TrialCompleted, *, deliveries
         "profile_id": job.profile_id,
         "hardware_class": job.hardware_class,
         "runner": payload.runner,
+        "hardware_fingerprint": payload.hardware.id,
+        "hardware_tier": payload.hardware.tier,
         "baseline": job.baseline,
         "simulated": payload.simulated,
         "status": outcome.status,

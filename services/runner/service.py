@@ -49,6 +49,8 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from evertune.bus import PoisonMessage, fetch_unless_stopped, publish_event, terminate_poison
+from evertune.engines.fingerprint import Fingerprint
+from evertune.engines.fingerprint import detect as detect_hardware
 from evertune.events import EventKind, event_filter_subject, new_event
 from evertune.model import ensure_model
 from evertune.runtime import Service, ServiceContext
@@ -94,10 +96,13 @@ class RunnerService(Service):
         self._search_ended = asyncio.Event()  #: set when that search ends
         self._ended: OrderedDict[str, None] = OrderedDict()  #: searches heard to end, oldest first
         self._ended_sub: Subscription | None = None
+        self.fingerprint: Fingerprint | None = None  #: the hardware of the last trial (None: none yet)
 
     def details(self) -> dict[str, Any]:
         return {
             "hardware": self.settings.hardware,
+            "fingerprint": self.fingerprint.id if self.fingerprint else "",
+            "tier": self.fingerprint.tier if self.fingerprint else "",
             "jobs_subject": self.settings.subject,
             "instance": self.instance,
             "trial": self.current_trial,
@@ -251,6 +256,7 @@ class RunnerService(Service):
             await self._progress(job.endpoint, job, phase=phase, rate=rate, done=done, total=total)
 
         await progress(events_pb2.TRIAL_PHASE_ACCEPTED, 0.0, 0, len(job.rates_rps))
+        hardware = await self._hardware()
         runner = self._require_runner()
         self._current_search, self._search_ended = job.search_id, asyncio.Event()
         try:
@@ -267,7 +273,9 @@ class RunnerService(Service):
         if outcome.status != "ok":
             self.trials_failed += 1
             self.log.warning("trial failed", trial=job.trial_id, status=outcome.status, error=outcome.error)
-        payload = completed(outcome, runner=self.instance, simulated=self.settings.simulated)
+        payload = completed(
+            outcome, runner=self.instance, simulated=self.settings.simulated, hardware=hardware
+        )
         await records.insert(
             row(outcome, payload, deliveries=deliveries), trial_id=job.trial_id, job_id=job.job_id
         )
@@ -280,6 +288,20 @@ class RunnerService(Service):
             passed=payload.passed,
             goodput_rps=round(payload.goodput_rps, 3),
         )
+
+    async def _hardware(self) -> Fingerprint:
+        """This machine's fingerprint now; a change since the last trial is logged (the results
+        carry their own fingerprint, so they are never compared across the change)."""
+        now = await asyncio.to_thread(detect_hardware)
+        if self.fingerprint is not None and now.id != self.fingerprint.id:
+            self.log.warning(
+                "hardware fingerprint changed; results are keyed by the new one",
+                was=self.fingerprint.id,
+                now=now.id,
+                tier=now.tier,
+            )
+        self.fingerprint = now
+        return now
 
     async def _publish_completed(self, endpoint: str, payload: events_pb2.TrialCompleted) -> None:
         severity = common_pb2.SEVERITY_INFO if payload.status == 1 else common_pb2.SEVERITY_WARNING

@@ -165,6 +165,10 @@ class TrialOutcome:
     log_tail: list[str] = field(default_factory=list)  #: engine log tail (failed trials)
     finished_at: float = 0.0  #: wall clock when it ended
     startup_s: float = math.nan  #: engine start to ready, s
+    warmup_s: float = 0.0  #: the warm-up turns, s
+    golden_s: float = 0.0  #: collecting the golden answers, s
+    replay_s: float = 0.0  #: every replay, warm-up replays included, s
+    stop_s: float = 0.0  #: engine stop, s
     rates: list[RateFigures] = field(default_factory=list)  #: measured rates, ascending
     skipped_rates: list[float] = field(default_factory=list)  #: rates not replayed (above a failure)
     gates: list[GateOutcome] = field(default_factory=list)  #: gate outcomes, in the job's order
@@ -356,7 +360,9 @@ class TrialRunner:
         finally:
             if engine is not None:
                 # Shielded: a runner stopped mid-trial (cancelled) must still stop its engine.
+                stopping = time.monotonic()
                 await asyncio.shield(engine.stop())
+                outcome.stop_s = time.monotonic() - stopping
 
     async def _trace(self, plan: TrialPlan, model_dir: Path) -> TraceSource:
         """The job's trace; a `clickhouse://` one is read from the store first."""
@@ -407,11 +413,13 @@ class TrialRunner:
         urls = engine_urls(engine)
         total = len(plan.rates_rps)
         await progress(events_pb2.TRIAL_PHASE_WARMUP, 0.0, 0, total)
+        phase = time.monotonic()
         if s.warmup_turns:
             warm = plan_voice(VoiceWorkload(duration_s=60, seed=99), text=CorpusText())[: s.warmup_turns]
             for replica_url in urls:
                 await replay(warm, target=replica_url, time_scale=1000.0, timeout_s=s.request_timeout_s)
             await self._alive(engine, "warm-up")
+        outcome.warmup_s, phase = time.monotonic() - phase, time.monotonic()
         if plan.needs_golden and not s.simulated:
             models = await list_models(url)
             outcome.golden = self.golden
@@ -423,6 +431,7 @@ class TrialRunner:
                 concurrency=s.golden_concurrency,
                 timeout_s=s.request_timeout_s * 2,
             )
+        outcome.golden_s, phase = time.monotonic() - phase, time.monotonic()
         for index, rate in enumerate(plan.rates_rps):
             await progress(events_pb2.TRIAL_PHASE_REPLAYING, rate, index, total)
             if plan.warmup_s > 0:
@@ -455,6 +464,7 @@ class TrialRunner:
             if s.skip_rates_above_failure and skip_higher(figures, gate_rate_rps=plan.gate_rate_rps):
                 outcome.skipped_rates = list(plan.rates_rps[index + 1 :])
                 break
+        outcome.replay_s = time.monotonic() - phase
         await progress(events_pb2.TRIAL_PHASE_GATES, 0.0, len(outcome.rates), total)
         outcome.gates = [self._gate(name, plan, reference, outcome) for name in (g.name for g in plan.gates)]
 

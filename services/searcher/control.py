@@ -59,8 +59,8 @@ from evertune.searcher.records import (
     objective_name,
 )
 from evertune.searcher.settings import SearcherSettings
-from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
-from evertune.searcher.strategy import Objective
+from evertune.searcher.space import Candidate, SpaceLimits, candidate_space, unpriced_representatives
+from evertune.searcher.strategy import NO_CONFIRMATION, NoiseRule, Objective
 from evertune.searcher.summary import Context, explain, knob_changes
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
@@ -428,8 +428,13 @@ class Searches:
         pool_replicas = max(spec.hardware_pool.max_replicas, 1)
         for name in prepared.classes:
             sim = name.startswith("sim-")
+            # The performance model prices neither n-gram drafts nor a dtype: a simulated class
+            # would only try them for nothing.
             limits = self.limits.model_copy(
-                update={"try_speculative_ngram": self.limits.try_speculative_ngram and not sim}
+                update={
+                    "try_speculative_ngram": self.limits.try_speculative_ngram and not sim,
+                    "cpu_dtypes": () if sim else self.limits.cpu_dtypes,
+                }
             )
             space = candidate_space(
                 base=base,
@@ -474,6 +479,8 @@ class Searches:
             objective=objective,
             eta=s.eta,
             min_gain=s.min_gain,
+            noise=noise_rule(s, objective=objective, simulated=first.startswith("sim-")),
+            must_try=tuple(unpriced_representatives([c for c, _ in candidates], base=candidates[0][0])),
         )
         template = JobTemplate(
             search_id=record.search_id,
@@ -818,3 +825,17 @@ def _evidence(result: SearchResult, setup: _Setup, spec_of: dict[str, EngineSpec
 
 
 __all__ = ["Prepared", "Profile", "Searches", "TrialOrder"]
+
+
+def noise_rule(settings: SearcherSettings, *, objective: Objective, simulated: bool) -> NoiseRule:
+    """How a search confirms its leader: repeated interleaved pairs on real hardware; none on a
+    simulated class, whose trials repeat exactly."""
+    if simulated:
+        return NO_CONFIRMATION
+    return NoiseRule(
+        confirm_pairs=settings.confirm_pairs,
+        min_pairs=settings.min_pairs,
+        confidence=settings.noise_confidence,
+        min_floor=settings.noise_min_floor,
+        lower_is_better=objective is Objective.P50_TTFT,
+    )

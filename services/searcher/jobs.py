@@ -158,6 +158,7 @@ def trial_result(
         hardware_class=completed.hardware_class or order.hardware_class,
         fidelity=order.request.fidelity,
         metrics=metrics if ok else None,
+        fingerprint=completed.hardware.id,
     )
 
 

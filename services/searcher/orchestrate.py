@@ -23,6 +23,7 @@ search as cancelled with the trials reported so far through `progress`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,8 +31,17 @@ from enum import Enum
 from typing import Protocol
 
 from evertune.searcher.model import Measured, Prediction, RatePoint, Recalibration
+from evertune.searcher.noise import Comparison
 from evertune.searcher.space import Candidate
-from evertune.searcher.strategy import Figures, Objective, SuccessiveHalving, TrialRequest, score
+from evertune.searcher.strategy import (
+    NO_CONFIRMATION,
+    Figures,
+    NoiseRule,
+    Objective,
+    SuccessiveHalving,
+    TrialRequest,
+    score,
+)
 
 from evertune.v1 import jobs_pb2
 
@@ -73,6 +83,7 @@ class TrialResult:
     hardware_class: str = ""  #: where it ran
     fidelity: int = 1  #: trial length multiplier it ran at
     metrics: jobs_pb2.TrialMetrics | None = None  #: the runner's figures as reported (evidence)
+    fingerprint: str = ""  #: id of the hardware it ran on ("" = not reported, e.g. an older runner)
 
 
 @dataclass(frozen=True)
@@ -113,7 +124,9 @@ class SearchPlan:
     budget: int  #: most real trials
     objective: Objective = Objective.GOODPUT  #: what "best" means
     eta: int = 2  #: successive halving's reduction factor
-    min_gain: float = 0.05  #: a winner beats the baseline's score by this share
+    min_gain: float = 0.05  #: a winner beats the baseline's score by this share (no confirmation)
+    noise: NoiseRule = NO_CONFIRMATION  #: how a leader is confirmed against the noise
+    must_try: tuple[str, ...] = ()  #: candidate keys round 0 measures whatever the model predicts
 
 
 @dataclass
@@ -152,6 +165,7 @@ class SearchResult:
     predictions: dict[str, Prediction]  #: the model's last prediction of every candidate
     progress: SearchProgress  #: trials, ranking time, calibrations
     error: str = ""  #: one line when FAILED
+    comparison: Comparison | None = None  #: the noise rule's judgement of the confirmed leader
 
 
 def trial_id_of(search_id: str, request: TrialRequest) -> str:
@@ -190,6 +204,8 @@ async def run_search(
         budget=plan.budget,
         eta=plan.eta,
         min_gain=plan.min_gain,
+        noise=plan.noise,
+        must_try=plan.must_try,
     )
     reference = ""
     measured_by_trial: dict[tuple[str, int], TrialResult] = {}
@@ -296,6 +312,7 @@ def _record(
     measured: dict[tuple[str, int], TrialResult],
 ) -> None:
     request = order.request
+    result = _same_hardware(result, state.trials)
     result_score = _score(result, plan)
     search.report(request, result_score)
     state.trials.append(result)
@@ -304,6 +321,23 @@ def _record(
         state.baseline = result
     elif result_score > state.best_score:
         state.best, state.best_score = result, result_score
+
+
+def _same_hardware(result: TrialResult, earlier: Sequence[TrialResult]) -> TrialResult:
+    """`result`, or a failed copy of it when it ran on other hardware than the search's first
+    fingerprinted trial (the baseline's, normally) of its class: figures from two fingerprints are
+    never compared."""
+    first = next(
+        (r.fingerprint for r in earlier if r.fingerprint and r.hardware_class == result.hardware_class), ""
+    )
+    if not first or not result.fingerprint or result.fingerprint == first:
+        return result
+    return dataclasses.replace(
+        result,
+        ok=False,
+        passed=False,
+        error=f"ran on hardware {result.fingerprint}, the search's {result.hardware_class} trials on {first}",
+    )
 
 
 def _score(result: TrialResult, plan: SearchPlan) -> float:
@@ -358,10 +392,11 @@ def _conclude(
             closest_figures=None,
             predictions=predictions,
             progress=_done(state),
+            comparison=found.comparison,
         )
     if not any(r.ok and r.figures.meets_slo for r in state.trials):
-        return _end(state, plan, predictions, by_key, Outcome.INFEASIBLE)
-    return _end(state, plan, predictions, by_key, Outcome.NO_IMPROVEMENT)
+        return _end(state, plan, predictions, by_key, Outcome.INFEASIBLE, comparison=search.comparison())
+    return _end(state, plan, predictions, by_key, Outcome.NO_IMPROVEMENT, comparison=search.comparison())
 
 
 def _done(state: SearchProgress) -> SearchProgress:
@@ -377,6 +412,7 @@ def _end(
     outcome: Outcome,
     *,
     error: str = "",
+    comparison: Comparison | None = None,
 ) -> SearchResult:
     """A result without a winner: the best measured candidate as evidence, the closest if infeasible."""
     closest: Candidate | None = None
@@ -403,6 +439,7 @@ def _end(
         predictions=predictions,
         progress=_done(state),
         error=error,
+        comparison=comparison,
     )
 
 

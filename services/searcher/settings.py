@@ -31,8 +31,18 @@ class SearcherSettings(BaseSettings):
     rate_ladder: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
     #: Successive halving: keep the best 1/eta of each round, at eta x the trial length.
     eta: int = Field(default=2, ge=2, le=8)
-    #: A winner must beat the live configuration's score by this share.
+    #: A winner must beat the live configuration's score by this share (simulated classes, whose
+    #: trials have no noise; real hardware is judged by the noise rule below).
     min_gain: float = Field(default=0.05, ge=0.0, le=10.0)
+    #: Real hardware: interleaved (baseline, leader) pairs measured after the halving to confirm the
+    #: leader (each pair is two trials, kept from the budget when it can also hold a halving).
+    confirm_pairs: int = Field(default=2, ge=0, le=20)
+    #: Real hardware: pairs a winner needs, the deciding halving round's included (fewer: no winner).
+    min_pairs: int = Field(default=3, ge=1, le=21)
+    #: Confidence asked of the interval of the leader's effect (sign-test order statistics).
+    noise_confidence: float = Field(default=0.9, gt=0.0, lt=1.0)
+    #: Smallest relative A/A noise floor, whatever the baseline's repeats show.
+    noise_min_floor: float = Field(default=0.10, ge=0.0, le=1.0)
     #: Seconds each rate is replayed in a trial of fidelity 1 (fidelity f replays f x this).
     trial_duration_s: float = Field(default=30.0, gt=0.0, le=3600.0)
     #: Unmeasured seconds of traffic before each rate.

@@ -9,6 +9,9 @@ hardware (`evertune.engines.refuse_reasons`) and by vLLM's constraints between k
   max_model_len` (when the model length is not set, the step budget must be at least 8192);
 - replicas x tensor-parallel devices fit the node (accelerators) and `max_replicas`.
 
+On CPU the dtype is a knob of its own (`SpaceLimits.cpu_dtypes`): bf16 against fp32 flips sign with
+the ISA (AMX or AVX512-BF16 against AVX2 only), so the space holds both and trials decide.
+
 Knobs that change outputs (quantization, speculative decoding, a different kernel set) make a
 candidate `lossy`: the correctness gate then asks for the endpoint's agreement threshold instead of
 token-for-token equality.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +31,8 @@ from evertune.engines import EngineSpec, HardwareProfile, SpeculativeSpec, refus
 
 #: Step budget below which chunked prefill cannot be turned off when `max_model_len` is unknown.
 UNCHUNKED_MIN_BUDGET = 8192
+#: What `--dtype auto` runs on vLLM-CPU for an fp32 or bf16 checkpoint.
+CPU_AUTO_DTYPE = "bfloat16"
 
 
 class SpaceLimits(BaseModel):
@@ -50,6 +56,9 @@ class SpaceLimits(BaseModel):
     try_speculative_ngram: bool = True
     #: quantization methods tried on accelerators when the hardware supports them (lossy)
     quantization: tuple[str, ...] = ("fp8",)
+    #: weight/activation dtypes tried on CPU (lossy). Which wins depends on the ISA (bf16 is fast
+    #: with AMX or AVX512-BF16 and emulated on AVX2), so both are measured; nothing picks by vendor.
+    cpu_dtypes: tuple[str, ...] = ("bfloat16", "float32")
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,8 @@ def _accelerator_options(
 ) -> list[dict[str, object]]:
     """Combinations of the lossy and parallelism knobs for the hardware (one dict of knobs each)."""
     if hardware.is_cpu:
-        return [{}]
+        dtypes = [base.dtype, *(d for d in limits.cpu_dtypes if d in hardware.supported_dtypes)]
+        return [{"dtype": d} for d in dict.fromkeys(dtypes)]
     tps = [tp for tp in limits.tensor_parallel_size if tp <= hardware.devices] or [1]
     kernels: list[str | None] = [base.kernels]
     if limits.try_evertune_kernels and "evertune" in hardware.kernels and base.kernels != "evertune":
@@ -113,6 +123,10 @@ def _as_base_leaves(spec: EngineSpec, base: EngineSpec, hardware: HardwareProfil
         "replicas": 1,
         "tensor_parallel_size": 1,
     }
+    if hardware.is_cpu:
+        # vLLM-CPU's `--dtype auto` runs fp32 and bf16 checkpoints (evertune's local model is fp32)
+        # as bf16: x86's supported list puts bf16 first.
+        defaults["dtype"] = CPU_AUTO_DTYPE
     update = {
         name: None
         for name, default in defaults.items()
@@ -168,3 +182,19 @@ def candidate_space(
             }
             add(base.model_copy(update=knobs))
     return out
+
+
+def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
+    """Keys of the candidates a search must measure because the performance model cannot price
+    what sets them apart: for each dtype other than the base's, the base's own knobs with that dtype
+    (or, when the space lacks it, the first candidate with that dtype). The model's roofline has no
+    figure for how fast an ISA runs each dtype; a trial has."""
+    keys: list[str] = []
+    for dtype in dict.fromkeys(c.spec.dtype for c in candidates):
+        if dtype == base.spec.dtype:
+            continue
+        same_dtype = [c for c in candidates if c.spec.dtype == dtype]
+        twin = base.spec.model_copy(update={"dtype": dtype})
+        exact = [c for c in same_dtype if c.spec == twin]
+        keys.append((exact or same_dtype)[0].key)
+    return keys

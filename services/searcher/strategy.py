@@ -9,13 +9,23 @@
    shell re-calibrates the model from the measured trials and calls `rerank`: a candidate not yet
    tried whose new prediction beats the weakest survivor's measured score replaces it (or, next
    to a lone survivor, joins it).
-4. The search ends when one candidate is left after a round, or the budget is spent. The winner
-   is the best candidate measured at the highest fidelity reached that passed every gate, and
-   only if it beats the baseline measured in that round by `min_gain`; otherwise the search ends
-   with no winner and the live configuration stays.
+4. The halving ends when one candidate is left after a round, or its share of the budget is
+   spent. The leader is the best candidate of the latest round in which it and the baseline were
+   both measured, if it passed every gate and measured better than the baseline.
+5. Confirmation (`confirm_pairs` > 0): the leader and the baseline are measured again, one pair of
+   trials per round at the leader's fidelity (baseline first, then the leader), so the deciding
+   evidence is interleaved in time. The noise rule (`evertune.searcher.noise.compare`) judges
+   every pair, the deciding halving round's included, against the A/A noise floor that the
+   baseline's own repeats show. The leader wins only when the verdict is BETTER with at least
+   `min_pairs` pairs; otherwise the search ends with no winner and the live configuration stays,
+   and the comparison says what gain it could not resolve.
+
+Without confirmation (`confirm_pairs` = 0, for noise-free simulated trials) the leader wins when
+it beats the baseline of its round by `min_gain`.
 
 Invariant (asserted): real trials started never exceed the budget, and a candidate is trialled at
-most once per fidelity.
+most once per fidelity in the halving rounds (confirmation rounds repeat the leader and the
+baseline by design).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from evertune.searcher.noise import DEFAULT_CONFIDENCE, DEFAULT_MIN_FLOOR, Comparison, Verdict, compare
 from evertune.searcher.space import Candidate
 
 
@@ -68,6 +79,27 @@ class TrialRequest:
     fidelity: int  #: trial length multiplier (1, eta, eta², ...)
     round: int  #: round index, from 0
     baseline: bool  #: whether this is the baseline's trial
+    confirming: bool = False  #: a confirmation round's trial (a repeat of the leader or the baseline)
+
+
+@dataclass(frozen=True)
+class NoiseRule:
+    """How the confirmation judges a leader (see `evertune.searcher.noise`)."""
+
+    confirm_pairs: int = 2  #: extra interleaved (baseline, leader) pairs after the halving
+    min_pairs: int = 3  #: pairs a winner needs (the deciding halving round's counts as one)
+    confidence: float = DEFAULT_CONFIDENCE  #: confidence asked of the effect's interval
+    min_floor: float = DEFAULT_MIN_FLOOR  #: smallest relative noise floor
+    lower_is_better: bool = False  #: the score is a latency (p50 objective), not a rate
+
+    @property
+    def active(self) -> bool:
+        """Whether the leader is judged by the noise rule (else by `min_gain` on one round)."""
+        return self.confirm_pairs > 0 or self.min_pairs > 1
+
+
+#: No confirmation: one comparison, `min_gain` decides (noise-free simulated trials).
+NO_CONFIRMATION = NoiseRule(confirm_pairs=0, min_pairs=1)
 
 
 @dataclass
@@ -75,6 +107,7 @@ class _Round:
     fidelity: int
     requests: list[TrialRequest]
     measured: dict[str, float] = field(default_factory=dict)  #: candidate key -> measured score
+    confirming: bool = False  #: a confirmation round (baseline and leader only)
 
 
 class SuccessiveHalving:
@@ -90,12 +123,19 @@ class SuccessiveHalving:
         eta: int = 2,
         first_round: int | None = None,
         min_gain: float = 0.05,
+        noise: NoiseRule = NO_CONFIRMATION,
+        must_try: Sequence[str] = (),
     ) -> None:
+        """`must_try`: candidate keys the first round measures whatever their prediction (knobs the
+        model cannot price, such as the dtype on an ISA it was not calibrated on)."""
         if budget < 2:
             raise ValueError("a search needs a budget of at least 2 real trials (baseline + one)")
         if eta < 2:
             raise ValueError("eta must be at least 2")
         self.baseline = baseline
+        self.noise = noise
+        #: Trials kept for the confirmation rounds (none when the budget cannot also hold a halving).
+        self.reserved = 2 * noise.confirm_pairs if budget - 2 * noise.confirm_pairs >= 2 else 0
         self.budget = budget
         self.eta = eta
         self.min_gain = min_gain
@@ -104,14 +144,21 @@ class SuccessiveHalving:
         self._by_key = {c.key: c for c in candidates if c.key != baseline.key}
         self._predicted = dict(predicted)
         self._tried: set[tuple[str, int]] = set()
-        self._survivors = self._ranked()[: first_round or self._first_round_size()]
+        size = first_round or self._first_round_size()
+        ranked = self._ranked()
+        forced = [self._by_key[k] for k in dict.fromkeys(must_try) if k in self._by_key]
+        forced = forced[:size]
+        self._survivors = forced + [c for c in ranked if c not in forced][: size - len(forced)]
+        self._leader: Candidate | None = None  #: the halving's leader, judged by the noise rule
+        self._confirm_fidelity = 1  #: the fidelity the leader and the baseline are compared at
+        self._halving_done = False
         self.done = False
 
     def _first_round_size(self) -> int:
         """Largest n whose halving rounds (n + n/eta + ... + 1) fit the budget after the baseline's
         trial in each round."""
         n = 1
-        while self._cost(n + 1) <= self.budget:
+        while self._cost(n + 1) <= self.budget - self.reserved:
             n += 1
         return n
 
@@ -132,12 +179,14 @@ class SuccessiveHalving:
         """The trials of the next round (empty when done). Baseline first."""
         if self.done:
             return []
+        if self._halving_done:
+            return self._confirmation_round()
         fidelity = self.eta ** len(self.rounds)
         fresh = [c for c in self._survivors if (c.key, fidelity) not in self._tried]
-        room = self.budget - self.started - 1  # one trial goes to the baseline at this fidelity
+        room = self.budget - self.reserved - self.started - 1  # one trial goes to the baseline
         if not fresh or room < 1:
-            self.done = True
-            return []
+            self._end_halving()
+            return self.next_round()
         requests = [
             TrialRequest(
                 candidate=c, fidelity=fidelity, round=len(self.rounds), baseline=c.key == self.baseline.key
@@ -150,6 +199,58 @@ class SuccessiveHalving:
         assert self.started <= self.budget, "the strategy handed out more trials than the budget"
         self.rounds.append(_Round(fidelity=fidelity, requests=requests))
         return requests
+
+    def _end_halving(self) -> None:
+        """The halving is over: confirm its leader if there is one and trials are left for it."""
+        self._halving_done = True
+        leader = self._halving_leader()
+        if leader is None or not self.noise.active:
+            self.done = True
+            return
+        # Judged by the noise rule even when no confirmation fits: fewer than `min_pairs` pairs
+        # then means no winner, never a verdict on one trial each.
+        self._leader, self._confirm_fidelity = leader
+        if self.noise.confirm_pairs == 0 or self.started + 2 > self.budget:
+            self.done = True
+
+    def _confirmation_round(self) -> list[TrialRequest]:
+        """One more (baseline, leader) pair, or none when enough were measured or no trial is left."""
+        assert self._leader is not None
+        confirmed = sum(1 for r in self.rounds if r.confirming)
+        if confirmed >= self.noise.confirm_pairs or self.started + 2 > self.budget:
+            self.done = True
+            return []
+        index = len(self.rounds)
+        requests = [
+            TrialRequest(
+                candidate=c,
+                fidelity=self._confirm_fidelity,
+                round=index,
+                baseline=c.key == self.baseline.key,
+                confirming=True,
+            )
+            for c in (self.baseline, self._leader)
+        ]
+        self.started += len(requests)
+        assert self.started <= self.budget, "the strategy handed out more trials than the budget"
+        self.rounds.append(_Round(fidelity=self._confirm_fidelity, requests=requests, confirming=True))
+        return requests
+
+    def _halving_leader(self) -> tuple[Candidate, int] | None:
+        """(leader, its fidelity): the best passing candidate of the latest halving round that also
+        measured the baseline, if it measured better than the baseline there."""
+        for finished in reversed([r for r in self.rounds if not r.confirming]):
+            base = finished.measured.get(self.baseline.key)
+            scored = [
+                (finished.measured[r.candidate.key], r.candidate)
+                for r in finished.requests
+                if not r.baseline and finished.measured.get(r.candidate.key, -math.inf) > -math.inf
+            ]
+            if base is None or not scored:
+                continue
+            value, candidate = max(scored, key=lambda vc: (vc[0], vc[1].key))
+            return (candidate, finished.fidelity) if value > base else None
+        return None
 
     def report(self, request: TrialRequest, measured: float) -> None:
         """The measured score of one trial of the current round (-inf = failed a gate or the SLO)."""
@@ -184,6 +285,8 @@ class SuccessiveHalving:
             self._survivors = [challenger if c.key == weakest.key else c for c in self._survivors]
 
     def _close_round(self, finished: _Round) -> None:
+        if finished.confirming:
+            return
         ranked = sorted(
             (r.candidate for r in finished.requests if not r.baseline),
             key=lambda c: (-finished.measured[c.key], c.key),
@@ -191,8 +294,8 @@ class SuccessiveHalving:
         passing = [c for c in ranked if finished.measured[c.key] > -math.inf]
         keep = max(1, len(ranked) // self.eta)
         self._survivors = passing[:keep]
-        if len(ranked) <= 1 or not passing or self.started >= self.budget:
-            self.done = True
+        if len(ranked) <= 1 or not passing or self.started >= self.budget - self.reserved:
+            self._end_halving()
 
     # --- the outcome -------------------------------------------------------------------------
     def winner(self) -> tuple[Candidate, float, float] | None:
@@ -200,10 +303,46 @@ class SuccessiveHalving:
         found = self.decision()
         return (found.candidate, found.score, found.baseline_score) if found else None
 
+    def comparison(self) -> Comparison | None:
+        """The noise rule's judgement of the confirmed leader (None without confirmation rounds)."""
+        pairs = self._confirmed_pairs()
+        if not pairs:
+            return None
+        rule = self.noise
+        base, lead = [b for b, _ in pairs], [c for _, c in pairs]
+        if rule.lower_is_better:  # scores are -latency; -inf (a failed SLO or gate) = infinite latency
+            base, lead = [-b for b in base], [-c for c in lead]
+        else:  # scores are rates; a failure counts as 0
+            base, lead = [max(b, 0.0) for b in base], [max(c, 0.0) for c in lead]
+        return compare(
+            base,
+            lead,
+            lower_is_better=rule.lower_is_better,
+            confidence=rule.confidence,
+            min_floor=rule.min_floor,
+        )
+
+    def _confirmed_pairs(self) -> list[tuple[float, float]]:
+        """(baseline score, leader score) of the deciding halving round and of every finished
+        confirmation round, in time order."""
+        if self._leader is None:
+            return []
+        key, base_key = self._leader.key, self.baseline.key
+        pairs = []
+        for finished in self.rounds:
+            if finished.fidelity != self._confirm_fidelity or key not in finished.measured:
+                continue
+            if base_key in finished.measured:
+                pairs.append((finished.measured[base_key], finished.measured[key]))
+        return pairs
+
     def decision(self) -> Decision | None:
-        """The winner: in the latest round where the baseline and a passing candidate were both
-        measured (so at one fidelity, the highest such), its best candidate, if it beats the
-        baseline by `min_gain`. None otherwise."""
+        """The winner. With confirmation: the leader, when the noise rule says BETTER over at least
+        `min_pairs` pairs. Without: in the latest round where the baseline and a passing candidate
+        were both measured (so at one fidelity, the highest such), its best candidate, if it beats
+        the baseline by `min_gain`. None otherwise."""
+        if self._leader is not None:
+            return self._confirmed_decision()
         for finished in reversed(self.rounds):
             base = finished.measured.get(self.baseline.key)
             scored = [
@@ -226,6 +365,32 @@ class SuccessiveHalving:
             )
         return None
 
+    def _confirmed_decision(self) -> Decision | None:
+        assert self._leader is not None
+        found = self.comparison()
+        pairs = self._confirmed_pairs()
+        if found is None or found.verdict is not Verdict.BETTER or found.pairs < self.noise.min_pairs:
+            return None
+        if any(c == -math.inf for _, c in pairs):  # a leader that failed a gate in any repeat
+            return None
+        last = max(
+            (r for r in self.rounds if self._leader.key in r.measured and self.baseline.key in r.measured),
+            key=lambda r: self.rounds.index(r),
+        )
+        return Decision(
+            candidate=self._leader,
+            score=_median([c for _, c in pairs]),
+            baseline_score=_median([b for b, _ in pairs]),
+            fidelity=self._confirm_fidelity,
+            round=self.rounds.index(last),
+            comparison=found,
+        )
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -236,6 +401,7 @@ class Decision:
     baseline_score: float  #: the baseline's measured score in the same round
     fidelity: int  #: the round's fidelity
     round: int  #: the round's index
+    comparison: Comparison | None = None  #: the noise rule's verdict (None: decided without repeats)
 
 
 def _beats(candidate: float, baseline: float, min_gain: float) -> bool:

@@ -114,6 +114,8 @@ def explain(result: SearchResult, ctx: Context, *, spec_of: dict[str, EngineSpec
                 f"{'; '.join([*first, p99])}."
             )
         text += f" Gates: {_gates(w)}."
+        if result.comparison is not None:
+            text += f" Noise rule: {result.comparison.describe()}."
         if w.simulated:
             text += " Figures from the performance model (sim runner): not verified on real hardware."
         return f"{text} {_how(result, ctx)}"
@@ -133,10 +135,16 @@ def explain(result: SearchResult, ctx: Context, *, spec_of: dict[str, EngineSpec
             text += f" Closest: {'; '.join(changes)}, with {', '.join(misses) or 'no figures'}."
         return f"{text} {_how(result, ctx)}"
     if result.outcome is Outcome.NO_IMPROVEMENT:
-        text = (
-            f"No improvement: no candidate beat the live configuration by {ctx.min_gain:.0%} "
-            f"on {ctx.objective.value}."
-        )
+        if result.comparison is not None:
+            text = (
+                f"No improvement beyond the noise on {ctx.objective.value}: the leader was not "
+                f"confirmed ({result.comparison.describe()})."
+            )
+        else:
+            text = (
+                f"No improvement: no candidate beat the live configuration by {ctx.min_gain:.0%} "
+                f"on {ctx.objective.value}."
+            )
         best, base = result.winner_trial, result.baseline_trial
         if best is not None and best.candidate_key in spec_of and base is not None:
             changes = knob_changes(ctx.base, spec_of[best.candidate_key]) or ["the live configuration"]

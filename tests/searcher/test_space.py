@@ -3,7 +3,13 @@ duplicates, and lossy knobs marked."""
 
 from __future__ import annotations
 
-from evertune.searcher.space import SpaceLimits, candidate_space, config_key, is_lossy
+from evertune.searcher.space import (
+    SpaceLimits,
+    candidate_space,
+    config_key,
+    is_lossy,
+    unpriced_representatives,
+)
 
 from evertune.engines import EngineSpec, get_profile, refuse_reasons
 from evertune.engines.hardware import cpu_profile
@@ -13,7 +19,7 @@ BASE = EngineSpec(model="/models/tiny", kv_cache_space_gib=2)
 
 
 def test_cpu_space_respects_vllm_constraints_and_starts_with_the_base() -> None:
-    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_dtypes=()), max_replicas=1)
     assert space[0].spec == BASE and not space[0].lossy
     for c in space[1:]:
         spec = c.spec
@@ -88,3 +94,26 @@ def test_keys_are_stable_and_lossiness_follows_outputs() -> None:
     assert not is_lossy(BASE.model_copy(update={"max_num_seqs": 8, "replicas": 2}), BASE)
     assert is_lossy(BASE.model_copy(update={"dtype": "float16"}), BASE)
     assert is_lossy(BASE.model_copy(update={"kernels": "evertune"}), BASE)
+
+
+def test_cpu_space_holds_both_dtypes_and_marks_the_change_lossy() -> None:
+    """bf16 against fp32 flips sign with the ISA, so the space holds every batching point in both;
+    vLLM-CPU's `auto` (bf16 for the local fp32 checkpoint) stays unset, not tried twice."""
+    without = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_dtypes=()), max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert len(space) == 2 * len(without)
+    assert {c.spec.dtype for c in space} == {None, "float32"}
+    assert all(c.lossy == (c.spec.dtype == "float32") for c in space)
+    fp32_base = BASE.model_copy(update={"dtype": "float32"})
+    from_fp32 = candidate_space(base=fp32_base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert {c.spec.dtype for c in from_fp32} == {"float32", "bfloat16"}
+    assert from_fp32[0].spec == fp32_base
+
+
+def test_the_dtype_the_model_cannot_price_is_measured_as_the_base_with_that_dtype() -> None:
+    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    [key] = unpriced_representatives(space, base=space[0])
+    [twin] = [c for c in space if c.key == key]
+    assert twin.spec == BASE.model_copy(update={"dtype": "float32"})
+    plain = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_dtypes=()), max_replicas=1)
+    assert unpriced_representatives(plain, base=plain[0]) == []

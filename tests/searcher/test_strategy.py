@@ -8,8 +8,9 @@ import math
 import random
 
 import pytest
+from evertune.searcher.noise import Verdict
 from evertune.searcher.space import Candidate, config_key
-from evertune.searcher.strategy import Figures, Objective, SuccessiveHalving, score
+from evertune.searcher.strategy import Figures, NoiseRule, Objective, SuccessiveHalving, score
 
 from evertune.engines import EngineSpec
 
@@ -152,3 +153,89 @@ def test_rerank_keeps_a_survivor_that_measured_above_the_challengers_prediction(
         search.report(request, 30.0 if request.candidate.key == cands[1].key else 5.0)
     search.rerank({cands[5].key: 25.0})  # above cands[1]'s prediction (5), below what it measured
     assert [r.candidate.key for r in search.next_round()] == [cands[0].key, cands[1].key]
+
+
+def _noisy_run(search: SuccessiveHalving, truth: dict[str, float], rng: random.Random) -> list[str]:
+    """Drive a search whose trials measure p50 TTFT with the VMs' noise: a drift shared by the trials
+    of a round (x0.8-1.3) and 10% lognormal noise each. Scores are -p50 (the p50 objective).
+    Returns the order in which candidates were trialled (keys)."""
+    order = []
+    while batch := search.next_round():
+        drift = rng.uniform(0.8, 1.3)
+        for request in batch:
+            order.append(request.candidate.key)
+            p50 = truth[request.candidate.key] * drift * rng.lognormvariate(0, 0.10)
+            search.report(request, -p50)
+    return order
+
+
+P50_RULE = NoiseRule(confirm_pairs=2, min_pairs=3, lower_is_better=True)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_planted_equal_candidate_is_never_a_winner(seed: int) -> None:
+    """Every candidate is the baseline's equal (100 ms): halving picks a leader by noise, the
+    confirmation pairs find it inside the noise floor, and the search ends without a winner."""
+    rng = random.Random(seed)
+    base, *others = _candidates(9)
+    truth = {c.key: 100.0 for c in (base, *others)}
+    predicted = {c.key: -100.0 - i for i, c in enumerate(others)}
+    search = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=12, noise=P50_RULE
+    )
+    _noisy_run(search, truth, rng)
+    assert search.started <= 12
+    assert search.decision() is None
+    comparison = search.comparison()
+    assert comparison is None or comparison.verdict is not Verdict.BETTER
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_planted_twice_as_fast_candidate_wins_after_confirmation(seed: int) -> None:
+    rng = random.Random(seed)
+    base, *others = _candidates(9)
+    fast = others[2]  # the model ranks it third of 8: it gets into the first round, not at its head
+    truth = {c.key: 50.0 if c.key == fast.key else 100.0 for c in (base, *others)}
+    predicted = {c.key: -100.0 - i for i, c in enumerate(others)}
+    search = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=12, noise=P50_RULE
+    )
+    order = _noisy_run(search, truth, rng)
+    found = search.decision()
+    assert found is not None and found.candidate.key == fast.key
+    assert found.comparison is not None and found.comparison.verdict is Verdict.BETTER
+    assert found.comparison.pairs == 3 and found.comparison.ratio == pytest.approx(0.5, abs=0.15)
+    # The last four trials are two interleaved (baseline, leader) pairs.
+    assert order[-4:] == [base.key, fast.key, base.key, fast.key]
+    assert search.started <= 12
+
+
+def test_confirmation_keeps_its_trials_from_the_budget_and_a_small_budget_skips_it() -> None:
+    base, *others = _candidates(9)
+    predicted = {c.key: float(i) for i, c in enumerate(others)}
+    search = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=8, noise=P50_RULE
+    )
+    assert search.reserved == 4
+    first = search.next_round()
+    assert len(first) == 2  # baseline + 1: the halving keeps 4 trials (2 rounds), the confirmation 4
+    small = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=3, noise=P50_RULE
+    )
+    assert small.reserved == 0
+    rng = random.Random(0)
+    truth = {c.key: 100.0 for c in (base, *others)}
+    _noisy_run(small, truth, rng)
+    # No confirmation fitted: with fewer than min_pairs pairs nothing can win.
+    assert small.started <= 3 and small.decision() is None
+
+
+def test_must_try_candidates_are_measured_in_the_first_round_whatever_their_prediction() -> None:
+    base, *others = _candidates(9)
+    predicted = {c.key: float(i) for i, c in enumerate(others)}  # the last is predicted best
+    unpriced = others[0].key  # predicted worst
+    search = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=5, must_try=[unpriced]
+    )
+    first = [r.candidate.key for r in search.next_round()]
+    assert first[0] == base.key and unpriced in first and others[-1].key in first

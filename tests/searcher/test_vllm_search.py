@@ -39,6 +39,7 @@ LIMITS = SpaceLimits(
     enable_prefix_caching=(True, False),
     tensor_parallel_size=(1,),
     quantization=(),
+    cpu_dtypes=(),
 )
 #: The profile's peak (requests/s): trials replay it and the gate rate (x 1.25), both well under
 #: what the tiny model serves on one core.
