@@ -19,6 +19,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.bus import publish, publish_event
 from evertune.engines import EngineSpec, VllmEngine
+from evertune.engines.fingerprint import detect as detect_hardware
 from evertune.events import EventKind, new_event
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime import ServiceContext
@@ -108,6 +109,10 @@ async def test_a_job_becomes_one_row_and_one_trial_completed(
     assert [g.name for g in done.gates] == ["correctness", "slo", "stability"]
     assert done.metrics.ttft_p50_ms > 0 and len(done.metrics.rates) == 2 and done.goodput_rps == 10.0
     assert done.engine_config.model == "/models/fake"
+    # The result says what it ran on, and how long each phase took.
+    here = detect_hardware()
+    assert done.hardware.id == here.id and done.hardware.tier == here.tier and done.hardware.cores >= 1
+    assert done.phases.engine_start_s > 0 and done.phases.replay_s > 0 and done.phases.golden_s > 0
     phases = [e.trial_progress.phase for e in seen.of("trial.progress", trial_job.job_id)]
     assert phases[0] == events_pb2.TRIAL_PHASE_ACCEPTED and events_pb2.TRIAL_PHASE_GATES in phases
     rows = (
@@ -120,6 +125,7 @@ async def test_a_job_becomes_one_row_and_one_trial_completed(
     assert stored["status"] == "ok" and stored["passed"] and stored["deliveries"] == 1
     assert len(stored["golden_hashes"]) == 6 and all(len(chain) == 8 for chain in stored["golden_hashes"])
     assert stored["golden_set"] == "corpus-v1-n6-t8-s0"
+    assert stored["hardware_fingerprint"] == here.id and stored["hardware_tier"] == here.tier
     assert [r["rate_rps"] for r in stored["rates"]] == [8.0, 10.0] and stored["gates"][0][
         "name"
     ] == "correctness"

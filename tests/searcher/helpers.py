@@ -93,6 +93,8 @@ class TruthExecutor:
 
     truth: SearchModel
     fail: set[str] = field(default_factory=set)  #: candidate keys whose trial errors
+    #: hardware fingerprint each candidate's trials report (others: "hw-a")
+    fingerprints: dict[str, str] = field(default_factory=dict)
     batches: list[list[TrialOrder]] = field(default_factory=list)
 
     async def __call__(self, orders: Sequence[TrialOrder]) -> list[TrialResult]:
@@ -127,6 +129,7 @@ class TruthExecutor:
                     gates=(gate,),
                     hardware_class=order.hardware_class,
                     fidelity=order.request.fidelity,
+                    fingerprint=self.fingerprints.get(candidate.key, "hw-a"),
                 )
             )
         return out

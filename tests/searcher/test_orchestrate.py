@@ -4,13 +4,14 @@ second model, slower than the searcher believes), the search re-calibrates and f
 from __future__ import annotations
 
 import math
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 from evertune.searcher.model import scaled
 from evertune.searcher.orchestrate import Outcome, SearchPlan, run_search
-from evertune.searcher.strategy import Objective, score
+from evertune.searcher.noise import Verdict
+from evertune.searcher.strategy import NoiseRule, Objective, score
 from evertune.searcher.summary import Context, explain
 
 from evertune.perfmodel import SimInput
@@ -155,3 +156,37 @@ def test_scaled_efficiency_scales_every_overhead() -> None:
             assert after == pytest.approx(before / 2), f.name  # overheads shrink
         else:
             assert after == pytest.approx(before * 2), f.name  # efficiencies grow
+
+
+async def test_a_trial_on_other_hardware_is_never_compared(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    """The best candidate's trials report another fingerprint (a runner moved to other silicon):
+    they count as failed, so it cannot win on figures from another machine."""
+    truth = search_model(searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK)
+    plan = _plan(searcher_model_dir)
+    first = await run_search(plan, model=prior(truth, 1.0), execute=TruthExecutor(truth))
+    assert first.outcome is Outcome.WINNER and first.winner is not None
+    moved = TruthExecutor(truth, fingerprints={first.winner.key: "hw-b"})
+    result = await run_search(plan, model=prior(truth, 1.0), execute=moved)
+    assert result.winner is None or result.winner.key != first.winner.key
+    [other] = [t for t in result.progress.trials if t.candidate_key == first.winner.key]
+    assert not other.ok and "ran on hardware hw-b, the search's cpu trials on hw-a" in other.error
+
+
+async def test_with_the_noise_rule_the_winner_is_confirmed_by_interleaved_pairs(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    truth = search_model(searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK)
+    plan = replace(_plan(searcher_model_dir, budget=10), noise=NoiseRule(confirm_pairs=2, min_pairs=3))
+    executor = TruthExecutor(truth)
+    result = await run_search(plan, model=prior(truth, 1.0), execute=executor)
+    assert result.outcome is Outcome.WINNER and result.winner is not None
+    assert result.comparison is not None and result.comparison.verdict is Verdict.BETTER
+    assert result.comparison.pairs == 3 and result.comparison.ratio < 1 / 1.1
+    # The last two batches are the confirmation pairs: the baseline, then the winner, each time.
+    tail = [[o.request.candidate.key for o in batch] for batch in executor.batches[-2:]]
+    assert tail == [[plan.baseline.key, result.winner.key]] * 2
+    assert len(result.progress.trials) <= 10
+    text = explain(result, _context(plan), spec_of={})
+    assert "Noise rule: better: ratio" in text and "over 3 interleaved pairs" in text
