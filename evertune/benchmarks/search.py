@@ -50,6 +50,7 @@ from typing import Any
 from evertune.benchmarks import Figures
 from evertune.benchmarks.search_sim import FITTED_CPU
 from evertune.engines import EngineSpec, get_profile
+from evertune.engines.fingerprint import detect as detect_hardware
 from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import PromptTokens, load_arch, load_efficiency, prepare
 from evertune.perfmodel.calibration import default_data_dir
@@ -223,6 +224,7 @@ class LocalTrials:
         self.gate_rps = gate_rps  #: the gates' rate
         self.references: dict[str, Reference] = {}  #: golden answers by trial id
         self.wall_s: dict[str, float] = {}  #: seconds each trial took, by trial id
+        self.hardware = detect_hardware()  #: what the trials run on
 
     async def reference(self, trial_id: str) -> Reference | None:
         return self.references.get(trial_id)
@@ -244,8 +246,9 @@ class LocalTrials:
                     golden_set_id=outcome.golden.set_id,
                     chains=outcome.golden_chains,
                     spec=outcome.spec,
+                    alternatives=outcome.golden_alternatives,
                 )
-            report = completed(outcome, runner="bench", simulated=False)
+            report = completed(outcome, runner="bench", simulated=False, hardware=self.hardware)
             results.append(trial_result(report, order=order, slo=self.slo, gate_rps=self.gate_rps))
         return results
 

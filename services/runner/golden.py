@@ -12,6 +12,12 @@ tokens; vLLM returns their ids (`return_token_ids`). No token id and no text is 
 becomes a chain of keyed hashes, `h[i] = H(h[i-1] || token[i])` (BLAKE2b-64 under the runner's
 `golden_hash_key`), so `h[i]` of two answers agree exactly when their first i+1 tokens agree.
 Comparing chains gives each answer's common prefix with the reference: the agreement figure.
+
+For changes that may change the arithmetic (dtype, quantization, kernels) the engine is also asked
+for its top-k logprobs at each position (`return_tokens_as_token_ids`, so they come as ids). Each
+alternative is hashed as the step the chain would take with it, `H(h[i-1] || alt)`; where two
+answers first differ, their prefixes agree, so "the candidate's token is among the reference's
+top-k" is a comparison of hashes (`alternatives`), with no token id stored.
 """
 
 from __future__ import annotations
@@ -75,17 +81,50 @@ def golden_set(*, count: int, max_tokens: int, seed: int) -> GoldenSet:
     )
 
 
+@dataclass(frozen=True)
+class GoldenAnswers:
+    """The golden set's answers as hashes, in set order."""
+
+    chains: list[list[int]]  #: per prompt, the answer's hash chain
+    #: per prompt and position, the hashes of the top-k tokens there as chain steps from the
+    #: answer's own prefix (empty lists where the engine returned no logprobs)
+    alternatives: list[list[list[int]]]
+
+
+def _key_bytes(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()[:32]
+
+
+def _step(state: bytes, token: int, key_bytes: bytes) -> bytes:
+    return hashlib.blake2b(
+        state + int(token).to_bytes(8, "little", signed=True), digest_size=8, key=key_bytes
+    ).digest()
+
+
+def _value(state: bytes) -> int:
+    return int.from_bytes(state, "little") & _MASK64
+
+
 def hash_chain(token_ids: Sequence[int], *, key: str) -> list[int]:
     """The keyed prefix-hash chain of one answer: one unsigned 64-bit value per token."""
-    key_bytes = hashlib.sha256(key.encode()).digest()[:32]
+    return hash_answer(token_ids, (), key=key)[0]
+
+
+def hash_answer(
+    token_ids: Sequence[int], top: Sequence[Sequence[int]], *, key: str
+) -> tuple[list[int], list[list[int]]]:
+    """(hash chain, alternatives) of one answer; `top[i]` are the top-k token ids at position i
+    (shorter or empty `top`: no alternatives for the missing positions)."""
+    key_bytes = _key_bytes(key)
     chain: list[int] = []
+    alternatives: list[list[int]] = []
     state = b""
-    for token in token_ids:
-        state = hashlib.blake2b(
-            state + int(token).to_bytes(8, "little", signed=True), digest_size=8, key=key_bytes
-        ).digest()
-        chain.append(int.from_bytes(state, "little") & _MASK64)
-    return chain
+    for index, token in enumerate(token_ids):
+        options = top[index] if index < len(top) else ()
+        alternatives.append([_value(_step(state, alt, key_bytes)) for alt in options])
+        state = _step(state, token, key_bytes)
+        chain.append(_value(state))
+    return chain, alternatives
 
 
 def common_prefix(reference: Sequence[int], candidate: Sequence[int]) -> int:
@@ -98,8 +137,12 @@ def common_prefix(reference: Sequence[int], candidate: Sequence[int]) -> int:
     return n
 
 
-def _body(prompt: GoldenPrompt, *, model: str, max_tokens: int) -> dict[str, object]:
+def _body(prompt: GoldenPrompt, *, model: str, max_tokens: int, top_logprobs: int) -> dict[str, object]:
+    extra: dict[str, object] = {}
+    if top_logprobs:
+        extra = {"logprobs": True, "top_logprobs": top_logprobs, "return_tokens_as_token_ids": True}
     return {
+        **extra,
         "model": model,
         "messages": [{"role": m.role, "content": m.content} for m in prompt.messages],
         "max_tokens": max_tokens,
@@ -118,8 +161,9 @@ async def _one(
     model: str,
     max_tokens: int,
     timeout_s: float,
-) -> list[int]:
-    body = _body(prompt, model=model, max_tokens=max_tokens)
+    top_logprobs: int,
+) -> tuple[list[int], list[list[int]]]:
+    body = _body(prompt, model=model, max_tokens=max_tokens, top_logprobs=top_logprobs)
     try:
         async with (
             asyncio.timeout(timeout_s),
@@ -145,7 +189,26 @@ async def _one(
             f"golden prompt {prompt.prompt_id}: the engine returned no token ids "
             "(needs vLLM's return_token_ids)"
         )
-    return ids
+    return ids, _top_ids(answer)
+
+
+def _top_ids(answer: object) -> list[list[int]]:
+    """The top-k token ids at each position of a chat answer (`token_id:<n>` tokens); [] when the
+    engine sent no logprobs or sent them as text."""
+    try:
+        content = answer["choices"][0]["logprobs"]["content"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError):
+        return []
+    top: list[list[int]] = []
+    for position in content or []:
+        ids = []
+        for entry in position.get("top_logprobs") or []:
+            token = str(entry.get("token", ""))
+            if not token.startswith("token_id:"):
+                return []
+            ids.append(int(token.removeprefix("token_id:")))
+        top.append(ids)
+    return top
 
 
 async def collect_golden(
@@ -156,19 +219,28 @@ async def collect_golden(
     key: str,
     concurrency: int = 1,
     timeout_s: float = 120.0,
-) -> list[list[int]]:
-    """Greedy answers of every golden prompt from the engine at `url`, as hash chains (set order).
+    top_logprobs: int = 0,
+) -> GoldenAnswers:
+    """Greedy answers of every golden prompt from the engine at `url`, as hashes (set order), with
+    the top `top_logprobs` alternatives at each position (0: none asked).
 
     Raises `GoldenFailed` (one line) when any prompt fails.
     """
     slots = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession() as session:
 
-        async def run(prompt: GoldenPrompt) -> list[int]:
+        async def run(prompt: GoldenPrompt) -> tuple[list[int], list[list[int]]]:
             async with slots:
-                ids = await _one(
-                    session, url, prompt, model=model, max_tokens=golden.max_tokens, timeout_s=timeout_s
+                ids, top = await _one(
+                    session,
+                    url,
+                    prompt,
+                    model=model,
+                    max_tokens=golden.max_tokens,
+                    timeout_s=timeout_s,
+                    top_logprobs=top_logprobs,
                 )
-            return hash_chain(ids, key=key)
+            return hash_answer(ids, top, key=key)
 
-        return list(await asyncio.gather(*(run(p) for p in golden.prompts)))
+        answers = await asyncio.gather(*(run(p) for p in golden.prompts))
+    return GoldenAnswers(chains=[c for c, _ in answers], alternatives=[a for _, a in answers])

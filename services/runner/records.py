@@ -51,14 +51,14 @@ class TrialRecords:
     async def reference(self, trial_id: str) -> Reference | None:
         """The golden answers of trial `trial_id` (its latest successful row that has some)."""
         rows = await self.store.query(
-            f"SELECT golden_set, golden_hashes, completed_pb FROM {self._table} "
+            f"SELECT golden_set, golden_hashes, golden_alternatives, completed_pb FROM {self._table} "
             "WHERE trial_id = {trial:String} AND status = 'ok' AND length(golden_hashes) > 0 "
             "ORDER BY finished_at DESC LIMIT 1",
             {"trial": trial_id},
         )
         if not rows:
             return None
-        golden_set, hashes, payload = rows[0]
+        golden_set, hashes, alternatives, payload = rows[0]
         try:
             spec = EngineSpec.from_proto(_decode(payload).engine_config)
         except (DecodeError, EvertuneError):
@@ -68,6 +68,7 @@ class TrialRecords:
             golden_set_id=str(golden_set),
             chains=[[int(h) for h in chain] for chain in hashes],
             spec=spec,
+            alternatives=[[[int(h) for h in top] for top in answer] for answer in alternatives],
         )
 
     async def stored_trace(self, ref: StoredTraceRef) -> StoredTrace | None:

@@ -52,6 +52,10 @@ class RunnerSettings(BaseSettings):
     golden_prompts: int = Field(default=16, ge=1, le=1000)
     #: Output tokens asked of each golden prompt (greedy, `ignore_eos`, so every answer has them).
     golden_max_tokens: int = Field(default=32, ge=1, le=4096)
+    #: Top-k logprobs asked at each golden position: lossy changes (dtype, quantization) pass the
+    #: correctness gate when, where greedy answers first differ, each side's token is in the
+    #: other's top k (vLLM's `check_logprobs_close`). 0: token agreement only.
+    golden_top_logprobs: int = Field(default=5, ge=0, le=20)
     #: Seed of the golden set; runners that compare trials must share it (it names the set).
     golden_seed: int = 0
     #: Golden prompts in flight at once (1: one after another, so batching is the same every time).

@@ -38,7 +38,7 @@ from evertune.runner.gates import (
     slo_gate,
     stability_gate,
 )
-from evertune.runner.gates.correctness import baseline_gate
+from evertune.runner.gates.correctness import Closeness, baseline_gate, logprob_closeness
 from evertune.runner.golden import GoldenSet, collect_golden, golden_set
 from evertune.runner.job import TrialPlan, engine_spec, plan_trial
 from evertune.runner.measure import RateFigures, at_rate, rate_figures, skip_higher
@@ -144,6 +144,8 @@ class Reference:
     golden_set_id: str  #: the set its answers belong to
     chains: list[list[int]]  #: one hash chain per golden prompt
     spec: EngineSpec  #: the config that produced them
+    #: the top-k alternatives' hashes per prompt and position (empty: stored without logprobs)
+    alternatives: list[list[list[int]]] = field(default_factory=list)
 
 
 #: Finds a reference trial's golden answers ("trial:<id>" -> Reference, None when not stored).
@@ -174,8 +176,11 @@ class TrialOutcome:
     gates: list[GateOutcome] = field(default_factory=list)  #: gate outcomes, in the job's order
     golden: GoldenSet | None = None  #: the golden set answered (None: not collected)
     golden_chains: list[list[int]] = field(default_factory=list)  #: its answers as hash chains
+    #: hashes of the top-k alternatives at each position of each answer (golden.GoldenAnswers)
+    golden_alternatives: list[list[list[int]]] = field(default_factory=list)
     reference_trial: str = ""  #: trial the correctness gate compared with
     agreement: Agreement | None = None  #: the comparison's figures
+    closeness: Closeness | None = None  #: the top-k logprob comparison (lossy changes)
 
     @property
     def passed(self) -> bool:
@@ -423,14 +428,16 @@ class TrialRunner:
         if plan.needs_golden and not s.simulated:
             models = await list_models(url)
             outcome.golden = self.golden
-            outcome.golden_chains = await collect_golden(
+            answers = await collect_golden(
                 url,
                 self.golden,
                 model=models[0] if models else "",
                 key=s.golden_hash_key,
                 concurrency=s.golden_concurrency,
                 timeout_s=s.request_timeout_s * 2,
+                top_logprobs=s.golden_top_logprobs,
             )
+            outcome.golden_chains, outcome.golden_alternatives = answers.chains, answers.alternatives
         outcome.golden_s, phase = time.monotonic() - phase, time.monotonic()
         for index, rate in enumerate(plan.rates_rps):
             await progress(events_pb2.TRIAL_PHASE_REPLAYING, rate, index, total)
@@ -502,7 +509,16 @@ class TrialRunner:
         outcome.reference_trial = reference.trial_id
         outcome.agreement = agreement(reference.chains, outcome.golden_chains)
         change = classify_change(reference.spec, outcome.spec)
-        return correctness_gate(change=change, result=outcome.agreement, threshold=gate.threshold)
+        if not change.exact and reference.alternatives and outcome.golden_alternatives:
+            outcome.closeness = logprob_closeness(
+                reference=reference.chains,
+                reference_alternatives=reference.alternatives,
+                candidate=outcome.golden_chains,
+                candidate_alternatives=outcome.golden_alternatives,
+            )
+        return correctness_gate(
+            change=change, result=outcome.agreement, threshold=gate.threshold, closeness=outcome.closeness
+        )
 
     async def _alive(self, engine: TrialEngine, during: str) -> None:
         healthy = await engine.health()

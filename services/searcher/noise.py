@@ -101,7 +101,7 @@ def median_interval(values: Sequence[float], *, confidence: float) -> tuple[floa
 
 def _coverage(n: int, k: int) -> float:
     """P(d_(k) <= median <= d_(n+1-k)) = 1 - 2 P(Bin(n, 1/2) < k)."""
-    tail = sum(math.comb(n, i) for i in range(k)) / 2**n
+    tail: float = sum(math.comb(n, i) for i in range(k)) / 2**n
     return 1.0 - 2.0 * tail
 
 

@@ -13,6 +13,8 @@ from evertune.runner.gates import (
     slo_gate,
     stability_gate,
 )
+from evertune.runner.gates.correctness import logprob_closeness
+from evertune.runner.golden import hash_answer
 from evertune.runner.measure import goodput_rps, rate_figures, skip_higher
 
 from evertune.engines import EngineSpec, SpeculativeSpec
@@ -85,6 +87,54 @@ def test_the_correctness_gate_wants_all_for_exact_and_the_threshold_for_lossy() 
     assert correctness_gate(change=lossy_change, result=result, threshold=0.0).passed  # default 0.95
     strict = correctness_gate(change=lossy_change, result=result, threshold=0.99)
     assert not strict.passed and "lossy change (dtype)" in strict.detail
+
+
+def _answers(
+    tokens: list[list[int]], tops: list[list[list[int]]]
+) -> tuple[list[list[int]], list[list[list[int]]]]:
+    chains, alternatives = [], []
+    for ids, top in zip(tokens, tops, strict=True):
+        chain, alts = hash_answer(ids, top, key="k")
+        chains.append(chain)
+        alternatives.append(alts)
+    return chains, alternatives
+
+
+def test_logprob_closeness_checks_each_side_in_the_others_top_k_at_the_first_difference() -> None:
+    """Four answers: equal; a near-tie broken the other way (each token in the other's top-2:
+    close); the candidate's token not in the reference's top-2 (far); the reference's token not in
+    the candidate's top-2 (far). After the first difference nothing is compared."""
+    ref_tokens = [[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2, 3]]
+    ref_tops = [
+        [[1, 9], [2, 9], [3, 9]],
+        [[1, 9], [2, 7], [3, 9]],
+        [[1, 9], [2, 8], [3, 9]],
+        [[1, 9], [2, 7], [3, 9]],
+    ]
+    cand_tokens = [[1, 2, 3], [1, 7, 5], [1, 6, 3], [1, 7, 3]]
+    cand_tops = [
+        [[1, 9], [2, 9], [3, 9]],
+        [[1, 9], [7, 2], [0, 0]],
+        [[1, 9], [6, 2], [3, 9]],
+        [[1, 9], [7, 6], [3, 9]],
+    ]
+    ref, ref_alt = _answers(ref_tokens, ref_tops)
+    cand, cand_alt = _answers(cand_tokens, cand_tops)
+    result = logprob_closeness(
+        reference=ref, reference_alternatives=ref_alt, candidate=cand, candidate_alternatives=cand_alt
+    )
+    assert (result.prompts, result.exact_prompts, result.close_prompts) == (4, 1, 2)
+    assert result.divergences == (None, (1, True), (1, False), (1, False)) and result.share == 0.5
+    lossy = classify_change(EngineSpec(model="m"), EngineSpec(model="m", dtype="float32"))
+    gate = correctness_gate(change=lossy, result=agreement(ref, cand), threshold=0.5, closeness=result)
+    assert gate.passed and gate.value == 0.5 and "2/4 answers close by top-k logprobs" in gate.detail
+    assert "not close: g2@1, g3@1" in gate.detail
+    strict = correctness_gate(change=lossy, result=agreement(ref, cand), threshold=0.0, closeness=result)
+    assert not strict.passed and strict.threshold == 0.95
+    with pytest.raises(ValueError, match="differ in size"):
+        logprob_closeness(
+            reference=ref, reference_alternatives=ref_alt, candidate=cand[:1], candidate_alternatives=cand_alt
+        )
 
 
 def test_p99_spread_is_relative_with_an_absolute_floor() -> None:

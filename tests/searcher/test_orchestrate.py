@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from evertune.searcher.model import scaled
-from evertune.searcher.orchestrate import Outcome, SearchPlan, run_search
 from evertune.searcher.noise import Verdict
+from evertune.searcher.orchestrate import Outcome, SearchPlan, run_search
 from evertune.searcher.strategy import NoiseRule, Objective, score
 from evertune.searcher.summary import Context, explain
 

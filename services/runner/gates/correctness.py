@@ -10,6 +10,15 @@ GateSpec.threshold; 0 = `DEFAULT_AGREEMENT`), and the figure is reported either 
 Agreement: the share of the reference's answer tokens the candidate reproduces before its first
 differing token, over the whole set (after greedy answers differ once, they continue from
 different text, so later positions say nothing). It is at most the share of positions that agree.
+
+Lossy changes, when both sides carry top-k logprobs, are judged by logprob closeness instead, the
+technique of vLLM's own model tests (`check_logprobs_close`): an answer is close when it equals the
+reference, or when, at the first position where the two differ, each side's token is among the
+other's top-k there; comparison of that answer stops at that position. A lower precision that
+only breaks near-ties passes; a model that answers differently (perturbed weights) does not. The
+gate needs `threshold` (0 = `DEFAULT_AGREEMENT`) of the answers close. The reference is the live
+configuration's own answers whatever its precision: a bf16 endpoint trying fp32 is compared with
+its bf16 answers, since the question is whether callers would notice the change.
 """
 
 from __future__ import annotations
@@ -101,8 +110,65 @@ def agreement(reference: Sequence[Sequence[int]], candidate: Sequence[Sequence[i
     )
 
 
-def correctness_gate(*, change: ChangeClass, result: Agreement, threshold: float) -> GateOutcome:
-    """Exact changes need every answer equal; lossy ones `threshold` (0 = default) of the tokens."""
+@dataclass(frozen=True)
+class Closeness:
+    """Top-k logprob closeness of the candidate's golden answers to the reference's."""
+
+    prompts: int  #: answers compared
+    exact_prompts: int  #: answers equal to the reference's
+    close_prompts: int  #: answers equal, or whose first differing tokens are in each other's top-k
+    #: per answer: None (equal), else (first differing position, whether it was close there)
+    divergences: tuple[tuple[int, bool] | None, ...]
+
+    @property
+    def share(self) -> float:
+        """close / compared answers (1.0 for an empty set)."""
+        return self.close_prompts / self.prompts if self.prompts else 1.0
+
+
+def logprob_closeness(
+    *,
+    reference: Sequence[Sequence[int]],
+    reference_alternatives: Sequence[Sequence[Sequence[int]]],
+    candidate: Sequence[Sequence[int]],
+    candidate_alternatives: Sequence[Sequence[Sequence[int]]],
+) -> Closeness:
+    """Compare answers prompt by prompt (see the module doc); hashes as in `golden.hash_answer`."""
+    if not len(reference) == len(candidate) == len(reference_alternatives) == len(candidate_alternatives):
+        raise ValueError(
+            f"golden sets differ in size: {len(reference)} reference vs {len(candidate)} candidate answers"
+        )
+    exact = close = 0
+    divergences: list[tuple[int, bool] | None] = []
+    for ref, ref_alt, cand, cand_alt in zip(
+        reference, reference_alternatives, candidate, candidate_alternatives, strict=True
+    ):
+        n = common_prefix(ref, cand)
+        if n == len(ref) == len(cand):
+            exact += 1
+            close += 1
+            divergences.append(None)
+            continue
+        within = (
+            n < len(ref)
+            and n < len(cand)
+            and n < len(ref_alt)
+            and n < len(cand_alt)
+            and cand[n] in ref_alt[n]
+            and ref[n] in cand_alt[n]
+        )
+        close += within
+        divergences.append((n, within))
+    return Closeness(
+        prompts=len(reference), exact_prompts=exact, close_prompts=close, divergences=tuple(divergences)
+    )
+
+
+def correctness_gate(
+    *, change: ChangeClass, result: Agreement, threshold: float, closeness: Closeness | None = None
+) -> GateOutcome:
+    """Exact changes need every answer equal; lossy ones `threshold` (0 = default) of the answers
+    close by top-k logprobs when `closeness` is given, else of the tokens agreeing."""
     summary = (
         f"{result.matched_tokens}/{result.reference_tokens} tokens agree, "
         f"{result.exact_prompts}/{result.prompts} answers identical"
@@ -113,6 +179,15 @@ def correctness_gate(*, change: ChangeClass, result: Agreement, threshold: float
         detail = f"{what}: {summary}" + ("" if passed else f"; first difference at token {_first(result)}")
         return GateOutcome(name=NAME, passed=passed, value=result.share, threshold=1.0, detail=detail)
     needed = threshold or DEFAULT_AGREEMENT
+    if closeness is not None:
+        passed = closeness.share >= needed
+        far = [f"g{i}@{d[0]}" for i, d in enumerate(closeness.divergences) if d is not None and not d[1]]
+        detail = (
+            f"lossy change ({', '.join(change.lossy)}): {closeness.close_prompts}/{closeness.prompts} "
+            f"answers close by top-k logprobs ({closeness.exact_prompts} identical; {summary}); "
+            f"needs {needed:.3f}" + (f"; not close: {', '.join(far[:8])}" if far else "")
+        )
+        return GateOutcome(name=NAME, passed=passed, value=closeness.share, threshold=needed, detail=detail)
     passed = result.share >= needed
     detail = f"lossy change ({', '.join(change.lossy)}): {summary}; needs {needed:.3f}"
     return GateOutcome(name=NAME, passed=passed, value=result.share, threshold=needed, detail=detail)
