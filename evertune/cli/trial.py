@@ -26,7 +26,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.bus import connect, publish
 from evertune.cli.common import nats_url_for, shared_settings, stop_on_signals
-from evertune.engines import EngineSpec
+from evertune.engines import EngineSpec, InvalidEngineConfig, get_profile, refuse_reasons
 from evertune.errors import InvalidArgument, Unavailable
 from evertune.events import EventKind, endpoint_token, event_filter_subject
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
@@ -70,7 +70,10 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return rates
 
 
-def _config(text: str) -> endpoint_pb2.EngineConfig:
+def _config(text: str, *, hardware: str) -> endpoint_pb2.EngineConfig:
+    """The job's engine config; a config `hardware` cannot run is refused here, before any job or
+    engine (against a known class's profile, "cpu" being this machine; a class an operator named
+    is left to its runners)."""
     try:
         fields = json.loads(text)
     except ValueError as err:
@@ -79,6 +82,14 @@ def _config(text: str) -> endpoint_pb2.EngineConfig:
         raise InvalidArgument("--config must be a JSON object of engine knobs")
     model = fields.get("model") or "-"  # the runner fills in its local model
     spec = EngineSpec.parse({**fields, "model": model})
+    as_vllm = spec.model_copy(update={"kind": "vllm"})  # a sim engine models a vLLM one
+    try:
+        profile = get_profile(hardware)
+    except InvalidEngineConfig:  # a class an operator named: its runners judge the config
+        profile = None
+    reasons = refuse_reasons(as_vllm, profile, path_exists=lambda _path: True) if profile else []
+    if reasons:
+        raise InvalidArgument(f"--config cannot run on {hardware}: {'; '.join(reasons)}")
     config = spec.to_proto()
     if model == "-":
         config.model = ""
@@ -109,7 +120,7 @@ def build_job(request: TrialRequest, *, now: datetime) -> jobs_pb2.TrialJob:
         trial_id=f"trial-{trial}",
         endpoint=request.endpoint,
         hardware_class=request.hardware,
-        engine_config=_config(request.config),
+        engine_config=_config(request.config, hardware=request.hardware),
         trace_uri=trace_uri,
         trace_sha256=sha,
         rates_rps=list(request.rates_rps),

@@ -67,7 +67,9 @@ async def test_precision_passes_top_k_closeness_and_perturbed_weights_fail(tmp_p
         references=lookup,
     )
 
-    async def trial(engine: endpoint_pb2.EngineConfig, *, baseline: bool, reference: str = "") -> TrialOutcome:
+    async def trial(
+        engine: endpoint_pb2.EngineConfig, *, baseline: bool, reference: str = ""
+    ) -> TrialOutcome:
         outcome = await runner.run(
             job(hardware="cpu", config=engine, gates=("correctness",), baseline=baseline, rates=(1.0,),
                 target=1.0, duration_s=8.0, trace_uri=VOICE, reference=reference),

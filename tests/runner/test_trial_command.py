@@ -68,6 +68,13 @@ def test_bad_input_is_one_line() -> None:
         build_job(_request(gates=("correctness",)), now=now)
     with pytest.raises(InvalidArgument, match="not found"):
         build_job(_request(workload="/no/such.jsonl"), now=now)
+    # A knob the hardware cannot run is refused before any job is sent, naming knob and hardware.
+    with pytest.raises(InvalidArgument, match=r"--config cannot run on cpu: quantization 'fp8' cannot run"):
+        build_job(_request(config='{"quantization": "fp8"}', hardware="cpu"), now=now)
+    with pytest.raises(InvalidArgument, match="tensor_parallel_size 16 exceeds the 8 devices of h200"):
+        build_job(_request(config='{"tensor_parallel_size": 16}', hardware="h200"), now=now)
+    # A class an operator named (not a known profile) is left to its runners.
+    assert build_job(_request(config='{"quantization": "fp8"}', hardware="pool-a"), now=now).hardware_class
     with pytest.raises(InvalidArgument, match="positive"):
         parse_rates("2,-1")
     assert parse_rates("1, 2.5") == (1.0, 2.5)
