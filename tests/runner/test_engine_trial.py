@@ -12,12 +12,11 @@ import math
 from pathlib import Path
 
 import pytest
-from evertune.runner.trial import Reference, TrialRunner, default_engine_factory
 
 from evertune.model import make_model
 from evertune.v1 import endpoint_pb2, events_pb2
 
-from .helpers import job, settings
+from .helpers import job, real_runner, reference_of
 
 
 async def _progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
@@ -27,25 +26,7 @@ async def _progress(phase: events_pb2.TrialPhase, rate: float, done: int, total:
 @pytest.mark.engine
 async def test_a_real_baseline_and_an_exact_candidate_agree_token_for_token(tmp_path: Path) -> None:
     model = make_model(tmp_path / "model", size="tiny", seed=0)
-    config = settings(
-        hardware="cpu",
-        engine_ready_timeout_s=600.0,
-        golden_prompts=8,
-        golden_max_tokens=16,
-        request_timeout_s=60.0,
-    )
-    references: dict[str, Reference] = {}
-
-    async def lookup(trial_id: str) -> Reference | None:
-        return references.get(trial_id)
-
-    runner = TrialRunner(
-        config,
-        engine_factory=default_engine_factory(config),
-        model_dir=model,
-        log_dir=tmp_path / "logs",
-        references=lookup,
-    )
+    runner, references = real_runner(model, tmp_path / "logs")
     base_config = endpoint_pb2.EngineConfig(enforce_eager=True, kv_cache_space_gib=2.0)
     voice = "voice:agents=2&system_prompt_words=300"
     baseline = await runner.run(
@@ -59,12 +40,7 @@ async def test_a_real_baseline_and_an_exact_candidate_agree_token_for_token(tmp_
     at_target = baseline.rates[0].pooled
     assert at_target.requests > 0 and at_target.errors == 0 and 0 < at_target.ttft_ms.p50 < 1000
     assert baseline.startup_s > 0
-    references[baseline.job.trial_id] = Reference(
-        trial_id=baseline.job.trial_id,
-        golden_set_id=baseline.golden.set_id,
-        chains=baseline.golden_chains,
-        spec=baseline.spec,
-    )
+    references[baseline.job.trial_id] = reference_of(baseline)
     candidate_config = endpoint_pb2.EngineConfig(enforce_eager=True, kv_cache_space_gib=2.0, max_num_seqs=16)
     candidate = await runner.run(
         job(hardware="cpu", config=candidate_config, gates=("correctness",), rates=(1.0,), target=1.0,
