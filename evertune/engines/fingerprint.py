@@ -147,18 +147,23 @@ def gpu_fingerprint(host: Fingerprint, devices: Sequence[Device]) -> Fingerprint
 
 def detect() -> Fingerprint:
     """This machine: the CPU always; CUDA/ROCm devices when torch sees any."""
+    host = detect_cpu()
+    devices = _gpu_devices()
+    return gpu_fingerprint(host, devices) if devices else host
+
+
+def detect_cpu() -> Fingerprint:
+    """This machine's CPU alone (no torch import): what the CPU backend runs on."""
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
         cpuinfo = ""
-    host = cpu_fingerprint(
+    return cpu_fingerprint(
         cpuinfo=cpuinfo,
         cores=len(os.sched_getaffinity(0)),
         memory_gib=_memory_gib(),
         machine=platform.machine(),
     )
-    devices = _gpu_devices()
-    return gpu_fingerprint(host, devices) if devices else host
 
 
 def _memory_gib() -> float:

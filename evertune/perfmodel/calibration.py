@@ -11,6 +11,11 @@ File: `<data_dir>/calibration/<hardware>.json`, one per hardware class, written 
 
 `peak_flops` and `memory_bandwidth` are the profile's figures the factors were fitted against: the
 factors only mean something relative to them.
+
+A calibration of the `cpu` class also records the machine's hardware fingerprint (`fingerprint`,
+`evertune.engines.fingerprint`): the same class name covers CPUs whose kernels differ (AMX, AVX512,
+AVX2), so `load_efficiency` ignores a `cpu` calibration fitted on another fingerprint (a data dir
+carried to another machine) and the model falls back to its defaults until this one is calibrated.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from evertune.engines.fingerprint import detect_cpu
 from evertune.errors import InvalidArgument
 from evertune.perfmodel.steptime import Efficiency
 from evertune.settings import DEFAULT_DATA_DIR
@@ -41,6 +47,8 @@ def save_calibration(data_dir: Path, hardware: str, record: dict[str, Any]) -> P
     """Write `record` (which must hold `efficiency`) as the calibration of `hardware`; returns the path."""
     path = calibration_path(data_dir, hardware)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if hardware == "cpu":
+        record = {"fingerprint": detect_cpu().id, **record}
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({"hardware": hardware, **record}, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
@@ -73,7 +81,10 @@ def load_efficiency(data_dir: Path, hardware: str) -> Efficiency | None:
     path = calibration_path(data_dir, hardware)
     if not path.is_file():
         return None
-    return efficiency_of(load_calibration(path))
+    record = load_calibration(path)
+    if hardware == "cpu" and record.get("fingerprint", detect_cpu().id) != detect_cpu().id:
+        return None  # fitted on another CPU: not this machine's factors
+    return efficiency_of(record)
 
 
 def efficiency_dict(efficiency: Efficiency) -> dict[str, float]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
 from evertune.cli import main
 from evertune.engines import EngineSpec
+from evertune.engines.fingerprint import detect_cpu
 from evertune.engines.hardware import HardwareProfile
 from evertune.errors import InvalidArgument
 from evertune.perfmodel.arch import ModelArch
@@ -22,7 +23,7 @@ from evertune.perfmodel.calibrate import (
     predict,
     predict_run,
 )
-from evertune.perfmodel.calibration import calibration_path, load_efficiency
+from evertune.perfmodel.calibration import calibration_path, load_efficiency, save_calibration
 from evertune.perfmodel.steptime import Efficiency
 from evertune.perfmodel.workload import synthetic
 
@@ -189,3 +190,16 @@ def test_fit_runs_recovers_the_per_token_overhead_from_prefix_hit_runs(
     assert fitted.efficiency.request_overhead_s == pytest.approx(0.004, rel=0.02)
     assert fitted.efficiency.request_overhead_per_token_s == pytest.approx(3e-6, rel=0.02)
     assert fitted.max_abs_err < 0.01
+
+
+def test_a_cpu_calibration_from_another_machine_is_not_used(tmp_path: Path) -> None:
+    """A data dir carried to another CPU keeps its `cpu.json`: its factors belong to the machine
+    whose fingerprint it records, so this one falls back to the model's defaults."""
+    path = save_calibration(tmp_path, "cpu", {"efficiency": asdict(Efficiency())})
+    record = json.loads(path.read_text())
+    assert record["fingerprint"] == detect_cpu().id and load_efficiency(tmp_path, "cpu") is not None
+    path.write_text(json.dumps({**record, "fingerprint": "0123456789ab"}))
+    assert load_efficiency(tmp_path, "cpu") is None
+    # An older record without a fingerprint is taken as this machine's.
+    path.write_text(json.dumps({k: v for k, v in record.items() if k != "fingerprint"}))
+    assert load_efficiency(tmp_path, "cpu") is not None
