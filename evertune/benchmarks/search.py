@@ -303,7 +303,7 @@ async def run(quick: bool) -> Figures:
             horizon_s=60.0,
             goodput=False,
         )
-        starts = {"defaults": defaults, "mistuned": _mistuned(grid, space, defaults=defaults)}
+        starts = {"defaults": defaults, "mistuned": mistuned_start(grid, space, defaults=defaults)}
         searches: dict[str, Figures] = {}
         for name, start in starts.items():
             search_started = time.monotonic()
@@ -345,7 +345,7 @@ async def run(quick: bool) -> Figures:
     }
 
 
-def _mistuned(grid: dict[str, GridPoint], space: Sequence[Candidate], *, defaults: EngineSpec) -> EngineSpec:
+def mistuned_start(grid: dict[str, GridPoint], space: Sequence[Candidate], *, defaults: EngineSpec) -> EngineSpec:
     """The defaults with the dtype that measured slowest in the grid (the defaults themselves when
     their own dtype is the slow one, as on AVX2-only CPUs)."""
     twins = [c.spec for c in space if c.spec.model_copy(update={"dtype": defaults.dtype}) == defaults]
