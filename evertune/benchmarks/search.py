@@ -345,7 +345,9 @@ async def run(quick: bool) -> Figures:
     }
 
 
-def mistuned_start(grid: dict[str, GridPoint], space: Sequence[Candidate], *, defaults: EngineSpec) -> EngineSpec:
+def mistuned_start(
+    grid: dict[str, GridPoint], space: Sequence[Candidate], *, defaults: EngineSpec
+) -> EngineSpec:
     """The defaults with the dtype that measured slowest in the grid (the defaults themselves when
     their own dtype is the slow one, as on AVX2-only CPUs)."""
     twins = [c.spec for c in space if c.spec.model_copy(update={"dtype": defaults.dtype}) == defaults]
