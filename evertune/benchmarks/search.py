@@ -23,8 +23,9 @@ process (`LocalTrials`), converted on the way exactly as over NATS (`trial_job`,
 
 Reference workload (engine-bound on 2 cores): the `small` local model (8 layers, 512 wide), eager
 mode, a 2 GiB KV cache; voice traffic with a shared system prompt as a profile's trace (JSONL), the
-profile's peak 3.2 requests/s, gate rate x1.25 = 4 requests/s; SLO: 90% of requests with TTFT <=
-250 ms. The engine is bound to every core but the last, which the client keeps (the runner's rule).
+profile's peak 2 requests/s, gate rate x1.25 = 2.5 requests/s; SLO: 90% of requests with TTFT <=
+250 ms (with a peak of 3.2, gate 4, even the fastest cell missed it here: attainment 0.82-0.84).
+The engine is bound to every core but the last, which the client keeps (the runner's rule).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def setup_of(quick: bool) -> Setup:
     return Setup(
         limits=QUICK_GRID if quick else GRID,
         model_size="small",
-        peak_rps=3.2,
+        peak_rps=2.0,
         ladder=(1.0, 1.25) if quick else (1.0, 1.25, 1.5),
         headroom=1.25,
         duration_s=15.0 if quick else 20.0,

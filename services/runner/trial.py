@@ -509,7 +509,7 @@ class TrialRunner:
         outcome.reference_trial = reference.trial_id
         outcome.agreement = agreement(reference.chains, outcome.golden_chains)
         change = classify_change(reference.spec, outcome.spec)
-        if not change.exact and reference.alternatives and outcome.golden_alternatives:
+        if not change.exact and _has_alternatives(reference.alternatives, outcome.golden_alternatives):
             outcome.closeness = logprob_closeness(
                 reference=reference.chains,
                 reference_alternatives=reference.alternatives,
@@ -524,6 +524,11 @@ class TrialRunner:
         healthy = await engine.health()
         if not (all(healthy) if isinstance(healthy, list) else healthy):
             raise EngineCrashed(f"the engine stopped answering /health during {during}")
+
+
+def _has_alternatives(*answer_sets: list[list[list[int]]]) -> bool:
+    """Whether every set carries top-k alternatives somewhere (an engine without logprobs sends none)."""
+    return all(any(top for answer in answers for top in answer) for answers in answer_sets)
 
 
 class CorrectnessReferenceMissing(EvertuneError):

@@ -41,6 +41,7 @@ from typing import Any
 
 from evertune.searcher.jobs import JobTemplate, replay_slo
 from evertune.searcher.model import SearchModel, ThreadedModel
+from evertune.searcher.noise import Comparison
 from evertune.searcher.orchestrate import (
     Outcome,
     SearchPlan,
@@ -821,10 +822,15 @@ def _evidence(result: SearchResult, setup: _Setup, spec_of: dict[str, EngineSpec
         "trials": [_figures(t) for t in p.trials],
         "target_rps": setup.context.target_rps,
         "gate_rps": setup.gate_rps,
+        "noise_rule": _comparison(result.comparison),
     }
 
 
-__all__ = ["Prepared", "Profile", "Searches", "TrialOrder"]
+def _comparison(found: Comparison | None) -> dict[str, Any] | None:
+    """The noise rule's judgement as JSON (None: the search had no confirmation)."""
+    if found is None:
+        return None
+    return {**dataclasses.asdict(found), "verdict": found.verdict.value, "line": found.describe()}
 
 
 def noise_rule(settings: SearcherSettings, *, objective: Objective, simulated: bool) -> NoiseRule:
@@ -839,3 +845,6 @@ def noise_rule(settings: SearcherSettings, *, objective: Objective, simulated: b
         min_floor=settings.noise_min_floor,
         lower_is_better=objective is Objective.P50_TTFT,
     )
+
+
+__all__ = ["Prepared", "Profile", "Searches", "TrialOrder"]

@@ -212,6 +212,8 @@ async def test_a_lossy_change_passes_or_fails_by_the_policy_threshold(tmp_path: 
         and "lossy change (dtype)" in results[0.8].detail
     )
     assert not results[0.95].passed and results[0.95].threshold == 0.95
+    # This engine sends no logprobs: the gate falls back to token agreement.
+    assert "tokens agree" in results[0.8].detail and "top-k" not in results[0.8].detail
 
 
 async def test_a_missing_reference_fails_before_any_engine_starts(tmp_path: Path) -> None:
