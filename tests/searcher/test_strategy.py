@@ -239,3 +239,22 @@ def test_must_try_candidates_are_measured_in_the_first_round_whatever_their_pred
     )
     first = [r.candidate.key for r in search.next_round()]
     assert first[0] == base.key and unpriced in first and others[-1].key in first
+
+
+def test_a_leader_that_fails_a_gate_in_a_confirmation_repeat_does_not_win() -> None:
+    base, *others = _candidates(5)
+    fast = others[0]
+    predicted = {c.key: float(-i) for i, c in enumerate(others)}
+    search = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=8, noise=P50_RULE
+    )
+    confirmations = 0
+    while batch := search.next_round():
+        for request in batch:
+            p50 = 50.0 if request.candidate.key == fast.key else 100.0
+            failed = request.confirming and not request.baseline and confirmations == 1
+            confirmations += request.confirming and not request.baseline
+            search.report(request, -math.inf if failed else -p50)
+    comparison = search.comparison()
+    assert comparison is not None and comparison.pairs == 3
+    assert search.decision() is None  # one repeat of the leader failed: an infinite latency there
