@@ -127,7 +127,7 @@ def setup_of(quick: bool) -> Setup:
         headroom=1.25,
         duration_s=15.0 if quick else 20.0,
         warmup_s=3.0,
-        ttft_ms=250.0,
+        ttft_ms=500.0,
         share=0.9,
         repeats=3,
         budget=7 if quick else 12,

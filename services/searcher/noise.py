@@ -75,7 +75,11 @@ class Comparison:
 
 def noise_floor(baseline: Sequence[float], *, min_floor: float = DEFAULT_MIN_FLOOR) -> float:
     """The relative A/A change of one configuration's consecutive repeats (at least `min_floor`)."""
-    changes = [abs(math.log(b / a)) for a, b in itertools.pairwise(baseline) if a > 0 and b > 0]
+    changes = [
+        abs(math.log(b / a))
+        for a, b in itertools.pairwise(baseline)
+        if 0 < a < math.inf and 0 < b < math.inf  # a failed repeat (0 or infinite) says nothing of noise
+    ]
     observed = math.expm1(max(changes)) if changes else 0.0
     return max(min_floor, observed)
 
@@ -151,11 +155,11 @@ def _log_ratio(baseline: float, candidate: float, *, lower_is_better: bool) -> f
     if math.isnan(baseline) or math.isnan(candidate):
         raise ValueError("a measurement is NaN")
     numerator, denominator = (candidate, baseline) if lower_is_better else (baseline, candidate)
-    if numerator == denominator:
+    if numerator == denominator:  # equal figures, also both 0 or both infinite (both failed)
         return 0.0
-    if numerator <= 0:
+    if numerator <= 0 or denominator == math.inf:
         return -math.inf
-    if denominator <= 0:
+    if denominator <= 0 or numerator == math.inf:
         return math.inf
     return math.log(numerator / denominator)
 

@@ -25,6 +25,7 @@ def test_the_floor_is_the_largest_aa_change_and_never_below_the_minimum() -> Non
     assert noise_floor([100.0, 101.0]) == 0.10  # the default minimum
     assert noise_floor([100.0, 130.0, 110.0], min_floor=0.05) == pytest.approx(0.30)
     assert noise_floor([100.0], min_floor=0.02) == 0.02
+    assert noise_floor([math.inf, 100.0, 0.0, 120.0], min_floor=0.05) == 0.05  # failed repeats skipped
 
 
 def test_a_twice_as_fast_candidate_is_better_and_its_ratio_is_measured() -> None:
@@ -41,6 +42,16 @@ def test_goodput_is_higher_is_better_and_a_zero_is_a_failure() -> None:
     # The baseline misses the SLO every time (0), the candidate never does: better beyond doubt.
     restored = compare([0.0, 0.0, 0.0], [2.0, 2.5, 2.0], lower_is_better=False)
     assert restored.verdict is Verdict.BETTER and restored.ratio == 0.0
+
+
+def test_an_infinite_latency_is_a_failure_on_either_side() -> None:
+    """The p50 objective scores a missed SLO as an infinite latency."""
+    restored = compare([math.inf] * 3, [80.0, 85.0, 90.0], lower_is_better=True)
+    assert restored.verdict is Verdict.BETTER and restored.ratio == 0.0
+    broken = compare([80.0, 85.0, 90.0], [math.inf] * 3, lower_is_better=True)
+    assert broken.verdict is Verdict.WORSE and broken.ratio == math.inf
+    both = compare([math.inf] * 3, [math.inf] * 3, lower_is_better=True)
+    assert both.verdict is Verdict.UNRESOLVED and both.ratio == 1.0
 
 
 def test_a_gain_inside_the_aa_spread_is_unresolved() -> None:
