@@ -258,3 +258,19 @@ def test_a_leader_that_fails_a_gate_in_a_confirmation_repeat_does_not_win() -> N
     comparison = search.comparison()
     assert comparison is not None and comparison.pairs == 3
     assert search.decision() is None  # one repeat of the leader failed: an infinite latency there
+
+
+def test_a_leader_that_restores_a_missed_slo_wins_on_the_p50_objective() -> None:
+    """The mis-tuned start misses its SLO in every repeat (score -inf); the leader meets it each
+    time: better beyond doubt (ratio 0), so it wins after the confirmation pairs."""
+    base, *others = _candidates(4)
+    predicted = {c.key: float(-i) for i, c in enumerate(others)}
+    search = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=7, noise=P50_RULE
+    )
+    while batch := search.next_round():
+        for request in batch:
+            search.report(request, -math.inf if request.baseline else -80.0)
+    found = search.decision()
+    assert found is not None and found.comparison is not None and found.comparison.ratio == 0.0
+    assert found.comparison.pairs == 3 and search.started == 6
