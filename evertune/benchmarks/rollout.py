@@ -99,6 +99,7 @@ class Engines:
     rps: float  #: offered load, requests per second (open loop)
     ready_timeout_s: float  #: how long an engine may take to start
     ttft_slack_ms: float  #: the canary's absolute TTFT slack (noise of this engine on these cores)
+    itl_slack_ms: float = 2.0  #: the canary's absolute slack on per-request p99 gaps (the deployer's default)
 
 
 #: The performance model's engine: starts in a second; 20 requests/s.
@@ -267,6 +268,7 @@ async def _hosted(
             rollout_step_duration_s=mode.step_s,
             canary_min_requests=mode.min_requests,
             canary_ttft_slack_ms=engines.ttft_slack_ms,
+            canary_itl_slack_ms=engines.itl_slack_ms,
             telemetry_lag_s=1.0,
             drain_timeout_s=10.0,
             ready_timeout_s=engines.ready_timeout_s,
