@@ -314,7 +314,7 @@ def _record(
     request = order.request
     result = _same_hardware(result, state.trials)
     result_score = _score(result, plan)
-    search.report(request, result_score)
+    search.report(request, result_score, metric=_metric(result, plan))
     state.trials.append(result)
     measured[(request.candidate.key, request.fidelity)] = result
     if request.baseline:
@@ -338,6 +338,15 @@ def _same_hardware(result: TrialResult, earlier: Sequence[TrialResult]) -> Trial
         passed=False,
         error=f"ran on hardware {result.fingerprint}, the search's {result.hardware_class} trials on {first}",
     )
+
+
+def _metric(result: TrialResult, plan: SearchPlan) -> float | None:
+    """The objective's raw figure of a trial that ran (p50 TTFT ms, or goodput), SLO met or not."""
+    if not result.ok:
+        return None
+    if plan.objective is Objective.P50_TTFT:
+        return result.figures.ttft_p50_ms
+    return result.figures.goodput_rps
 
 
 def _score(result: TrialResult, plan: SearchPlan) -> float:

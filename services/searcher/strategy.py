@@ -107,6 +107,8 @@ class _Round:
     fidelity: int
     requests: list[TrialRequest]
     measured: dict[str, float] = field(default_factory=dict)  #: candidate key -> measured score
+    #: candidate key -> the objective's raw figure (p50 ms, or a rate), SLO met or not
+    metric: dict[str, float] = field(default_factory=dict)
     confirming: bool = False  #: a confirmation round (baseline and leader only)
 
 
@@ -252,10 +254,14 @@ class SuccessiveHalving:
             return (candidate, finished.fidelity) if value > base else None
         return None
 
-    def report(self, request: TrialRequest, measured: float) -> None:
-        """The measured score of one trial of the current round (-inf = failed a gate or the SLO)."""
+    def report(self, request: TrialRequest, measured: float, *, metric: float | None = None) -> None:
+        """The measured score of one trial of the current round (-inf = failed a gate or the SLO),
+        and the objective's raw figure when the trial ran (the noise rule compares those: a pair in
+        which both trials missed the SLO still says which was faster)."""
         current = self.rounds[request.round]
         current.measured[request.candidate.key] = measured
+        if metric is not None and math.isfinite(metric):
+            current.metric[request.candidate.key] = metric
         if len(current.measured) == len(current.requests):
             self._close_round(current)
 
@@ -305,15 +311,11 @@ class SuccessiveHalving:
 
     def comparison(self) -> Comparison | None:
         """The noise rule's judgement of the confirmed leader (None without confirmation rounds)."""
-        pairs = self._confirmed_pairs()
+        rule = self.noise
+        pairs = [(self._figure(r, self.baseline.key), self._figure(r, key)) for r, key in self._pair_rounds()]
         if not pairs:
             return None
-        rule = self.noise
         base, lead = [b for b, _ in pairs], [c for _, c in pairs]
-        if rule.lower_is_better:  # scores are -latency; -inf (a failed SLO or gate) = infinite latency
-            base, lead = [-b for b in base], [-c for c in lead]
-        else:  # scores are rates; a failure counts as 0
-            base, lead = [max(b, 0.0) for b in base], [max(c, 0.0) for c in lead]
         return compare(
             base,
             lead,
@@ -321,6 +323,27 @@ class SuccessiveHalving:
             confidence=rule.confidence,
             min_floor=rule.min_floor,
         )
+
+    def _figure(self, finished: _Round, key: str) -> float:
+        """A trial's figure for the noise rule: its raw metric when reported, else from its score
+        (-inf, a failed SLO or gate: an infinite latency or a zero rate)."""
+        if key in finished.metric:
+            return finished.metric[key]
+        value = finished.measured[key]
+        if self.noise.lower_is_better:  # scores are -latency
+            return -value
+        return max(value, 0.0)
+
+    def _pair_rounds(self) -> list[tuple[_Round, str]]:
+        """The rounds holding a (baseline, leader) pair, in time order, with the leader's key."""
+        if self._leader is None:
+            return []
+        key, base_key = self._leader.key, self.baseline.key
+        return [
+            (r, key)
+            for r in self.rounds
+            if r.fidelity == self._confirm_fidelity and key in r.measured and base_key in r.measured
+        ]
 
     def _confirmed_pairs(self) -> list[tuple[float, float]]:
         """(baseline score, leader score) of the deciding halving round and of every finished
@@ -371,7 +394,7 @@ class SuccessiveHalving:
         pairs = self._confirmed_pairs()
         if found is None or found.verdict is not Verdict.BETTER or found.pairs < self.noise.min_pairs:
             return None
-        if any(c == -math.inf for _, c in pairs):  # a leader that failed a gate in any repeat
+        if _median([c for _, c in pairs]) == -math.inf:  # the leader missed its SLO or a gate in most repeats
             return None
         last = max(
             (r for r in self.rounds if self._leader.key in r.measured and self.baseline.key in r.measured),

@@ -274,3 +274,28 @@ def test_a_leader_that_restores_a_missed_slo_wins_on_the_p50_objective() -> None
     found = search.decision()
     assert found is not None and found.comparison is not None and found.comparison.ratio == 0.0
     assert found.comparison.pairs == 3 and search.started == 6
+
+
+def test_a_pair_where_both_missed_the_slo_still_says_which_was_faster() -> None:
+    """`bench search` from fp32 (2026-12-01): fp32 missed the SLO in every trial (p50 ~113 ms),
+    bf16 met it but in one repeat, at ~80 ms. On scores alone that pair read "equal" (both -inf)
+    and the winner was missed; on the raw p50 every pair shows bf16 1.4x faster."""
+    base, *others = _candidates(4)
+    lead = others[0]
+    predicted = {c.key: float(-i) for i, c in enumerate(others)}
+    search = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=7, noise=P50_RULE
+    )
+    leader_trials = 0
+    while batch := search.next_round():
+        for request in batch:
+            if request.baseline:
+                search.report(request, -math.inf, metric=113.0)
+                continue
+            p50 = 80.0 if request.candidate.key == lead.key else 120.0
+            missed = request.candidate.key == lead.key and leader_trials == 1
+            leader_trials += request.candidate.key == lead.key
+            search.report(request, -math.inf if missed else -p50, metric=p50)
+    found = search.decision()
+    assert found is not None and found.candidate.key == lead.key
+    assert found.comparison is not None and found.comparison.ratio == pytest.approx(80 / 113)
