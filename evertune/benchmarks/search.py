@@ -53,12 +53,13 @@ from evertune.benchmarks.search_grid import (
     grid_rows,
     grid_summary,
     read_grid,
+    rounded,
     spearman,
     start_figures,
     write_grid,
 )
 from evertune.benchmarks.search_sim import FITTED_CPU
-from evertune.engines import EngineSpec, get_profile
+from evertune.engines import EngineSpec, HardwareProfile, get_profile
 from evertune.engines.fingerprint import Fingerprint
 from evertune.engines.fingerprint import detect as detect_hardware
 from evertune.model import ensure_model, load_tokenizer
@@ -218,7 +219,7 @@ class LocalTrials:
         """Median seconds of each trial phase over every trial run."""
         names = [f.name for f in jobs_pb2.TrialPhases.DESCRIPTOR.fields]
         return {
-            name: _round(statistics.median(getattr(p, name) for p in self.phases)) if self.phases else None
+            name: rounded(statistics.median(getattr(p, name) for p in self.phases)) if self.phases else None
             for name in names
         }
 
@@ -340,7 +341,7 @@ async def run(quick: bool) -> Figures:
         "ttft_target_ms": setup.ttft_ms,
         "grid": grid_rows(grid, share=setup.share),
         "grid_s": round(grid_s, 1),
-        "trial_s_median": _round(statistics.median(trials.wall_s.values()) if trials.wall_s else None),
+        "trial_s_median": rounded(statistics.median(trials.wall_s.values()) if trials.wall_s else None),
         "trial_phases_median_s": phases,
         "wall_s": round(time.monotonic() - started, 1),
     }
@@ -356,7 +357,13 @@ def mistuned_start(
 
 
 async def _search(
-    trials: LocalTrials, model: SearchModel, setup: Setup, *, start: EngineSpec, hardware: Any, name: str
+    trials: LocalTrials,
+    model: SearchModel,
+    setup: Setup,
+    *,
+    start: EngineSpec,
+    hardware: HardwareProfile,
+    name: str,
 ) -> SearchResult:
     """One search over the space around `start`, with the searcher's rules."""
     space = candidate_space(base=start, hardware=hardware, limits=setup.limits, max_replicas=1)
@@ -469,7 +476,3 @@ def _write_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:
     path = folder / "voice.jsonl"
     path.write_bytes(data)
     return path, hashlib.sha256(data).hexdigest(), plan
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else round(x, 3)

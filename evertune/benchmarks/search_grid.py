@@ -108,19 +108,19 @@ def start_figures(
     return {
         "outcome_winner": winner_key is not None,
         "winner_knobs": chosen.knobs or "vLLM defaults" if winner_key else "",
-        "p50_ttft_reduction": _round(1 - chosen.p50 / start.p50) if winner_key else 0.0,
+        "p50_ttft_reduction": rounded(1 - chosen.p50 / start.p50) if winner_key else 0.0,
         "p50_ttft_reduction_interval": (
-            [_round(1 - versus.ratio_high), _round(1 - versus.ratio_low)] if winner_key else [0.0, 0.0]
+            [rounded(1 - versus.ratio_high), rounded(1 - versus.ratio_low)] if winner_key else [0.0, 0.0]
         ),
-        "p50_ttft_reduction_confidence": _round(versus.confidence) if winner_key else None,
-        "p99_ttft_ratio": _round(chosen.p99 / start.p99) if winner_key else 1.0,
-        "goodput_ratio": _round(chosen.goodput / start.goodput) if winner_key and start.goodput else 1.0,
-        "gap_to_best": _round(1 - best.p50 / chosen.p50),
+        "p50_ttft_reduction_confidence": rounded(versus.confidence) if winner_key else None,
+        "p99_ttft_ratio": rounded(chosen.p99 / start.p99) if winner_key else 1.0,
+        "goodput_ratio": rounded(chosen.goodput / start.goodput) if winner_key and start.goodput else 1.0,
+        "gap_to_best": rounded(1 - best.p50 / chosen.p50),
         "winner_meets_slo": chosen.meets_slo(share),
         "start_meets_slo": start.meets_slo(share),
-        "start_p50_ms": _round(start.p50),
-        "winner_p50_ms": _round(chosen.p50),
-        "grid_best_p50_ms": _round(best.p50),
+        "start_p50_ms": rounded(start.p50),
+        "winner_p50_ms": rounded(chosen.p50),
+        "grid_best_p50_ms": rounded(best.p50),
         "grid_best_knobs": best.knobs or "vLLM defaults",
         "false_winner": winner_key is not None and versus.verdict is not Verdict.BETTER,
         "missed_winner": winner_key is None and bool(beyond),
@@ -138,9 +138,9 @@ def grid_summary(grid: Mapping[str, GridPoint], *, defaults_key: str, min_floor:
     spreads = [max(p.p50_ms) / min(p.p50_ms) - 1 for p in ok if min(p.p50_ms) > 0]
     fastest, slowest = min(ok, key=lambda p: p.p50), max(ok, key=lambda p: p.p50)
     return {
-        "noise_floor_p50": _round(noise_floor(grid[defaults_key].p50_ms, min_floor=min_floor)),
-        "aa_spread_median": _round(statistics.median(spreads)) if spreads else None,
-        "grid_spread": _round(slowest.p50 / fastest.p50),
+        "noise_floor_p50": rounded(noise_floor(grid[defaults_key].p50_ms, min_floor=min_floor)),
+        "aa_spread_median": rounded(statistics.median(spreads)) if spreads else None,
+        "grid_spread": rounded(slowest.p50 / fastest.p50),
         "grid_fastest": fastest.knobs or "vLLM defaults",
         "grid_slowest": slowest.knobs or "vLLM defaults",
     }
@@ -210,12 +210,12 @@ def grid_rows(grid: Mapping[str, GridPoint], *, share: float) -> list[dict[str, 
     return [
         {
             "knobs": p.knobs or "vLLM defaults",
-            "p50_ms": _round(p.p50),
-            "p99_ms": _round(p.p99),
-            "goodput_rps": _round(p.goodput),
+            "p50_ms": rounded(p.p50),
+            "p99_ms": rounded(p.p99),
+            "goodput_rps": rounded(p.goodput),
             "meets_slo": p.meets_slo(share),
-            "p50_ms_repeats": [_round(x) for x in p.p50_ms],
-            "attainment_repeats": [_round(x) for x in p.attainment],
+            "p50_ms_repeats": [rounded(x) for x in p.p50_ms],
+            "attainment_repeats": [rounded(x) for x in p.attainment],
             "errors": list(p.errors),
         }
         for p in sorted(grid.values(), key=lambda p: p.p50)
@@ -227,5 +227,6 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(finite) if finite else math.nan
 
 
-def _round(x: float | None) -> float | None:
+def rounded(x: float | None) -> float | None:
+    """`x` to 4 decimals for the JSON figures; None for a missing or non-finite figure."""
     return None if x is None or not math.isfinite(x) else round(x, 4)

@@ -26,7 +26,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.bus import connect, publish
 from evertune.cli.common import nats_url_for, shared_settings, stop_on_signals
-from evertune.engines import EngineSpec, InvalidEngineConfig, get_profile, refuse_reasons
+from evertune.engines import EngineSpec, InvalidEngineConfig, get_profile, knob_refusals
 from evertune.errors import InvalidArgument, Unavailable
 from evertune.events import EventKind, endpoint_token, event_filter_subject
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
@@ -82,12 +82,11 @@ def _config(text: str, *, hardware: str) -> endpoint_pb2.EngineConfig:
         raise InvalidArgument("--config must be a JSON object of engine knobs")
     model = fields.get("model") or "-"  # the runner fills in its local model
     spec = EngineSpec.parse({**fields, "model": model})
-    as_vllm = spec.model_copy(update={"kind": "vllm"})  # a sim engine models a vLLM one
     try:
         profile = get_profile(hardware)
     except InvalidEngineConfig:  # a class an operator named: its runners judge the config
         profile = None
-    reasons = refuse_reasons(as_vllm, profile, path_exists=lambda _path: True) if profile else []
+    reasons = knob_refusals(spec, profile) if profile else []
     if reasons:
         raise InvalidArgument(f"--config cannot run on {hardware}: {'; '.join(reasons)}")
     config = spec.to_proto()

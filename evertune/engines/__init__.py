@@ -23,7 +23,7 @@ from evertune.engines.hardware import NAMED_PROFILES, HardwareProfile, detect_lo
 from evertune.engines.metrics import EngineMetrics, Histogram, MetricsDelta, delta, parse_metrics
 from evertune.engines.sim import SimEngine
 from evertune.engines.vllm import EngineGroup, VllmEngine
-from evertune.engines.vllm_args import knob_args, refuse_reasons, server_command, validate
+from evertune.engines.vllm_args import knob_args, knob_refusals, refuse_reasons, server_command, validate
 
 __all__ = [
     "NAMED_PROFILES",
@@ -45,6 +45,7 @@ __all__ = [
     "detect_local",
     "get_profile",
     "knob_args",
+    "knob_refusals",
     "make_engine",
     "parse_metrics",
     "refuse_reasons",

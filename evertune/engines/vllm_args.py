@@ -205,6 +205,13 @@ def refuse_reasons(
     return reasons
 
 
+def knob_refusals(spec: EngineSpec, hardware: HardwareProfile) -> list[str]:
+    """Why the knobs of `spec` cannot run on `hardware`, judged as a vLLM engine's (a `sim` spec
+    models one) and without looking at the filesystem (paths are the runner's to check)."""
+    as_vllm = spec.model_copy(update={"kind": "vllm"})
+    return refuse_reasons(as_vllm, hardware, path_exists=lambda _path: True)
+
+
 def validate(
     spec: EngineSpec,
     hardware: HardwareProfile,

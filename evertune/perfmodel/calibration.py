@@ -82,7 +82,7 @@ def load_efficiency(data_dir: Path, hardware: str) -> Efficiency | None:
     if not path.is_file():
         return None
     record = load_calibration(path)
-    if hardware == "cpu" and record.get("fingerprint", detect_cpu().id) != detect_cpu().id:
+    if hardware == "cpu" and "fingerprint" in record and record["fingerprint"] != detect_cpu().id:
         return None  # fitted on another CPU: not this machine's factors
     return efficiency_of(record)
 

@@ -2,7 +2,7 @@
 
 The space is the product of each knob's values (`SpaceLimits`, set in the searcher's settings)
 around a base configuration (the live one), filtered by the engines' own refusal rules for the
-hardware (`evertune.engines.refuse_reasons`) and by vLLM's constraints between knobs:
+hardware (`evertune.engines.knob_refusals`) and by vLLM's constraints between knobs:
 
 - `max_num_batched_tokens >= max_num_seqs` (vLLM refuses a step budget below its sequence limit);
 - chunked prefill off needs a step budget that holds a whole prompt: `max_num_batched_tokens >=
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from evertune.engines import EngineSpec, HardwareProfile, SpeculativeSpec, refuse_reasons
+from evertune.engines import EngineSpec, HardwareProfile, SpeculativeSpec, knob_refusals
 
 #: Step budget below which chunked prefill cannot be turned off when `max_model_len` is unknown.
 UNCHUNKED_MIN_BUDGET = 8192
@@ -88,10 +88,12 @@ def is_lossy(spec: EngineSpec, base: EngineSpec) -> bool:
     )
 
 
-def _accelerator_options(
+def _hardware_options(
     hardware: HardwareProfile, limits: SpaceLimits, base: EngineSpec
 ) -> list[dict[str, object]]:
-    """Combinations of the lossy and parallelism knobs for the hardware (one dict of knobs each)."""
+    """Combinations of the lossy and parallelism knobs for the hardware (one dict of knobs each):
+    the dtype on CPU; tensor parallelism, kernels, speculative decoding and quantization on
+    accelerators."""
     if hardware.is_cpu:
         dtypes = [base.dtype, *(d for d in limits.cpu_dtypes if d in hardware.supported_dtypes)]
         return [{"dtype": d} for d in dict.fromkeys(dtypes)]
@@ -148,16 +150,14 @@ def candidate_space(
     def add(spec: EngineSpec) -> None:
         spec = _as_base_leaves(spec, base, hardware)
         key = config_key(spec)
-        # The knobs are judged as a vLLM engine's, also for a `sim` base (the model of one).
-        as_vllm = spec.model_copy(update={"kind": "vllm"})
-        if key in seen or refuse_reasons(as_vllm, hardware, path_exists=lambda _path: True):
+        if key in seen or knob_refusals(spec, hardware):
             return
         seen.add(key)
         devices = 0 if hardware.is_cpu else (spec.tensor_parallel_size or 1) * spec.replica_count
         out.append(Candidate(spec=spec, key=key, lossy=is_lossy(spec, base), devices=devices))
 
     add(base)
-    for options in _accelerator_options(hardware, limits, base):
+    for options in _hardware_options(hardware, limits, base):
         tp = int(options.get("tensor_parallel_size") or 1)  # type: ignore[call-overload]
         for seqs, budget, chunked, caching, replicas in itertools.product(
             limits.max_num_seqs,

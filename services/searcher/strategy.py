@@ -31,6 +31,7 @@ baseline by design).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -129,7 +130,8 @@ class SuccessiveHalving:
         must_try: Sequence[str] = (),
     ) -> None:
         """`must_try`: candidate keys the first round measures whatever their prediction (knobs the
-        model cannot price, such as the dtype on an ISA it was not calibrated on)."""
+        model cannot price, such as the dtype on an ISA it was not calibrated on), in the seats
+        left beside the model's best candidate."""
         if budget < 2:
             raise ValueError("a search needs a budget of at least 2 real trials (baseline + one)")
         if eta < 2:
@@ -149,7 +151,10 @@ class SuccessiveHalving:
         size = first_round or self._first_round_size()
         ranked = self._ranked()
         forced = [self._by_key[k] for k in dict.fromkeys(must_try) if k in self._by_key]
-        forced = forced[:size]
+        best = [c for c in ranked if c not in forced][:1]
+        # The model's best keeps a seat: a first round of one would otherwise measure only the
+        # unpriced knob and never what the model found.
+        forced = forced[: size - len(best)]
         self._survivors = forced + [c for c in ranked if c not in forced][: size - len(forced)]
         self._leader: Candidate | None = None  #: the halving's leader, judged by the noise rule
         self._confirm_fidelity = 1  #: the fidelity the leader and the baseline are compared at
@@ -312,7 +317,10 @@ class SuccessiveHalving:
     def comparison(self) -> Comparison | None:
         """The noise rule's judgement of the confirmed leader (None without confirmation rounds)."""
         rule = self.noise
-        pairs = [(self._figure(r, self.baseline.key), self._figure(r, key)) for r, key in self._pair_rounds()]
+        if self._leader is None:
+            return None
+        leader = self._leader.key
+        pairs = [(self._figure(r, self.baseline.key), self._figure(r, leader)) for r in self._pair_rounds()]
         if not pairs:
             return None
         base, lead = [b for b, _ in pairs], [c for _, c in pairs]
@@ -334,30 +342,17 @@ class SuccessiveHalving:
             return -value
         return max(value, 0.0)
 
-    def _pair_rounds(self) -> list[tuple[_Round, str]]:
-        """The rounds holding a (baseline, leader) pair, in time order, with the leader's key."""
+    def _pair_rounds(self) -> list[_Round]:
+        """The rounds holding a (baseline, leader) pair, in time order: the deciding halving round
+        and every finished confirmation round."""
         if self._leader is None:
             return []
         key, base_key = self._leader.key, self.baseline.key
         return [
-            (r, key)
+            r
             for r in self.rounds
             if r.fidelity == self._confirm_fidelity and key in r.measured and base_key in r.measured
         ]
-
-    def _confirmed_pairs(self) -> list[tuple[float, float]]:
-        """(baseline score, leader score) of the deciding halving round and of every finished
-        confirmation round, in time order."""
-        if self._leader is None:
-            return []
-        key, base_key = self._leader.key, self.baseline.key
-        pairs = []
-        for finished in self.rounds:
-            if finished.fidelity != self._confirm_fidelity or key not in finished.measured:
-                continue
-            if base_key in finished.measured:
-                pairs.append((finished.measured[base_key], finished.measured[key]))
-        return pairs
 
     def decision(self) -> Decision | None:
         """The winner. With confirmation: the leader, when the noise rule says BETTER over at least
@@ -391,28 +386,20 @@ class SuccessiveHalving:
     def _confirmed_decision(self) -> Decision | None:
         assert self._leader is not None
         found = self.comparison()
-        pairs = self._confirmed_pairs()
         if found is None or found.verdict is not Verdict.BETTER or found.pairs < self.noise.min_pairs:
             return None
-        if _median([c for _, c in pairs]) == -math.inf:  # the leader missed its SLO or a gate in most repeats
+        rounds = self._pair_rounds()
+        score = statistics.median_high(r.measured[self._leader.key] for r in rounds)
+        if score == -math.inf:  # the leader missed its SLO or a gate in most repeats
             return None
-        last = max(
-            (r for r in self.rounds if self._leader.key in r.measured and self.baseline.key in r.measured),
-            key=lambda r: self.rounds.index(r),
-        )
         return Decision(
             candidate=self._leader,
-            score=_median([c for _, c in pairs]),
-            baseline_score=_median([b for b, _ in pairs]),
+            score=score,
+            baseline_score=statistics.median_high(r.measured[self.baseline.key] for r in rounds),
             fidelity=self._confirm_fidelity,
-            round=self.rounds.index(last),
+            round=self.rounds.index(rounds[-1]),
             comparison=found,
         )
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 from evertune.searcher.noise import Verdict
@@ -172,17 +173,26 @@ def _noisy_run(search: SuccessiveHalving, truth: dict[str, float], rng: random.R
 P50_RULE = NoiseRule(confirm_pairs=2, min_pairs=3, lower_is_better=True)
 
 
+def _confirming(
+    n: int, *, budget: int, rank: Callable[[int], float] = lambda i: -float(i)
+) -> tuple[Candidate, list[Candidate], SuccessiveHalving]:
+    """A p50-objective search with the noise rule over `n` candidates, the first the baseline; the
+    others predicted `rank(i)` (by default the first predicted best)."""
+    base, *others = _candidates(n)
+    predicted = {c.key: rank(i) for i, c in enumerate(others)}
+    search = SuccessiveHalving(
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=budget, noise=P50_RULE
+    )
+    return base, others, search
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_planted_equal_candidate_is_never_a_winner(seed: int) -> None:
     """Every candidate is the baseline's equal (100 ms): halving picks a leader by noise, the
     confirmation pairs find it inside the noise floor, and the search ends without a winner."""
     rng = random.Random(seed)
-    base, *others = _candidates(9)
+    base, others, search = _confirming(9, budget=12)
     truth = {c.key: 100.0 for c in (base, *others)}
-    predicted = {c.key: -100.0 - i for i, c in enumerate(others)}
-    search = SuccessiveHalving(
-        baseline=base, predicted=predicted, candidates=[base, *others], budget=12, noise=P50_RULE
-    )
     _noisy_run(search, truth, rng)
     assert search.started <= 12
     assert search.decision() is None
@@ -193,13 +203,9 @@ def test_a_planted_equal_candidate_is_never_a_winner(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(20))
 def test_a_planted_twice_as_fast_candidate_wins_after_confirmation(seed: int) -> None:
     rng = random.Random(seed)
-    base, *others = _candidates(9)
+    base, others, search = _confirming(9, budget=12)
     fast = others[2]  # the model ranks it third of 8: it gets into the first round, not at its head
     truth = {c.key: 50.0 if c.key == fast.key else 100.0 for c in (base, *others)}
-    predicted = {c.key: -100.0 - i for i, c in enumerate(others)}
-    search = SuccessiveHalving(
-        baseline=base, predicted=predicted, candidates=[base, *others], budget=12, noise=P50_RULE
-    )
     order = _noisy_run(search, truth, rng)
     found = search.decision()
     assert found is not None and found.candidate.key == fast.key
@@ -211,17 +217,11 @@ def test_a_planted_twice_as_fast_candidate_wins_after_confirmation(seed: int) ->
 
 
 def test_confirmation_keeps_its_trials_from_the_budget_and_a_small_budget_skips_it() -> None:
-    base, *others = _candidates(9)
-    predicted = {c.key: float(i) for i, c in enumerate(others)}
-    search = SuccessiveHalving(
-        baseline=base, predicted=predicted, candidates=[base, *others], budget=8, noise=P50_RULE
-    )
+    base, others, search = _confirming(9, budget=8)
     assert search.reserved == 4
     first = search.next_round()
     assert len(first) == 2  # baseline + 1: the halving keeps 4 trials (2 rounds), the confirmation 4
-    small = SuccessiveHalving(
-        baseline=base, predicted=predicted, candidates=[base, *others], budget=3, noise=P50_RULE
-    )
+    _, _, small = _confirming(9, budget=3)
     assert small.reserved == 0
     rng = random.Random(0)
     truth = {c.key: 100.0 for c in (base, *others)}
@@ -241,13 +241,18 @@ def test_must_try_candidates_are_measured_in_the_first_round_whatever_their_pred
     assert first[0] == base.key and unpriced in first and others[-1].key in first
 
 
-def test_a_leader_that_fails_a_gate_in_a_confirmation_repeat_does_not_win() -> None:
-    base, *others = _candidates(5)
-    fast = others[0]
-    predicted = {c.key: float(-i) for i, c in enumerate(others)}
+def test_a_first_round_of_one_measures_the_models_best_not_the_unpriced_knob() -> None:
+    base, *others = _candidates(9)
+    predicted = {c.key: float(i) for i, c in enumerate(others)}
     search = SuccessiveHalving(
-        baseline=base, predicted=predicted, candidates=[base, *others], budget=8, noise=P50_RULE
+        baseline=base, predicted=predicted, candidates=[base, *others], budget=2, must_try=[others[0].key]
     )
+    assert [r.candidate.key for r in search.next_round()] == [base.key, others[-1].key]
+
+
+def test_a_leader_that_fails_a_gate_in_a_confirmation_repeat_does_not_win() -> None:
+    _, others, search = _confirming(5, budget=8)
+    fast = others[0]
     confirmations = 0
     while batch := search.next_round():
         for request in batch:
@@ -263,11 +268,7 @@ def test_a_leader_that_fails_a_gate_in_a_confirmation_repeat_does_not_win() -> N
 def test_a_leader_that_restores_a_missed_slo_wins_on_the_p50_objective() -> None:
     """The mis-tuned start misses its SLO in every repeat (score -inf); the leader meets it each
     time: better beyond doubt (ratio 0), so it wins after the confirmation pairs."""
-    base, *others = _candidates(4)
-    predicted = {c.key: float(-i) for i, c in enumerate(others)}
-    search = SuccessiveHalving(
-        baseline=base, predicted=predicted, candidates=[base, *others], budget=7, noise=P50_RULE
-    )
+    _, _, search = _confirming(4, budget=7)
     while batch := search.next_round():
         for request in batch:
             search.report(request, -math.inf if request.baseline else -80.0)
@@ -280,12 +281,8 @@ def test_a_pair_where_both_missed_the_slo_still_says_which_was_faster() -> None:
     """`bench search` from fp32 (2026-12-01): fp32 missed the SLO in every trial (p50 ~113 ms),
     bf16 met it but in one repeat, at ~80 ms. On scores alone that pair read "equal" (both -inf)
     and the winner was missed; on the raw p50 every pair shows bf16 1.4x faster."""
-    base, *others = _candidates(4)
+    _, others, search = _confirming(4, budget=7)
     lead = others[0]
-    predicted = {c.key: float(-i) for i, c in enumerate(others)}
-    search = SuccessiveHalving(
-        baseline=base, predicted=predicted, candidates=[base, *others], budget=7, noise=P50_RULE
-    )
     leader_trials = 0
     while batch := search.next_round():
         for request in batch:
