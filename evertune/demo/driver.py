@@ -30,10 +30,11 @@ from evertune.bus import connect
 from evertune.cli.slo import SLA_MONITOR, SloRow, rows_from_status
 from evertune.demo.panel import DemoEvent, demo_event, event_line, loop_events, panel_lines
 from evertune.demo.shift import BASELINE, TrafficPlan, phase_of
+from evertune.demo.webhook import AlertReceiver, Delivered
 from evertune.errors import EvertuneError, FailedPrecondition, Unavailable
 from evertune.events import event_filter_subject
 from evertune.logging import get_logger
-from evertune.model import ensure_model
+from evertune.model import Size, ensure_model
 from evertune.replay import RequestResult, replay
 from evertune.replay.client import list_models
 from evertune.runtime.micro import STATUS_ENDPOINT, InstanceStatus
@@ -70,6 +71,11 @@ class EndpointPlan:
     #: prefix caching of the first deployment (None: the engine's default, on); False starts the
     #: endpoint from a hand-set configuration the loop can improve on
     prefix_caching: bool | None = None
+    model_size: Size = "tiny"  #: size of the local model served (see `evertune.model`)
+    start_note: str = ""  #: where the first configuration came from, for the report (one line)
+    #: the whole first configuration (engine filled in from `engine`), replacing the KV cache and
+    #: prefix caching fields above; None: those fields and the engine's defaults
+    engine_config: D.EngineConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,8 @@ class DemoRun:
     telemetry_rows: int | None = None  #: rows stored for the endpoint's requests (None: not read)
     initial_deployment: str = ""  #: id of the endpoint's first deployment (provisioning, not the loop)
     notes: list[str] = field(default_factory=list)  #: things the report must say (one line each)
+    alerts: list[Delivered] = field(default_factory=list)  #: alerts the local webhook received
+    start_note: str = ""  #: where the endpoint's first configuration came from (one line)
 
     sent_count: int = 0  #: requests that left the client (each one reached the gateway)
 
@@ -141,14 +149,19 @@ def _objective_name(objective: int) -> str:
     return D.SearchObjective.Name(objective).removeprefix("SEARCH_OBJECTIVE_").lower()
 
 
-def endpoint_spec(plan: EndpointPlan, model: Path) -> D.EndpointSpec:
+def endpoint_spec(plan: EndpointPlan, model: Path, *, alert_url: str = "") -> D.EndpointSpec:
     """The EndpointSpec the demo creates: the engine's defaults, except a bounded KV cache on CPU and
-    prefix caching when the plan sets it."""
+    prefix caching when the plan sets it; breach and resolve alerts go to `alert_url` (a webhook)
+    when given."""
     config = D.EngineConfig(engine=plan.engine)
-    if plan.kv_cache_space_gib is not None:
-        config.kv_cache_space_gib = plan.kv_cache_space_gib
-    if plan.prefix_caching is not None:
-        config.enable_prefix_caching = plan.prefix_caching
+    if plan.engine_config is not None:
+        config.CopyFrom(plan.engine_config)
+        config.engine, config.model = plan.engine, ""
+    else:
+        if plan.kv_cache_space_gib is not None:
+            config.kv_cache_space_gib = plan.kv_cache_space_gib
+        if plan.prefix_caching is not None:
+            config.enable_prefix_caching = plan.prefix_caching
     return D.EndpointSpec(
         name=plan.name,
         model=str(model),
@@ -157,6 +170,16 @@ def endpoint_spec(plan: EndpointPlan, model: Path) -> D.EndpointSpec:
         initial_engine_config=config,
         search_policy=plan.search_policy,  # type: ignore[arg-type]
         objective=plan.objective,  # type: ignore[arg-type]
+        alert_routes=[
+            D.AlertRoute(
+                name="demo-webhook",
+                kind=D.ALERT_ROUTE_KIND_WEBHOOK,
+                url=alert_url,
+                event_kinds=["sla.breach", "sla.resolved"],
+            )
+        ]
+        if alert_url
+        else [],
     )
 
 
@@ -212,6 +235,11 @@ class Demo:
     async def __call__(self) -> DemoRun:
         """Run the demo; returns what was observed. A step that fails (the endpoint does not start,
         the gateway does not route it) raises a one-line EvertuneError; the endpoint is deleted."""
+        async with AlertReceiver(t0=self.t0, on_delivered=self._on_alert) as receiver:
+            self.run.alerts = receiver.delivered
+            return await self._run(receiver)
+
+    async def _run(self, receiver: AlertReceiver) -> DemoRun:
         nc = await connect(self.where.nats_url, name="evertune-demo", connect_timeout_s=5.0)
         channel = grpc.aio.insecure_channel(self.where.deployer_address)
         stub = pb_grpc.EndpointServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -224,8 +252,8 @@ class Demo:
                 config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
             )
             tasks.append(asyncio.create_task(self._watch_events(sub), name="demo-events"))
-            model = await asyncio.to_thread(ensure_model, self.where.data_dir)
-            await self._provision(stub, model)
+            model = await asyncio.to_thread(ensure_model, self.where.data_dir, size=self.endpoint.model_size)
+            await self._provision(stub, model, alert_url=receiver.url)
             await self._wait_routed()
             tasks.append(asyncio.create_task(self._panel(nc), name="demo-panel"))
             await self._drive(nc)
@@ -246,12 +274,15 @@ class Demo:
                 await nc.close()
         return self.run
 
+    def _on_alert(self, alert: Delivered) -> None:
+        self.out(f"[{alert.t_s:+7.1f}s] {alert.line}")
+
     # --- the endpoint -----------------------------------------------------------------------
 
-    async def _provision(self, stub: pb_grpc.EndpointServiceStub, model: Path) -> None:
+    async def _provision(self, stub: pb_grpc.EndpointServiceStub, model: Path, *, alert_url: str) -> None:
         name = self.endpoint.name
         await self._delete(stub, quiet=False)  # a leftover of an interrupted run
-        spec = endpoint_spec(self.endpoint, model)
+        spec = endpoint_spec(self.endpoint, model, alert_url=alert_url)
         config = json.dumps(
             {k: v for k, v in _config_dict(spec.initial_engine_config).items() if k != "engine"}
         )
@@ -262,12 +293,9 @@ class Demo:
             f"{D.SearchPolicy.Name(self.endpoint.search_policy).removeprefix('SEARCH_POLICY_').lower()}, "
             f"objective {_objective_name(self.endpoint.objective)}"
         )
-        if self.endpoint.prefix_caching is False:
-            self.say(
-                "the endpoint starts from a hand-set configuration (prefix caching off), not the engine's "
-                "defaults: the performance model ranks the defaults best for this traffic, so only a "
-                "worse start leaves the loop something to find (docs/demo.md)"
-            )
+        self.run.start_note = self.endpoint.start_note
+        if self.endpoint.start_note:
+            self.say(f"first configuration: {self.endpoint.start_note}")
         await stub.CreateEndpoint(pb.CreateEndpointRequest(request_id=uuid.uuid4().hex, spec=spec))
         deadline = time.monotonic() + self.endpoint.ready_timeout_s
         next_note = time.monotonic() + 15.0

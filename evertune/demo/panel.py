@@ -54,7 +54,8 @@ def _f(value: float, digits: int = 0) -> str:
     return f"{value:.{digits}f}"
 
 
-def _config(config: endpoint_pb2.EngineConfig) -> str:
+def config_text(config: endpoint_pb2.EngineConfig) -> str:
+    """The knobs a configuration sets, as `k=v, ...` ("engine defaults" when none)."""
     knobs = MessageToDict(config, preserving_proto_field_name=True)
     return (
         ", ".join(f"{k}={v}" for k, v in knobs.items() if k not in ("engine", "model")) or "engine defaults"
@@ -92,7 +93,9 @@ def short_line(event: events_pb2.Event) -> str:
     if which == "search_completed":
         c = event.search_completed
         outcome = _name(events_pb2.SearchOutcome, c.outcome, "SEARCH_OUTCOME_")
-        winner = f"; winner {_config(c.winner)} (trial {c.winner_trial_id})" if c.HasField("winner") else ""
+        winner = ""
+        if c.HasField("winner"):
+            winner = f"; winner {config_text(c.winner)} (trial {c.winner_trial_id})"
         error = f"; {c.error}" if c.error and not c.summary else ""
         line = f"{kind} search {c.search_id}: {outcome} after {c.trials} trials{winner}{error}"
         # the searcher's plain-language account, on a line of its own under the event
@@ -112,13 +115,14 @@ def short_line(event: events_pb2.Event) -> str:
         return (
             f"{kind} trial {t.trial_id}{' (baseline)' if t.baseline else ''} {verdict} on {where}: "
             f"TTFT p50/p99 {_f(t.ttft_p50_ms)}/{_f(t.ttft_p99_ms)} ms, goodput {t.goodput_rps:.1f} req/s; "
-            f"gates {gates}; {_config(t.engine_config)}{error}"
+            f"gates {gates}; {config_text(t.engine_config)}{error}"
         )
     if which == "deploy_started":
         d = event.deploy_started
         trigger = _name(events_pb2.DeployTrigger, d.trigger, "DEPLOY_TRIGGER_")
         steps = f", canary steps {list(d.canary_steps)}" if d.canary_steps else ""
-        return f"{kind} deployment {d.deployment_id} starting ({trigger}): {_config(d.engine_config)}{steps}"
+        config = config_text(d.engine_config)
+        return f"{kind} deployment {d.deployment_id} starting ({trigger}): {config}{steps}"
     if which == "deploy_canary_step":
         step = event.deploy_canary_step
         verdict = _name(events_pb2.CanaryVerdict, step.verdict, "CANARY_VERDICT_")
@@ -133,7 +137,7 @@ def short_line(event: events_pb2.Event) -> str:
         before = f" replacing {promoted.previous_deployment_id}" if promoted.previous_deployment_id else ""
         return (
             f"{kind} deployment {promoted.deployment_id} promoted{before} "
-            f"({_config(promoted.engine_config)}; {took:.1f} s)"
+            f"({config_text(promoted.engine_config)}; {took:.1f} s)"
         )
     if which == "deploy_rolled_back":
         r = event.deploy_rolled_back

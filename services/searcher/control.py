@@ -60,7 +60,13 @@ from evertune.searcher.records import (
     objective_name,
 )
 from evertune.searcher.settings import SearcherSettings
-from evertune.searcher.space import Candidate, SpaceLimits, candidate_space, unpriced_representatives
+from evertune.searcher.space import (
+    Candidate,
+    SpaceLimits,
+    candidate_space,
+    unpriced_keys,
+    unpriced_representatives,
+)
 from evertune.searcher.strategy import NO_CONFIRMATION, NoiseRule, Objective
 from evertune.searcher.summary import Context, explain, knob_changes
 from google.protobuf import json_format
@@ -482,6 +488,7 @@ class Searches:
             min_gain=s.min_gain,
             noise=noise_rule(s, objective=objective, simulated=first.startswith("sim-")),
             must_try=tuple(unpriced_representatives([c for c, _ in candidates], base=candidates[0][0])),
+            unpriced=tuple(unpriced_keys([c for c, _ in candidates], base=candidates[0][0])),
         )
         template = JobTemplate(
             search_id=record.search_id,

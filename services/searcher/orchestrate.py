@@ -127,6 +127,9 @@ class SearchPlan:
     min_gain: float = 0.05  #: a winner beats the baseline's score by this share (no confirmation)
     noise: NoiseRule = NO_CONFIRMATION  #: how a leader is confirmed against the noise
     must_try: tuple[str, ...] = ()  #: candidate keys round 0 measures whatever the model predicts
+    #: candidate keys the model cannot price (another dtype): never ranked by it, only measured
+    #: through `must_try`
+    unpriced: tuple[str, ...] = ()
 
 
 @dataclass
@@ -206,6 +209,7 @@ async def run_search(
         min_gain=plan.min_gain,
         noise=plan.noise,
         must_try=plan.must_try,
+        unpriced=plan.unpriced,
     )
     reference = ""
     measured_by_trial: dict[tuple[str, int], TrialResult] = {}

@@ -184,6 +184,13 @@ def candidate_space(
     return out
 
 
+def unpriced_keys(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
+    """Keys of the candidates the performance model cannot price against `base`: another dtype.
+    The model predicts them exactly as their twins with the base's dtype, so ranking them by it
+    would pick a dtype by the tie-break; only a trial tells (see `unpriced_representatives`)."""
+    return [c.key for c in candidates if c.spec.dtype != base.spec.dtype]
+
+
 def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
     """Keys of the candidates a search must measure because the performance model cannot price
     what sets them apart: for each dtype other than the base's, the base's own knobs with that dtype

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -128,10 +128,12 @@ class SuccessiveHalving:
         min_gain: float = 0.05,
         noise: NoiseRule = NO_CONFIRMATION,
         must_try: Sequence[str] = (),
+        unpriced: Collection[str] = (),
     ) -> None:
         """`must_try`: candidate keys the first round measures whatever their prediction (knobs the
         model cannot price, such as the dtype on an ISA it was not calibrated on), in the seats
-        left beside the model's best candidate."""
+        left beside the model's best candidate. `unpriced`: candidate keys the model's predictions
+        say nothing about (another dtype); they are never ranked, so only `must_try` measures them."""
         if budget < 2:
             raise ValueError("a search needs a budget of at least 2 real trials (baseline + one)")
         if eta < 2:
@@ -147,6 +149,7 @@ class SuccessiveHalving:
         self.rounds: list[_Round] = []
         self._by_key = {c.key: c for c in candidates if c.key != baseline.key}
         self._predicted = dict(predicted)
+        self._unpriced = set(unpriced)
         self._tried: set[tuple[str, int]] = set()
         size = first_round or self._first_round_size()
         ranked = self._ranked()
@@ -178,7 +181,11 @@ class SuccessiveHalving:
             n = max(1, n // self.eta)
 
     def _ranked(self) -> list[Candidate]:
-        feasible = [c for c in self._by_key.values() if self._predicted.get(c.key, -math.inf) > -math.inf]
+        feasible = [
+            c
+            for c in self._by_key.values()
+            if self._predicted.get(c.key, -math.inf) > -math.inf and c.key not in self._unpriced
+        ]
         return sorted(feasible, key=lambda c: (-self._predicted[c.key], c.key))
 
     # --- driving -----------------------------------------------------------------------------

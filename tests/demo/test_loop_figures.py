@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from evertune.benchmarks.loop import loop_figures, settled_at
+from evertune.benchmarks.loop import Measured, loop_figures, measured_of, settled_at, settled_config
 from evertune.demo.driver import DemoRun, RequestPoint
 from evertune.demo.panel import DemoEvent
 from evertune.demo.shift import BASELINE, SHIFTED
+from evertune.v1 import endpoint_pb2 as D
 
 
 def _e(kind: str, t: float, **payload: object) -> DemoEvent:
@@ -44,38 +45,73 @@ def _points(phase: str, start: float, ttft: float, n: int) -> list[RequestPoint]
     ]
 
 
-def test_the_figures_compare_the_default_with_the_settled_window() -> None:
-    default = DemoRun(
-        engine="sim", endpoint="loop-default", started_at=0, ttft_target_ms=100, attainment_target=0.9
+def _window(arm: str, repeat: int, ttft: float) -> Measured:
+    run = DemoRun(
+        engine="vllm", endpoint=f"bench-{arm}", started_at=0, ttft_target_ms=100, attainment_target=0.9
     )
-    default.points = _points(BASELINE, 0.0, 200.0, 30)
-    default.sent_count, default.telemetry_rows = 30, 30
+    run.points = _points(SHIFTED, 0.0, ttft, 20)
+    run.sent_count, run.telemetry_rows = 20, 20
+    return measured_of(run, arm=arm, repeat=repeat)
+
+
+def test_the_figures_compare_the_three_configurations_by_their_medians() -> None:
     loop = DemoRun(
-        engine="sim", endpoint="voice-demo", started_at=0, ttft_target_ms=100, attainment_target=0.9
+        engine="vllm", endpoint="voice-demo", started_at=0, ttft_target_ms=100, attainment_target=0.9
     )
     loop.traffic_start_s = 0.0
     loop.points = (
         _points(BASELINE, 0.0, 20.0, 30)
-        + _points(SHIFTED, 30.0, 200.0, 60)
+        + _points(SHIFTED, 30.0, 300.0, 60)
         + _points(SHIFTED, 90.0, 80.0, 30)
     )
     loop.sent_count, loop.telemetry_rows = 120, 119
     loop.events = [
+        _e("sla.breach", 33.0),
         _e("drift.detected", 35.0),
-        _e("search.started", 36.0, search_id="s", simulated=False),
+        _e("search.started", 36.0, search_id="s"),
         _e("trial.completed", 50.0, simulated=False),
-        _e("trial.completed", 60.0, simulated=True),
         _e("search.completed", 70.0, search_id="s", outcome="SEARCH_OUTCOME_WINNER"),
         _e("deploy.started", 71.0, deployment_id="d2"),
         _e("deploy.promoted", 85.0, deployment_id="d2"),
     ]
-    got = loop_figures(default, loop, shift_s=30.0, window=(90.0, 120.0), settled=True)
-    assert got["p50_ttft_reduction"] == pytest.approx(0.6)
-    assert got["p99_ttft_ratio"] == pytest.approx(0.4)
-    assert got["default_attainment"] == 0.0 and got["loop_attainment"] == 1.0
-    assert got["goodput_ratio"] is None  # the default met the target for no request: no ratio
+    measured = [
+        _window("start", 0, 200.0),
+        _window("defaults", 0, 90.0),
+        _window("loop", 0, 80.0),
+        _window("loop", 1, 60.0),
+        _window("start", 1, 400.0),
+        _window("defaults", 1, 70.0),
+    ]
+    got = loop_figures(loop, measured, shift_s=30.0, settled=True)
+    assert got["ttft_ms"]["start"]["p50"] == pytest.approx(300.0)  # median of 200 and 400
+    assert got["p50_ttft_reduction"] == pytest.approx(1 - 70 / 300, abs=1e-4)
+    assert got["vs_defaults_p50_ratio"] == pytest.approx(70 / 80, abs=1e-4)
+    assert got["attainment_start"] == 0.0 and got["attainment_loop"] == 1.0
+    assert got["goodput_ratio"] is None  # the start met the target for no request: no ratio
+    assert got["breach_to_promotion_s"] == pytest.approx(52.0)
     assert got["drift_to_promotion_s"] == pytest.approx(50.0)
-    assert got["real_trials"] == 1 and got["model_trials"] == 1
+    assert got["swap_ttft_p99_ratio"] == pytest.approx(300 / 300)  # sent 71..84: all at 300 ms
+    assert got["real_trials"] == 1 and got["failed_requests"] == 0
     assert got["lost_records"] == 1
     assert got["search_outcomes"] == ["winner"]
     assert got["stages_missing"] == ["profile"]
+    assert [w["arm"] for w in got["windows"]] == ["start", "defaults", "loop", "loop", "start", "defaults"]
+
+
+def test_the_settled_configuration_is_the_last_promotion_after_the_shift() -> None:
+    start = D.EngineConfig(engine="vllm", enable_prefix_caching=False)
+    loop = DemoRun(
+        engine="vllm", endpoint="voice-demo", started_at=0, ttft_target_ms=100, attainment_target=0.9
+    )
+    loop.traffic_start_s = 0.0
+    assert settled_config(loop, shift_s=30.0, start=start) == start
+    loop.events = [
+        _e(
+            "deploy.promoted",
+            40.0,
+            deployment_id="d2",
+            engine_config={"engine": "vllm", "model": "/m", "enable_prefix_caching": True},
+        ),
+    ]
+    got = settled_config(loop, shift_s=30.0, start=start)
+    assert got.enable_prefix_caching and got.model == ""

@@ -10,7 +10,7 @@ import pytest
 
 from evertune.demo.driver import DemoRun, RequestPoint
 from evertune.demo.panel import DemoEvent
-from evertune.demo.report import before_after, figures, summarize, write_report
+from evertune.demo.report import before_after, by_phase, figures, summarize, write_report
 from evertune.demo.shift import BASELINE, SHIFTED, plan_traffic
 
 
@@ -62,6 +62,27 @@ def test_after_a_promotion_the_after_set_starts_at_it() -> None:
     before, after = before_after(_run([promoted]))
     assert after.requests == 10 and after.ttft_p50_ms == pytest.approx(200.0)
     assert before.requests == 10 and before.ttft_p50_ms == pytest.approx(50.0)
+
+
+def test_by_phase_cuts_the_run_at_the_shift_the_rollout_and_the_promotion() -> None:
+    def event(t_s: float, kind: str) -> DemoEvent:
+        payload = {"deployment_id": "dep-2"}
+        return DemoEvent(t_s=t_s, kind=kind, endpoint="voice-demo", line="", payload=payload)
+
+    rows = by_phase(_run([event(25.0, "deploy.started"), event(30.0, "deploy.promoted")]))
+    assert [r.label for r in rows] == [
+        "before the shift",
+        "after the shift, first configuration",
+        "during the rollout",
+        "after the promotion at +30 s",
+    ]
+    assert [r.requests for r in rows] == [20, 5, 5, 10]
+    assert rows[1].ttft_p50_ms == pytest.approx(50.0) and rows[3].ttft_p50_ms == pytest.approx(200.0)
+
+
+def test_by_phase_without_a_rollout_has_two_rows() -> None:
+    rows = by_phase(_run([]))
+    assert [r.requests for r in rows] == [20, 20]
 
 
 def test_the_report_is_written_with_its_plots_and_says_what_did_not_happen(tmp_path: Path) -> None:

@@ -5,19 +5,40 @@ from __future__ import annotations
 from pathlib import Path
 
 from evertune.demo.driver import endpoint_spec
-from evertune.demo.stack import DemoOptions, endpoint_plan
+from evertune.demo.stack import DemoOptions, endpoint_plan, traffic_plan
 from evertune.v1 import endpoint_pb2
 
 
-def test_the_sim_demo_starts_without_prefix_caching_and_vllm_from_its_defaults() -> None:
-    sim = endpoint_spec(endpoint_plan(DemoOptions(engine="sim")), Path("/m"))
-    assert sim.initial_engine_config.HasField("enable_prefix_caching")
-    assert not sim.initial_engine_config.enable_prefix_caching
-    assert sim.objective == endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT
-    vllm = endpoint_spec(endpoint_plan(DemoOptions(engine="vllm")), Path("/m"))
-    assert not vllm.initial_engine_config.HasField("enable_prefix_caching")
-    assert vllm.initial_engine_config.kv_cache_space_gib == 2.0
-    assert vllm.objective == endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT
+def test_both_demos_start_without_prefix_caching_and_say_why() -> None:
+    for engine in ("sim", "vllm"):
+        plan = endpoint_plan(DemoOptions(engine=engine))
+        spec = endpoint_spec(plan, Path("/m"))
+        assert spec.initial_engine_config.HasField("enable_prefix_caching")
+        assert not spec.initial_engine_config.enable_prefix_caching
+        assert spec.objective == endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT
+        assert plan.start_note.startswith("prefix caching off")
+    vllm = endpoint_plan(DemoOptions(engine="vllm"))
+    assert vllm.model_size == "small"
+    assert endpoint_spec(vllm, Path("/m")).initial_engine_config.kv_cache_space_gib == 2.0
+
+
+def test_the_vllm_demo_shifts_early_and_leaves_the_first_profile_to_drift() -> None:
+    options = DemoOptions(engine="vllm", duration_s=600)
+    assert options.shift_at_s == 120 and options.profile_at_s is None
+    assert DemoOptions(engine="vllm", duration_s=600, drift=False).profile_at_s is not None
+    sim = DemoOptions(engine="sim", duration_s=60)
+    assert sim.shift_at_s == 30 and sim.profile_at_s is not None
+    traffic = traffic_plan(options)
+    assert traffic.shifted is not None
+    assert traffic.shifted.system_prompt_words == 3 * traffic.baseline.system_prompt_words
+
+
+def test_a_demo_alert_route_points_at_the_local_webhook() -> None:
+    spec = endpoint_spec(endpoint_plan(DemoOptions()), Path("/m"), alert_url="http://127.0.0.1:9/alerts")
+    (route,) = spec.alert_routes
+    assert route.kind == endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK and route.url == "http://127.0.0.1:9/alerts"
+    assert list(route.event_kinds) == ["sla.breach", "sla.resolved"]
+    assert not endpoint_spec(endpoint_plan(DemoOptions()), Path("/m")).alert_routes
 
 
 def test_the_start_can_be_chosen_either_way() -> None:

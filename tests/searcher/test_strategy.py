@@ -250,6 +250,27 @@ def test_a_first_round_of_one_measures_the_models_best_not_the_unpriced_knob() -
     assert [r.candidate.key for r in search.next_round()] == [base.key, others[-1].key]
 
 
+def test_unpriced_candidates_are_measured_only_through_must_try_never_by_the_ranking() -> None:
+    base, *others = _candidates(9)
+    twin, *rest = others
+    # the model predicts every unpriced candidate as its priced twin: equal figures, and here the
+    # unpriced ones would win the tie-break by key
+    predicted = {c.key: 1.0 for c in others}
+    unpriced = [twin.key, rest[0].key, rest[1].key]
+    search = SuccessiveHalving(
+        baseline=base,
+        predicted=predicted,
+        candidates=[base, *others],
+        budget=5,
+        must_try=[twin.key],
+        unpriced=unpriced,
+    )
+    first = [r.candidate.key for r in search.next_round()]
+    assert first[0] == base.key and twin.key in first
+    assert not set(first[1:]) & (set(unpriced) - {twin.key})
+    assert len(first) == 3
+
+
 def test_a_leader_that_fails_a_gate_in_a_confirmation_repeat_does_not_win() -> None:
     _, others, search = _confirming(5, budget=8)
     fast = others[0]
