@@ -509,7 +509,7 @@ class TrialRunner:
         outcome.reference_trial = reference.trial_id
         outcome.agreement = agreement(reference.chains, outcome.golden_chains)
         change = classify_change(reference.spec, outcome.spec)
-        if not change.exact and _has_alternatives(reference.alternatives, outcome.golden_alternatives):
+        if _has_alternatives(reference.alternatives, outcome.golden_alternatives):
             outcome.closeness = logprob_closeness(
                 reference=reference.chains,
                 reference_alternatives=reference.alternatives,

@@ -129,6 +129,16 @@ class SearcherService(GrpcService):
         if ready.empty_reason or not ready.request_count or not event.endpoint:
             self.profiles_skipped += 1
             return
+        if ready.request_count < self.settings.min_profile_requests:
+            self.profiles_skipped += 1
+            self.log.info(
+                "profile too small for a search",
+                endpoint=event.endpoint,
+                profile=ready.profile_id,
+                requests=ready.request_count,
+                needed=self.settings.min_profile_requests,
+            )
+            return
         endpoint = await self.searches.endpoint(event.endpoint)
         if endpoint is None:
             self.profiles_skipped += 1

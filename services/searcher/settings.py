@@ -18,6 +18,9 @@ class SearcherSettings(BaseSettings):
     grpc_host: str = "127.0.0.1"
     #: gRPC port; 0 picks a free one.
     grpc_port: int = Field(default=50052, ge=0, le=65535)
+    #: A profile.ready of fewer requests starts no search: a few requests (a drift alarm's short
+    #: window) do not describe a workload worth trials.
+    min_profile_requests: int = Field(default=30, ge=1)
     #: Real trials of a search whose request leaves the budget at 0.
     default_budget: int = Field(default=8, ge=2, le=1000)
     #: Most real trials a request may ask for.

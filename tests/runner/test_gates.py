@@ -137,6 +137,30 @@ def test_logprob_closeness_checks_each_side_in_the_others_top_k_at_the_first_dif
         )
 
 
+def test_an_exact_change_passes_a_broken_near_tie_but_not_an_answer_far_off() -> None:
+    """Prefix caching on reads a prefix's KV from the cache instead of recomputing it: in bf16 that
+    can flip a near-tie. Every answer must still be close; one far answer fails the change."""
+    ref, ref_alt = _answers([[1, 2, 3], [1, 2, 3]], [[[1, 9], [2, 7], [3, 9]], [[1, 9], [2, 8], [3, 9]]])
+    tie, tie_alt = _answers([[1, 2, 3], [1, 8, 4]], [[[1, 9], [2, 7], [3, 9]], [[1, 9], [8, 2], [4, 9]]])
+    far, far_alt = _answers([[1, 2, 3], [1, 6, 4]], [[[1, 9], [2, 7], [3, 9]], [[1, 9], [6, 2], [4, 9]]])
+    caching = classify_change(EngineSpec(model="m"), EngineSpec(model="m", enable_prefix_caching=True))
+    assert caching.exact
+    for cand, cand_alt, passes in ((tie, tie_alt, True), (far, far_alt, False)):
+        closeness = logprob_closeness(
+            reference=ref, reference_alternatives=ref_alt, candidate=cand, candidate_alternatives=cand_alt
+        )
+        gate = correctness_gate(
+            change=caching, result=agreement(ref, cand), threshold=0.5, closeness=closeness
+        )
+        assert gate.passed is passes and gate.threshold == 1.0
+        assert "close by top-k logprobs (every answer must be)" in gate.detail
+    # identical answers need no logprobs
+    same = logprob_closeness(
+        reference=ref, reference_alternatives=ref_alt, candidate=ref, candidate_alternatives=ref_alt
+    )
+    assert correctness_gate(change=caching, result=agreement(ref, ref), threshold=0.5, closeness=same).passed
+
+
 def test_p99_spread_is_relative_with_an_absolute_floor() -> None:
     assert p99_spread([100.0, 125.0], tolerance=0.3, floor_ms=20.0).stable  # 25 <= 33.75
     assert not p99_spread([100.0, 150.0], tolerance=0.3, floor_ms=20.0).stable  # 50 > 37.5

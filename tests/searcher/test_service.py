@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 from evertune.searcher.control import Searches
+from evertune.searcher.service import SearcherService
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -101,6 +102,10 @@ async def _started(stub: pb_grpc.SearchServiceStub, search_id: str) -> bool:
     return bool(search.trials_started > 0)
 
 
+async def _skipped(searcher: SearcherService, at_least: int) -> bool:
+    return searcher.profiles_skipped >= at_least
+
+
 async def _wait_for_search(stub: pb_grpc.SearchServiceStub, endpoint: str) -> str:
     found: list[str] = []
 
@@ -137,6 +142,14 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
         await publish_event(
             js,
             new_event(EventKind.PROFILE_READY, endpoint=off, source="profiler", payload_message=off_profile),
+        )
+        # Nor does a profile of a few requests (a drift alarm's short window); had it started a
+        # search, the StartSearch on `lonely` below would find one running.
+        tiny = events_pb2.ProfileReady()
+        tiny.CopyFrom(lonely_profile)
+        tiny.request_count = 5
+        await publish_event(
+            js, new_event(EventKind.PROFILE_READY, endpoint=lonely, source="profiler", payload_message=tiny)
         )
 
         async def status(call: object) -> tuple[grpc.StatusCode, str]:
@@ -191,7 +204,7 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
         assert again == cancelled  # cancelling a finished search returns it
         watched = [e async for e in stub.WatchSearch(pb.WatchSearchRequest(search_id=first.id))]
         assert [e.kind for e in watched] == ["search.completed"]
-        assert searcher.profiles_skipped >= 1
+        await _until(lambda: _skipped(searcher, 2))
         assert not (await stub.ListSearches(pb.ListSearchesRequest(endpoint=off))).searches
         # The command line speaks the same API.
         address = ["--address", searcher.grpc.address]
