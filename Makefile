@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
-DEMO_ARGS ?= --duration 300
+DEMO_ARGS ?=
 ARGS ?=
 PYTEST_ARGS ?=
 

@@ -22,7 +22,7 @@ from typing import cast
 from evertune.cli.common import shared_settings, stop_on_signals
 from evertune.data_dir import DataDirLock, Runtime, remove_runtime, write_runtime
 from evertune.demo.driver import Engine
-from evertune.demo.stack import DEFAULT_DURATION_S, DemoOptions, demo_environment
+from evertune.demo.stack import DEFAULT_DURATION_S, ENGINE_DEFAULTS, DemoOptions, demo_environment
 from evertune.errors import EvertuneError, InvalidArgument
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime import Service
@@ -44,9 +44,12 @@ def up(
     if not demo and (engine != "vllm" or not drift or peak_calls_per_s is not None):
         raise InvalidArgument("--engine, --no-drift and --peak-calls are options of --demo")
     if demo:
+        known = ENGINE_DEFAULTS.get(cast(Engine, engine))  # an unknown engine: DemoOptions says so
+        if duration_s is None:
+            duration_s = known.duration_s if known is not None else DEFAULT_DURATION_S
         options = DemoOptions(
             engine=cast(Engine, engine),
-            duration_s=duration_s if duration_s is not None else DEFAULT_DURATION_S,
+            duration_s=duration_s,
             drift=drift,
             peak_calls_per_s=peak_calls_per_s,
         )

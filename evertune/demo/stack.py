@@ -19,7 +19,7 @@ from evertune.v1 import endpoint_pb2
 
 #: Name of the endpoint the demo creates (and deletes at the end).
 DEMO_ENDPOINT = "voice-demo"
-#: Traffic seconds when `--duration` is not given.
+#: Traffic seconds when `--duration` is not given and the engine has no length of its own.
 DEFAULT_DURATION_S = 120.0
 #: Shortest run the loop can show anything in.
 MIN_DURATION_S = 20.0
@@ -37,6 +37,8 @@ class EngineDefaults:
     drift_min_requests: int  #: requests a drift test needs (live and reference)
     trial_duration_s: float  #: seconds a trial replays each rate
     canary_step_s: float  #: seconds of traffic at each canary step
+    #: seconds of traffic when `--duration` is not given: long enough for every stage
+    duration_s: float = DEFAULT_DURATION_S
     #: start the endpoint with prefix caching off instead of the engine's defaults (see DemoOptions)
     start_untuned: bool = False
     model_size: Size = "tiny"  #: size of the local model the endpoint serves
@@ -69,6 +71,7 @@ ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
         trial_duration_s=10.0,
         canary_step_s=30.0,
         start_untuned=True,
+        duration_s=720.0,
         model_size="small",
         shift_share=0.2,
         first_profile=False,
