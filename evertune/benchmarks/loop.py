@@ -117,8 +117,9 @@ def settled_config(loop: DemoRun, *, shift_s: float, start: D.EngineConfig) -> D
     promoted = [e for e in loop.loop_events if e.kind == "deploy.promoted" and e.t_s >= shift_s]
     if not promoted:
         return start
+    payload = promoted[-1].payload.get("engine_config")
     config = ParseDict(
-        promoted[-1].payload.get("engine_config", {}), D.EngineConfig(), ignore_unknown_fields=True
+        payload if isinstance(payload, dict) else {}, D.EngineConfig(), ignore_unknown_fields=True
     )
     config.model = ""
     return config

@@ -66,7 +66,7 @@ def test_after_a_promotion_the_after_set_starts_at_it() -> None:
 
 def test_by_phase_cuts_the_run_at_the_shift_the_rollout_and_the_promotion() -> None:
     def event(t_s: float, kind: str) -> DemoEvent:
-        payload = {"deployment_id": "dep-2"}
+        payload: dict[str, object] = {"deployment_id": "dep-2"}
         return DemoEvent(t_s=t_s, kind=kind, endpoint="voice-demo", line="", payload=payload)
 
     rows = by_phase(_run([event(25.0, "deploy.started"), event(30.0, "deploy.promoted")]))
