@@ -7,7 +7,8 @@ written back only if nobody wrote in between: `update(key, value, revision=...)`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
@@ -41,6 +42,27 @@ class Bucket:
     @classmethod
     async def open(cls, js: JetStreamContext, name: str) -> Bucket:
         return cls(await js.key_value(name), name)
+
+    @contextlib.asynccontextmanager
+    async def watch(self, keys: str) -> AsyncIterator[AsyncIterator[Entry | None]]:
+        """`async with bucket.watch("ep.*") as entries:` every current entry matching `keys` (a
+        subject pattern), then None once they are all given, then each change as it happens (a
+        deleted key comes with an empty value), until the block ends."""
+        watcher = await self._kv.watch(keys)
+
+        async def entries() -> AsyncIterator[Entry | None]:
+            async for entry in watcher:
+                if entry is None:
+                    yield None
+                    continue
+                value = b"" if entry.operation in KV_DELETES else (entry.value or b"")
+                yield Entry(key=entry.key, value=value, revision=entry.revision or 0)
+
+        try:
+            yield entries()
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()  # type: ignore[no-untyped-call]
 
     async def get(self, key: str) -> Entry | None:
         """The current value, or None when the key is missing or deleted."""

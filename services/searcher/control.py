@@ -154,6 +154,8 @@ class Searches:
         self._endpoint_of: dict[str, str] = {}  # running search id -> endpoint
         #: per endpoint, the newest search request waiting for the running one to end
         self._queued: dict[str, tuple[pb.StartSearchRequest, str, str]] = {}
+        #: per endpoint, the last search that ended with a winner (its rollout holds the queue)
+        self._winner_of: dict[str, str] = {}
         self._drains: set[asyncio.Task[None]] = set()
         self._closing = False
         self._cancel_reason: dict[str, str] = {}
@@ -274,6 +276,9 @@ class Searches:
         return await self.start(request, trigger=trigger, cause_id=cause_id)
 
     async def _start_queued(self, endpoint: str) -> None:
+        winner = self._winner_of.pop(endpoint, "")
+        if winner and self.settings.rollout_wait_s > 0:
+            await self.wait_for_rollout(endpoint, winner)
         entry = self._queued.pop(endpoint, None)
         if entry is None or self._closing:
             return
@@ -284,6 +289,49 @@ class Searches:
             log.info("queued search not started", endpoint=endpoint, reason=str(err))
         except Exception:
             log.exception("queued search not started", endpoint=endpoint)
+
+    async def wait_for_rollout(self, endpoint: str, search_id: str) -> None:
+        """Until the rollout of `search_id`'s winner on `endpoint` has ended: a deployment of that
+        origin appeared (within `rollout_appear_s`) and left pending, starting and canary; at most
+        `rollout_wait_s` in all. Watches the deployments bucket; never raises."""
+        assert self._deployments is not None
+        rolling = {
+            endpoint_pb2.DEPLOYMENT_STATE_PENDING,
+            endpoint_pb2.DEPLOYMENT_STATE_STARTING,
+            endpoint_pb2.DEPLOYMENT_STATE_CANARY,
+        }
+        loop = asyncio.get_running_loop()
+        appear_by = loop.time() + self.settings.rollout_appear_s
+        seen = False
+        try:
+            async with (
+                asyncio.timeout(self.settings.rollout_wait_s),
+                self._deployments.watch(f"{endpoint}.*") as entries,
+            ):
+                pending = asyncio.ensure_future(anext(entries))
+                try:
+                    while True:
+                        left = None if seen else max(0.0, appear_by - loop.time())
+                        done, _ = await asyncio.wait({pending}, timeout=left)
+                        if not done:
+                            log.info("no rollout of the winner; queued search goes on", endpoint=endpoint)
+                            return
+                        entry = pending.result()
+                        pending = asyncio.ensure_future(anext(entries))
+                        if entry is None or not entry.value:
+                            continue
+                        deployment = endpoint_pb2.Deployment.FromString(entry.value)
+                        if deployment.origin_search_id != search_id:
+                            continue
+                        seen = True
+                        if deployment.state not in rolling:
+                            return
+                finally:
+                    pending.cancel()
+        except TimeoutError:
+            log.info("winner's rollout still running; queued search goes on", endpoint=endpoint)
+        except Exception:
+            log.exception("could not follow the winner's rollout", endpoint=endpoint)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         for search_id, running in list(self._tasks.items()):
@@ -666,6 +714,10 @@ class Searches:
         duration = Duration()
         duration.FromTimedelta(now - (started or search.create_time.ToDatetime(tzinfo=UTC)))
         completed.duration.CopyFrom(duration)
+        if outcome == "winner":
+            self._winner_of[search.endpoint] = search.id
+        else:
+            self._winner_of.pop(search.endpoint, None)
         await self._publish(EventKind.SEARCH_COMPLETED, record, completed)
         self.completed += 1
 

@@ -21,6 +21,13 @@ class SearcherSettings(BaseSettings):
     #: A profile.ready of fewer requests starts no search: a few requests (a drift alarm's short
     #: window) do not describe a workload worth trials.
     min_profile_requests: int = Field(default=30, ge=1)
+    #: A search queued behind one that found a winner starts once the winner's rollout has ended
+    #: (its deployment left pending, starting and canary), or after this many seconds: started
+    #: during the canary it would take the old stable configuration as its baseline, and its trial
+    #: engines would share the machine with the canary's. 0: start at once.
+    rollout_wait_s: float = Field(default=900.0, ge=0.0)
+    #: How long that wait gives the deployer to start the winner's rollout before it gives up.
+    rollout_appear_s: float = Field(default=30.0, gt=0.0)
     #: Real trials of a search whose request leaves the budget at 0.
     default_budget: int = Field(default=8, ge=2, le=1000)
     #: Most real trials a request may ask for.
