@@ -196,6 +196,8 @@ def summarize(run: DemoRun) -> dict[str, Any]:
                 "trials": p.get("trials", 0),
                 "winner_trial_id": p.get("winner_trial_id", ""),
                 "error": p.get("error", ""),
+                # what the winner changed, the noise rule's verdict, how the model ranked
+                "summary": p.get("summary", ""),
             }
             for p in searches
         ],
@@ -294,6 +296,7 @@ def _markdown(run: DemoRun, summary: dict[str, Any], plots: list[str]) -> str:
         for q in summary["searches"]:
             outcome = q["outcome"].replace("_", " ") + (f" ({q['error']})" if q["error"] else "")
             lines.append(f"| {q['search_id']} | {outcome} | {q['trials']} | {q['winner_trial_id'] or '-'} |")
+        lines += [""] + [f"- `{q['search_id']}`: {q['summary']}" for q in summary["searches"] if q["summary"]]
     progress = sum(e.kind == "trial.progress" for e in run.events)
     lines += ["", f"## Events (trial.progress left out: {progress} of them)", "", "```"]
     lines += [f"{e.t_s:+8.1f}s {e.line}" for e in run.events if e.kind != "trial.progress"] or ["(none)"]

@@ -125,3 +125,21 @@ def test_the_report_is_written_with_its_plots_and_says_what_did_not_happen(tmp_p
     summary = json.loads((tmp_path / "report" / "report.json").read_text())
     assert summary == json.loads(json.dumps(summarize(run)))
     assert summary["lost_records"] == 0 and summary["real_trials"] == 0
+
+
+def test_the_report_says_what_each_search_concluded(tmp_path: Path) -> None:
+    completed = DemoEvent(
+        t_s=30.0,
+        kind="search.completed",
+        endpoint="voice-demo",
+        line="",
+        payload={
+            "search_id": "search-1",
+            "outcome": "SEARCH_OUTCOME_WINNER",
+            "trials": 4,
+            "summary": "Winner on cpu: enable_prefix_caching off -> on. Noise rule: better.",
+        },
+    )
+    text = write_report(_run([completed]), tmp_path / "r").read_text()
+    assert "| search-1 | winner | 4 | - |" in text
+    assert "- `search-1`: Winner on cpu: enable_prefix_caching off -> on. Noise rule: better." in text
