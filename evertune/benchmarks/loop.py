@@ -83,9 +83,10 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def settled_at(events: list[DemoEvent], *, shift_s: float) -> float | None:
-    """When the loop settled after the shift (see the module doc), or None while it has not: a
-    search started at or after the first drift past the shift has completed, no search is running
-    and no rollout is in progress.
+    """When the loop settled after the shift (see the module doc), or None while it has not: the
+    first promotion after the first drift past the shift (later searches are the loop going on,
+    and the comparison measures what it promoted); without one, once a search started at or after
+    that drift has completed, no search is running and no rollout is in progress.
 
     A search that started before the drift does not settle the loop by completing: it searched the
     traffic before the shift, and the drift's own search is queued behind it (the searcher runs one
@@ -93,6 +94,9 @@ def settled_at(events: list[DemoEvent], *, shift_s: float) -> float | None:
     drift = next((e for e in events if e.kind == "drift.detected" and e.t_s >= shift_s), None)
     if drift is None:
         return None
+    promoted = next((e for e in events if e.kind == "deploy.promoted" and e.t_s >= drift.t_s), None)
+    if promoted is not None:
+        return promoted.t_s
     started = {e.payload.get("search_id") for e in events if e.kind == "search.started"}
     completed = {e.payload.get("search_id") for e in events if e.kind == "search.completed"}
     if started - completed:
@@ -275,7 +279,7 @@ async def _loop_run(
 
 
 async def run(quick: bool) -> dict[str, Any]:
-    warm_s, measure_s, settle_max_s, repeats = (90.0, 40.0, 600.0, 2) if quick else (120.0, 90.0, 1200.0, 2)
+    warm_s, measure_s, settle_max_s, repeats = (90.0, 40.0, 720.0, 2) if quick else (120.0, 90.0, 1200.0, 2)
     d = DemoOptions(engine="vllm").defaults
     options = DemoOptions(engine="vllm", duration_s=warm_s / d.shift_share)  # its shift at warm_s
     started = time.monotonic()
