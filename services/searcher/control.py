@@ -71,6 +71,7 @@ from evertune.searcher.strategy import NO_CONFIRMATION, NoiseRule, Objective
 from evertune.searcher.summary import Context, explain, knob_changes
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import DecodeError
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -318,9 +319,14 @@ class Searches:
                             return
                         entry = pending.result()
                         pending = asyncio.ensure_future(anext(entries))
-                        if entry is None or not entry.value:
+                        # deployments are `<endpoint>.dep-*`; the bucket keeps other keys beside them
+                        # (the deployer's rollout mutex, JSON)
+                        if entry is None or not entry.value or not entry.key.startswith(f"{endpoint}.dep-"):
                             continue
-                        deployment = endpoint_pb2.Deployment.FromString(entry.value)
+                        try:
+                            deployment = endpoint_pb2.Deployment.FromString(entry.value)
+                        except DecodeError:
+                            continue
                         if deployment.origin_search_id != search_id:
                             continue
                         seen = True

@@ -39,6 +39,8 @@ async def test_the_wait_ends_with_the_rollout_or_when_none_starts(
         assert time.monotonic() - started < 5.0
         # Its canary runs: the wait lasts until the deployment leaves the canary state. Another
         # search's deployment of the endpoint does not end it.
+        # The bucket holds other keys beside deployments (the deployer's rollout mutex, JSON).
+        await deployments.create("ep-a._rollout", b'{"deployment_id": "dep-2"}')
         key = "ep-a.dep-2"
         revision = await deployments.create(
             key, _deployment("ep-a", endpoint_pb2.DEPLOYMENT_STATE_CANARY, origin="search-1")
