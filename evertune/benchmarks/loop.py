@@ -309,7 +309,8 @@ async def run(quick: bool) -> dict[str, Any]:
                 for arm in order:
                     arm_plan = dataclasses.replace(
                         plan,
-                        name=f"bench-{arm}",
+                        # one name per window: the telemetry count of a window is its endpoint's rows
+                        name=f"bench-{arm}-{repeat}",
                         search_policy=D.SEARCH_POLICY_OFF,
                         engine_config=configs[arm],
                         start_note="",
