@@ -280,13 +280,14 @@ def _markdown(run: DemoRun, summary: dict[str, Any], plots: list[str]) -> str:
     lines += ["", "## Trials", ""]
     if trials:
         lines += [
-            "| trial | configuration | p50 TTFT ms | agreement | passed | measured on |",
-            "|---|---|---|---|---|---|",
+            "| # | trial | configuration | p50 TTFT ms | agreement | passed | measured on |",
+            "|---|---|---|---|---|---|---|",
         ]
-        for t in trials:
+        for number, t in enumerate(trials, start=1):
             agreement = "-" if t.agreement is None else f"{t.agreement:.3f}"
             lines.append(
-                f"| {t.trial_id}{' (baseline)' if t.baseline else ''} | {t.config} | {_ms(t.ttft_p50_ms)} "
+                f"| {number} | {t.trial_id}{' (baseline)' if t.baseline else ''} | {t.config} "
+                f"| {_ms(t.ttft_p50_ms)} "
                 f"| {agreement} | {'yes' if t.passed else 'no'} | {'model' if t.simulated else 'hardware'} |"
             )
     else:
@@ -418,7 +419,7 @@ def _plot_trials(trials: list[Trial], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for t in trials:
+    for number, t in enumerate(trials, start=1):
         if t.ttft_p50_ms is None:
             continue
         y = t.agreement if t.agreement is not None else 1.0
@@ -432,10 +433,12 @@ def _plot_trials(trials: list[Trial], path: Path) -> None:
             facecolors=face,
             edgecolors="tab:green" if t.passed else "tab:red",
         )
-        ax.annotate(t.config[:40], (t.ttft_p50_ms, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        # numbered as in the report's trial table (configurations are too long to print here)
+        offset = (4, 4 + 8 * (number % 3))
+        ax.annotate(str(number), (t.ttft_p50_ms, y), fontsize=8, xytext=offset, textcoords="offset points")
     ax.set_xlabel("p50 TTFT at the target rate (ms), lower is faster")
     ax.set_ylabel("correctness agreement (hollow: not checked)")
-    ax.set_title("Trials: speed vs quality (green passed every gate, star = baseline)")
+    ax.set_title("Trials: speed vs quality (green: every gate passed; star: baseline; # as in the report)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
