@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import os
 import statistics
 import tempfile
@@ -55,8 +56,9 @@ from evertune.demo.driver import Demo, DemoRun, EndpointPlan, endpoint_spec
 from evertune.demo.panel import DemoEvent, config_text, stage_verdicts
 from evertune.demo.report import Figures, figures
 from evertune.demo.run import embedded_stack
-from evertune.demo.shift import plan_traffic
-from evertune.demo.stack import DemoOptions, demo_environment, endpoint_plan
+from evertune.demo.shift import TrafficPlan, plan_traffic
+from evertune.demo.stack import DemoOptions, demo_environment, endpoint_plan, sizer
+from evertune.searcher.settings import SearcherSettings
 from evertune.v1 import endpoint_pb2 as D
 
 #: Seconds after the loop's last event before the loop run's traffic ends.
@@ -82,15 +84,17 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
             os.environ.pop(key, None)
 
 
-def settled_at(events: list[DemoEvent], *, shift_s: float) -> float | None:
+def settled_at(events: list[DemoEvent], *, shift_s: float, min_profile_requests: int) -> float | None:
     """When the loop settled after the shift (see the module doc), or None while it has not: the
     first promotion after the first drift past the shift (later searches are the loop going on,
     and the comparison measures what it promoted); without one, once a search started at or after
-    that drift has completed, no search is running and no rollout is in progress.
+    that drift has completed, no search is running or queued and no rollout is in progress.
 
-    A search that started before the drift does not settle the loop by completing: it searched the
-    traffic before the shift, and the drift's own search is queued behind it (the searcher runs one
-    search per endpoint at a time) and starts a moment after it completes."""
+    A search is queued when a profile the searcher acts on (`min_profile_requests` requests or
+    more) came after the latest search.started: the searcher runs one search per endpoint at a time
+    and starts the queued one a moment after the running one completes. So a search that started
+    before the drift does not settle the loop by completing, and neither does a search whose
+    successor (the next drift's profile) is waiting."""
     drift = next((e for e in events if e.kind == "drift.detected" and e.t_s >= shift_s), None)
     if drift is None:
         return None
@@ -100,6 +104,16 @@ def settled_at(events: list[DemoEvent], *, shift_s: float) -> float | None:
     started = {e.payload.get("search_id") for e in events if e.kind == "search.started"}
     completed = {e.payload.get("search_id") for e in events if e.kind == "search.completed"}
     if started - completed:
+        return None
+    last_start = max((e.t_s for e in events if e.kind == "search.started"), default=-math.inf)
+    searchable = [
+        e
+        for e in events
+        if e.kind == "profile.ready"
+        and not e.payload.get("empty_reason")
+        and int(str(e.payload.get("request_count", 0))) >= min_profile_requests
+    ]
+    if any(e.t_s > last_start for e in searchable):
         return None
     after = [e for e in events if e.t_s >= drift.t_s]
     started_after = {e.payload.get("search_id") for e in after if e.kind == "search.started"}
@@ -247,21 +261,35 @@ async def _loop_run(
 ) -> tuple[DemoRun, bool]:
     """Phase 1: the demo endpoint under the demo's traffic until the loop settles (or gives up)."""
     d = options.defaults
-    traffic = plan_traffic(
-        duration_s=warm_s + settle_max_s + GRACE_S,
-        peak_calls_per_s=options.peak,
-        shift_at_s=warm_s,
-        shift=d.shift,
-        prompt_words=d.prompt_words,
+
+    def traffic(calls_per_s: float) -> TrafficPlan:
+        return plan_traffic(
+            duration_s=warm_s + settle_max_s + GRACE_S,
+            peak_calls_per_s=calls_per_s,
+            shift_at_s=warm_s,
+            shift=d.shift,
+            prompt_words=d.prompt_words,
+        )
+
+    demo = Demo(
+        where=where,
+        endpoint=plan,
+        traffic=traffic(options.peak),
+        profile_at_s=None,
+        sizer=sizer(options, replan=traffic),  # the demo's rate for this machine
+        out=_quiet,
     )
-    demo = Demo(where=where, endpoint=plan, traffic=traffic, profile_at_s=None, out=_quiet)
     settled = [False]
+    min_requests = SearcherSettings().min_profile_requests  # as the stack's searcher reads it
 
     async def watch() -> None:
         await demo.traffic_started.wait()
         shift_s = (demo.run.traffic_start_s or 0.0) + warm_s
         while demo.now_s() < shift_s + settle_max_s:
-            if settled_at(demo.run.loop_events, shift_s=shift_s) is not None:
+            if (
+                settled_at(demo.run.loop_events, shift_s=shift_s, min_profile_requests=min_requests)
+                is not None
+            ):
                 settled[0] = True
                 await asyncio.sleep(GRACE_S)
                 break
@@ -291,6 +319,7 @@ async def run(quick: bool) -> dict[str, Any]:
             plan = endpoint_plan(options)
             loop, settled = await _loop_run(where, plan, options, warm_s=warm_s, settle_max_s=settle_max_s)
             shift_s = (loop.traffic_start_s or 0.0) + warm_s
+            peak = loop.sizing.calls_per_s if loop.sizing is not None else options.peak
             start_config = endpoint_spec(plan, Path(".")).initial_engine_config
             configs = {
                 "start": start_config,
@@ -299,7 +328,7 @@ async def run(quick: bool) -> dict[str, Any]:
             }
             steady = plan_traffic(
                 duration_s=measure_s,
-                peak_calls_per_s=options.peak * d.shift.calls,
+                peak_calls_per_s=peak * d.shift.calls,
                 shift_at_s=None,
                 prompt_words=round(d.prompt_words * d.shift.system_prompt),
             )
@@ -326,8 +355,9 @@ async def run(quick: bool) -> dict[str, Any]:
         "start_config": f"{config_text(start_config)} ({plan.start_note})",
         "loop_config": config_text(configs["loop"]),
         **result,
-        "peak_calls_per_s": options.peak,
-        "loaded_calls_per_s": options.peak * d.shift.calls,
+        "peak_calls_per_s": peak,
+        "loaded_calls_per_s": peak * d.shift.calls,
+        "load_sizing": None if loop.sizing is None else loop.sizing.line(),
         "prompt_words": [d.prompt_words, round(d.prompt_words * d.shift.system_prompt)],
         "measure_s": measure_s,
         "repeats": repeats,

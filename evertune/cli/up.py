@@ -6,7 +6,9 @@ and a ClickHouse server.
 
 `--demo` runs the closed-loop demo (`evertune.demo`) against the stack once it is ready: the demo's
 service settings are set where the environment does not set them, `--duration` is then the
-traffic's length (startup not counted), and the stack stops after the report is written.
+traffic's length (startup not counted), and the stack stops after the report is written. The exit
+status is 0 when every stage of the loop happened, 1 when one did not, 130 when a signal stopped
+the demo before its report.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from evertune.runtime import Service
 from evertune.runtime.host import host_services
 from evertune.services import SERVICE_NAMES, create_service
 from evertune.settings import SharedSettings
+
+#: Exit status of a demo stopped by a signal before its report (the shell's 128 + SIGINT).
+INTERRUPTED = 130
 
 
 def up(
@@ -112,10 +117,14 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOpt
         if timer is not None:
             timer.cancel()
         if demo_task is not None:
-            if not demo_task.done():  # interrupted: the demo stops where it is
+            interrupted = not demo_task.done()
+            if interrupted:  # the demo stops where it is, without its report
                 demo_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 code = await demo_task
+            if interrupted:
+                print("evertune up --demo: interrupted before the report; nothing was written", flush=True)
+                code = INTERRUPTED
         if nats is not None:
             with contextlib.suppress(Exception):
                 await nats.stop()

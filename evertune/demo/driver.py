@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +32,7 @@ from evertune.bus import connect
 from evertune.cli.slo import SLA_MONITOR, SloRow, rows_from_status
 from evertune.demo.panel import DemoEvent, demo_event, event_line, loop_events, panel_lines
 from evertune.demo.shift import BASELINE, TrafficPlan, phase_of
+from evertune.demo.sizing import LoadSizing, probe_requests, requests_per_call_s, size_load
 from evertune.demo.webhook import AlertReceiver, Delivered
 from evertune.errors import EvertuneError, FailedPrecondition, Unavailable
 from evertune.events import event_filter_subject
@@ -102,6 +105,17 @@ class RequestPoint:
     error_class: str  #: "" or the replay's error class
 
 
+@dataclass(frozen=True)
+class Sizer:
+    """How the demo sizes its call rate to the machine before the traffic (`evertune.demo.sizing`)."""
+
+    busy_share: float  #: share of time the first configuration's prefill is to be busy after the shift
+    probes: int  #: probe requests, sent one at a time
+    shift_calls: float  #: the shift's factor on the call rate
+    bounds: tuple[float, float]  #: allowed factors on the default rate (lowest, highest)
+    replan: Callable[[float], TrafficPlan]  #: the traffic for a call rate before the shift
+
+
 @dataclass
 class DemoRun:
     """Everything the demo observed (filled in as it runs; read by the report and the benchmark)."""
@@ -125,6 +139,7 @@ class DemoRun:
     notes: list[str] = field(default_factory=list)  #: things the report must say (one line each)
     alerts: list[Delivered] = field(default_factory=list)  #: alerts the local webhook received
     start_note: str = ""  #: where the endpoint's first configuration came from (one line)
+    sizing: LoadSizing | None = None  #: how the call rate was sized to the machine (None: not sized)
 
     sent_count: int = 0  #: requests that left the client (each one reached the gateway)
 
@@ -195,9 +210,12 @@ class Demo:
         profile_at_s: float | None,
         settle_s: float = 0.0,
         panel_interval_s: float = 5.0,
+        sizer: Sizer | None = None,
         out: Printer = print,
     ) -> None:
+        """`sizer`: size the call rate to the machine before the traffic, replacing `traffic`."""
         self.where = where
+        self.sizer = sizer
         self.endpoint = endpoint
         self.traffic = traffic
         self.profile_at_s = profile_at_s
@@ -255,6 +273,8 @@ class Demo:
             model = await asyncio.to_thread(ensure_model, self.where.data_dir, size=self.endpoint.model_size)
             await self._provision(stub, model, alert_url=receiver.url)
             await self._wait_routed()
+            if self.sizer is not None:
+                await self._size_load(self.sizer)
             tasks.append(asyncio.create_task(self._panel(nc), name="demo-panel"))
             await self._drive(nc)
             if self.settle_s > 0:
@@ -347,6 +367,45 @@ class Demo:
             await asyncio.sleep(0.2)
 
     # --- traffic ----------------------------------------------------------------------------
+
+    async def _size_load(self, sizer: Sizer) -> None:
+        """Probe the endpoint with grown-traffic prompts one at a time and re-plan the traffic at
+        the rate `evertune.demo.sizing` gives; keep the plan when no probe completes.
+
+        The probes first go out together, unmeasured, with a few output tokens: a new engine
+        compiles for the prompt and batch shapes it first meets (its own warm-up request is a few
+        tokens), and neither the measured probes nor the first callers should wait for that."""
+        probes = probe_requests(self.traffic, count=sizer.probes)
+        warm = [
+            dataclasses.replace(r, at_s=0.0, max_tokens=16, request_id=f"warm-{i}")
+            for i, r in enumerate(probes)
+        ]
+        await replay(warm, target=self.where.gateway_url, model=self.endpoint.name, on_sent=self._on_sent)
+        ttfts: list[float] = []
+        for i, request in enumerate(probes):
+            probe = dataclasses.replace(request, at_s=0.0, max_tokens=1, request_id=f"probe-{i}")
+            done = await replay(
+                [probe], target=self.where.gateway_url, model=self.endpoint.name, on_sent=self._on_sent
+            )
+            ttfts += [r.ttft_ms for r in done.results if r.ok and r.ttft_ms is not None]
+        default = self.traffic.baseline.peak_calls_per_s
+        if not ttfts:
+            self.run.notes.append(f"no probe request completed: the load stays at {default:g} calls/s")
+            self.say(self.run.notes[-1])
+            return
+        sizing = size_load(
+            probe_ttft_ms=ttfts,
+            requests_per_call=requests_per_call_s(self.traffic),
+            shift_calls=sizer.shift_calls,
+            busy_share=sizer.busy_share,
+            default_calls_per_s=default,
+            bounds=sizer.bounds,
+        )
+        self.run.sizing = sizing
+        self.say(sizing.line())
+        self.traffic = sizer.replan(sizing.calls_per_s)
+        self.run.traffic = self.traffic
+        self._phase_by_id = {r.request_id: phase_of(r) for r in self.traffic.requests}
 
     async def _drive(self, nc: Client) -> None:
         traffic = self.traffic
@@ -499,7 +558,9 @@ class Demo:
             self.out(line)
 
     async def _telemetry_rows(self) -> int | None:
-        """Rows the store holds for the endpoint's requests, once the sink has caught up (or 20 s)."""
+        """Rows the store holds for the endpoint's requests of this run (sent since the demo's
+        clock started: an interrupted run's rows under the same name do not count), once the sink
+        has caught up (or 20 s)."""
         try:
             store = await open_store(self.where.store_url, database=self.where.database)
         except EvertuneError as err:
@@ -510,7 +571,9 @@ class Demo:
             rows = 0
             while True:
                 result = await store.query(
-                    "SELECT count() FROM requests WHERE endpoint = {e:String}", {"e": self.endpoint.name}
+                    "SELECT count() FROM requests WHERE endpoint = {e:String} "
+                    "AND ts >= {since:DateTime64(6, 'UTC')}",
+                    {"e": self.endpoint.name, "since": datetime.fromtimestamp(self.t0, tz=UTC)},
                 )
                 rows = int(result.scalar())
                 if rows >= self.run.sent or time.monotonic() > deadline:

@@ -59,6 +59,22 @@ class Trial:
     passed: bool  #: passed every gate
     simulated: bool  #: measured on the performance model, not real hardware
     baseline: bool  #: the live configuration's trial
+    ttft_p99_ms: float | None = None  #: p99 TTFT at the target rate, ms
+    attainment: float | None = None  #: share of requests within the SLO at the target rate
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One configuration as a search's trials measured it, replaying the traffic it was asked for:
+    how the live configuration, vLLM's defaults and the winner compare in the same run."""
+
+    search_id: str  #: the search whose trials these are
+    label: str  #: "live configuration", "vLLM's defaults", "winner" (or both of the last two)
+    config: str  #: its engine configuration, short
+    trials: int  #: trials of it the medians are over
+    ttft_p50_ms: float | None  #: median of the trials' p50 TTFT, ms
+    ttft_p99_ms: float | None  #: median of the trials' p99 TTFT, ms
+    attainment: float | None  #: median of the trials' attainment
 
 
 def figures(points: list[RequestPoint], *, label: str, target_ms: float) -> Figures:
@@ -163,9 +179,54 @@ def trials_of(events: list[DemoEvent]) -> list[Trial]:
                 passed=bool(p.get("passed", False)),
                 simulated=bool(p.get("simulated", False)),
                 baseline=bool(p.get("baseline", False)),
+                ttft_p99_ms=p.get("ttft_p99_ms", metrics.get("ttft_p99_ms")),
+                attainment=metrics.get("attainment"),
             )
         )
     return trials
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return percentile(known, 50) if known else None
+
+
+def references(events: list[DemoEvent]) -> list[Reference]:
+    """For each search that measured vLLM's defaults (`defaults_trial_id` of its search.completed):
+    the live configuration, the defaults and the winner, each the median over its passing trials."""
+    trials = trials_of(events)
+    out: list[Reference] = []
+    for e in events:
+        if e.kind != "search.completed" or not e.payload.get("defaults_trial_id"):
+            continue
+        search_id = str(e.payload.get("search_id", ""))
+        mine = [t for t in trials if t.trial_id.startswith(f"{search_id}-") and t.passed]
+        by_id = {t.trial_id: t for t in mine}
+        defaults = by_id.get(str(e.payload["defaults_trial_id"]))
+        winner = by_id.get(str(e.payload.get("winner_trial_id", "")))
+        live = [t for t in mine if t.baseline]
+        groups: list[tuple[str, list[Trial]]] = [("live configuration", live)]
+        if defaults is not None:
+            label = "vLLM's defaults" + (
+                " (the winner)" if winner and winner.config == defaults.config else ""
+            )
+            groups.append((label, [t for t in mine if t.config == defaults.config and not t.baseline]))
+        if winner is not None and (defaults is None or winner.config != defaults.config):
+            groups.append(("winner", [t for t in mine if t.config == winner.config and not t.baseline]))
+        for label, group in groups:
+            if group:
+                out.append(
+                    Reference(
+                        search_id=search_id,
+                        label=label,
+                        config=group[0].config,
+                        trials=len(group),
+                        ttft_p50_ms=_median([t.ttft_p50_ms for t in group]),
+                        ttft_p99_ms=_median([t.ttft_p99_ms for t in group]),
+                        attainment=_median([t.attainment for t in group]),
+                    )
+                )
+    return out
 
 
 def summarize(run: DemoRun) -> dict[str, Any]:
@@ -189,6 +250,7 @@ def summarize(run: DemoRun) -> dict[str, Any]:
         "phases": [asdict(f) for f in by_phase(run)],
         "alerts": [{"t_s": round(a.t_s, 3), "kind": a.kind} for a in run.alerts],
         "trials": [asdict(t) for t in trials],
+        "references": [asdict(r) for r in references(run.events)],
         "searches": [
             {
                 "search_id": p.get("search_id", ""),
@@ -201,6 +263,7 @@ def summarize(run: DemoRun) -> dict[str, Any]:
             }
             for p in searches
         ],
+        "load_sizing": None if run.sizing is None else asdict(run.sizing),
         "real_trials": sum(1 for t in trials if not t.simulated),
         "notes": list(run.notes),
     }
@@ -245,6 +308,8 @@ def _markdown(run: DemoRun, summary: dict[str, Any], plots: list[str]) -> str:
             f"- traffic: voice workload, {traffic.baseline.peak_calls_per_s:g} calls/s, "
             f"{traffic.baseline.system_prompt_words} shared prompt words, {traffic.duration_s:g} s{shift}"
         )
+    if run.sizing is not None:
+        lines.append(f"- {run.sizing.line()}")
     lost = "not counted" if run.lost_records is None else str(run.lost_records)
     lines += [
         f"- requests sent through the gateway: {run.sent}; telemetry rows stored: "
@@ -274,6 +339,24 @@ def _markdown(run: DemoRun, summary: dict[str, Any], plots: list[str]) -> str:
             f"| {f.label} | {f.requests} | {f.completed} | {_ms(f.ttft_p50_ms)} | {_ms(f.ttft_p99_ms)} "
             f"| {attain} | {good} |"
         )
+    refs = [Reference(**r) for r in summary["references"]]
+    if refs:
+        lines += [
+            "",
+            "## vLLM's defaults beside them (the search's trials, replaying the traffic it profiled)",
+            "",
+            "Medians over each configuration's passing trials; the trial engine shares the machine with "
+            "the serving endpoint, so compare these rows with each other, not with the table above.",
+            "",
+            "| search | configuration | trials | p50 ms | p99 ms | attainment |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in refs:
+            attain = "-" if r.attainment is None else f"{r.attainment:.3f}"
+            lines.append(
+                f"| {r.search_id} | {r.label}: {r.config} | {r.trials} | {_ms(r.ttft_p50_ms)} "
+                f"| {_ms(r.ttft_p99_ms)} | {attain} |"
+            )
     lines += ["", "## Alerts delivered to the local webhook", ""]
     lines += [f"- +{a.t_s:.1f} s: {a.line}" for a in run.alerts] or ["None arrived."]
     trials = [Trial(**t) for t in summary["trials"]]

@@ -10,7 +10,7 @@ from pathlib import Path
 from evertune.demo.driver import Demo, DemoRun, Printer, Where
 from evertune.demo.panel import stage_verdicts
 from evertune.demo.report import write_report
-from evertune.demo.stack import DemoOptions, endpoint_plan, traffic_plan
+from evertune.demo.stack import DemoOptions, endpoint_plan, sizer, traffic_plan
 from evertune.errors import Unavailable
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime.host import hosted
@@ -66,6 +66,7 @@ async def run_demo(
         traffic=traffic_plan(options),
         profile_at_s=options.profile_at_s,
         settle_s=options.settle_s,
+        sizer=sizer(options),
         out=out,
     )
     run = await demo()

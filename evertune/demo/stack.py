@@ -8,10 +8,12 @@ user's own setting always wins.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evertune.demo.driver import EndpointPlan, Engine
+from evertune.demo.driver import EndpointPlan, Engine, Sizer
 from evertune.demo.shift import Shift, TrafficPlan, plan_traffic
 from evertune.errors import InvalidArgument
 from evertune.model import Size
@@ -56,6 +58,9 @@ class EngineDefaults:
     golden_prompts: int = 16  #: prompts of the correctness gate's golden set
     prompt_words: int = 800  #: words of each agent's shared system prompt before the shift
     shift: Shift = field(default_factory=Shift)  #: how the traffic changes at the shift
+    #: size the call rate to the machine so the first configuration's prefill is busy this share of
+    #: the time after the shift (`evertune.demo.sizing`); None: `peak_calls_per_s` as it is
+    busy_share: float | None = None
 
 
 #: Per engine: vLLM-CPU serves the local tiny model on a few cores (about 1 request/s of ~1,000-token
@@ -68,19 +73,25 @@ ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
         kv_cache_space_gib=2.0,
         ready_timeout_s=600.0,
         drift_min_requests=40,
-        trial_duration_s=10.0,
-        canary_step_s=30.0,
+        trial_duration_s=8.0,
+        canary_step_s=20.0,
         start_untuned=True,
-        duration_s=720.0,
+        duration_s=780.0,
         model_size="small",
-        shift_share=0.2,
+        shift_share=0.12,
         first_profile=False,
+        # the live configuration and the model's best, then one confirmation pair: 4 trials of
+        # 75 s (EPYC Zen 5) to 110 s (Zen 4) each. A fifth would measure vLLM's defaults beside
+        # them (docs/demo.md) and does not fit 15 minutes on the slower machine.
         search_budget=4,
         confirm_pairs=1,
         stability_tolerance=0.5,
         golden_prompts=8,
         prompt_words=200,
         shift=Shift(calls=1.25, system_prompt=3.0),
+        # where the story was first measured (EPYC Zen 5, 2 cores) 0.4 calls/s kept the prefill
+        # busy about this share after the shift: p50/p99 339/1,779 ms, attainment 0.69 (docs/demo.md)
+        busy_share=0.65,
     ),
     "sim": EngineDefaults(
         hardware_class="sim-cpu",
@@ -149,6 +160,27 @@ class DemoOptions:
         if not self.defaults.first_profile and self.drift:
             return None
         return 0.3 * (self.shift_at_s if self.shift_at_s is not None else self.duration_s / 2)
+
+
+#: Probe requests the sizing sends, and the range it may move the default rate in (factors).
+SIZING_PROBES = 5
+SIZING_BOUNDS = (0.25, 3.0)
+
+
+def sizer(options: DemoOptions, *, replan: Callable[[float], TrafficPlan] | None = None) -> Sizer | None:
+    """How the demo sizes its load to the machine, or None: the engine does not (sim), the rate
+    was given (`--peak-calls`), or there is no shift to size for. `replan` gives the traffic for a
+    call rate (default: the demo's own plan at that rate)."""
+    share = options.defaults.busy_share
+    if share is None or options.peak_calls_per_s is not None or options.shift_at_s is None:
+        return None
+    return Sizer(
+        busy_share=share,
+        probes=SIZING_PROBES,
+        shift_calls=options.defaults.shift.calls,
+        bounds=SIZING_BOUNDS,
+        replan=replan or (lambda calls: traffic_plan(dataclasses.replace(options, peak_calls_per_s=calls))),
+    )
 
 
 def endpoint_plan(options: DemoOptions) -> EndpointPlan:

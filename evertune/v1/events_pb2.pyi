@@ -338,7 +338,7 @@ class SearchStarted(_message.Message):
     def __init__(self, search_id: _Optional[str] = ..., profile_id: _Optional[str] = ..., hardware_classes: _Optional[_Iterable[str]] = ..., trial_budget: _Optional[int] = ..., candidates: _Optional[int] = ..., trigger: _Optional[str] = ...) -> None: ...
 
 class SearchCompleted(_message.Message):
-    __slots__ = ("search_id", "profile_id", "outcome", "winner", "winner_trial_id", "winner_hardware_class", "verified", "winner_metrics", "baseline_metrics", "trials", "modeled_candidates", "duration", "error", "summary", "winner_gates", "baseline_gates", "objective")
+    __slots__ = ("search_id", "profile_id", "outcome", "winner", "winner_trial_id", "winner_hardware_class", "verified", "winner_metrics", "baseline_metrics", "trials", "modeled_candidates", "duration", "error", "summary", "winner_gates", "baseline_gates", "objective", "defaults_trial_id")
     SEARCH_ID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
@@ -356,6 +356,7 @@ class SearchCompleted(_message.Message):
     WINNER_GATES_FIELD_NUMBER: _ClassVar[int]
     BASELINE_GATES_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
+    DEFAULTS_TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
     search_id: str
     profile_id: str
     outcome: SearchOutcome
@@ -373,7 +374,8 @@ class SearchCompleted(_message.Message):
     winner_gates: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.GateResult]
     baseline_gates: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.GateResult]
     objective: _endpoint_pb2.SearchObjective
-    def __init__(self, search_id: _Optional[str] = ..., profile_id: _Optional[str] = ..., outcome: _Optional[_Union[SearchOutcome, str]] = ..., winner: _Optional[_Union[_endpoint_pb2.EngineConfig, _Mapping]] = ..., winner_trial_id: _Optional[str] = ..., winner_hardware_class: _Optional[str] = ..., verified: _Optional[bool] = ..., winner_metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., baseline_metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., trials: _Optional[int] = ..., modeled_candidates: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ..., summary: _Optional[str] = ..., winner_gates: _Optional[_Iterable[_Union[_jobs_pb2.GateResult, _Mapping]]] = ..., baseline_gates: _Optional[_Iterable[_Union[_jobs_pb2.GateResult, _Mapping]]] = ..., objective: _Optional[_Union[_endpoint_pb2.SearchObjective, str]] = ...) -> None: ...
+    defaults_trial_id: str
+    def __init__(self, search_id: _Optional[str] = ..., profile_id: _Optional[str] = ..., outcome: _Optional[_Union[SearchOutcome, str]] = ..., winner: _Optional[_Union[_endpoint_pb2.EngineConfig, _Mapping]] = ..., winner_trial_id: _Optional[str] = ..., winner_hardware_class: _Optional[str] = ..., verified: _Optional[bool] = ..., winner_metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., baseline_metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., trials: _Optional[int] = ..., modeled_candidates: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ..., summary: _Optional[str] = ..., winner_gates: _Optional[_Iterable[_Union[_jobs_pb2.GateResult, _Mapping]]] = ..., baseline_gates: _Optional[_Iterable[_Union[_jobs_pb2.GateResult, _Mapping]]] = ..., objective: _Optional[_Union[_endpoint_pb2.SearchObjective, str]] = ..., defaults_trial_id: _Optional[str] = ...) -> None: ...
 
 class TrialProgress(_message.Message):
     __slots__ = ("search_id", "trial_id", "job_id", "phase", "rate_rps", "rates_done", "rates_total", "runner")

@@ -64,6 +64,7 @@ from evertune.searcher.space import (
     Candidate,
     SpaceLimits,
     candidate_space,
+    defaults_key,
     unpriced_keys,
     unpriced_representatives,
 )
@@ -511,6 +512,18 @@ class Searches:
             raise FailedPrecondition(
                 f"the live configuration cannot run on {first}: the engines refuse it there"
             )
+        space_of_first = [c for c, _ in candidates]
+        defaults = defaults_key(space_of_first, base=candidates[0][0], hardware=hardware[first])
+        # vLLM's defaults first (the figure a winner must never be worse than), then the dtypes the
+        # model cannot price
+        must_try = tuple(
+            dict.fromkeys(
+                [
+                    *([defaults] if defaults else []),
+                    *unpriced_representatives(space_of_first, base=candidates[0][0]),
+                ]
+            )
+        )
         objective = Objective(record.objective)
         efficiency = {
             name: self.efficiency.get(name)
@@ -541,8 +554,8 @@ class Searches:
             eta=s.eta,
             min_gain=s.min_gain,
             noise=noise_rule(s, objective=objective, simulated=first.startswith("sim-")),
-            must_try=tuple(unpriced_representatives([c for c, _ in candidates], base=candidates[0][0])),
-            unpriced=tuple(unpriced_keys([c for c, _ in candidates], base=candidates[0][0])),
+            must_try=must_try,
+            unpriced=tuple(unpriced_keys(space_of_first, base=candidates[0][0])),
         )
         template = JobTemplate(
             search_id=record.search_id,
@@ -572,6 +585,7 @@ class Searches:
             objective=objective,
             min_gain=s.min_gain,
             budget=record.search.trial_budget,
+            defaults_key=defaults,
         )
         return _Setup(
             plan=search_plan, model=model, template=template, context=context, gate_rps=model.gate_rps
@@ -667,6 +681,10 @@ class Searches:
             started=started,
             winner=(winner_config, result.winner_trial, result.winner_class) if winner_config else None,
             baseline=result.baseline_trial,
+            defaults_trial_id=next(
+                (t.trial_id for t in result.progress.trials if t.candidate_key == setup.context.defaults_key),
+                "",
+            ),
         )
         log.info("search done", search=search.id, outcome=result.outcome.value, summary=record.summary)
 
@@ -679,6 +697,7 @@ class Searches:
         started: datetime | None = None,
         winner: tuple[endpoint_pb2.EngineConfig, TrialResult | None, str] | None = None,
         baseline: TrialResult | None = None,
+        defaults_trial_id: str = "",
     ) -> None:
         """Mark the search done, store it, publish search.completed."""
         search = record.search
@@ -702,6 +721,7 @@ class Searches:
             error=search.error,
             summary=record.summary,
             objective=search.objective or WIRE_OBJECTIVE.get(record.objective),
+            defaults_trial_id=defaults_trial_id,
         )
         if winner is not None:
             config, trial, hardware_class = winner

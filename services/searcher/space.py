@@ -114,9 +114,8 @@ def _hardware_options(
     ]
 
 
-def _as_base_leaves(spec: EngineSpec, base: EngineSpec, hardware: HardwareProfile) -> EngineSpec:
-    """`spec` with each knob the base leaves unset put back to unset where the value is the engine's
-    own default there, so the base's own configuration is not tried twice under another key."""
+def _engine_default_values(hardware: HardwareProfile) -> dict[str, object]:
+    """What the engine runs on `hardware` for each searched knob left unset."""
     defaults: dict[str, object] = {
         "max_num_seqs": hardware.default_max_num_seqs,
         "max_num_batched_tokens": hardware.default_max_num_batched_tokens,
@@ -129,18 +128,40 @@ def _as_base_leaves(spec: EngineSpec, base: EngineSpec, hardware: HardwareProfil
         # vLLM-CPU's `--dtype auto` runs fp32 and bf16 checkpoints (evertune's local model is fp32)
         # as bf16: x86's supported list puts bf16 first.
         defaults["dtype"] = CPU_AUTO_DTYPE
+    return defaults
+
+
+def _as_base_leaves(spec: EngineSpec, base: EngineSpec, hardware: HardwareProfile) -> EngineSpec:
+    """`spec` with each knob the base leaves unset put back to unset where the value is the engine's
+    own default there, so the base's own configuration is not tried twice under another key."""
     update = {
         name: None
-        for name, default in defaults.items()
+        for name, default in _engine_default_values(hardware).items()
         if getattr(base, name) is None and getattr(spec, name) == default
     }
     return spec.model_copy(update=update) if update else spec
 
 
+def engine_defaults(base: EngineSpec, hardware: HardwareProfile) -> EngineSpec:
+    """vLLM's own defaults for the endpoint: `base` with every searched knob at the engine's default
+    on `hardware` (no quantization, speculative decoding or evertune kernels), written as the space
+    writes it. What the endpoint sets that a search does not tune (model, length, KV cache) stays."""
+    spec = base.model_copy(
+        update={
+            **_engine_default_values(hardware),
+            "quantization": None,
+            "speculative": None,
+            "kernels": None,
+        }
+    )
+    return _as_base_leaves(spec, base, hardware)
+
+
 def candidate_space(
     *, base: EngineSpec, hardware: HardwareProfile, limits: SpaceLimits, max_replicas: int
 ) -> list[Candidate]:
-    """Every configuration of the space that the hardware can run, the base's own first if valid.
+    """Every configuration of the space that the hardware can run, the base's own first if valid,
+    then the engine's defaults (`engine_defaults`) when they differ and the hardware runs them.
 
     Ordered deterministically (by knob values), no duplicates.
     """
@@ -157,6 +178,7 @@ def candidate_space(
         out.append(Candidate(spec=spec, key=key, lossy=is_lossy(spec, base), devices=devices))
 
     add(base)
+    add(engine_defaults(base, hardware))
     for options in _hardware_options(hardware, limits, base):
         tp = int(options.get("tensor_parallel_size") or 1)  # type: ignore[call-overload]
         for seqs, budget, chunked, caching, replicas in itertools.product(
@@ -182,6 +204,16 @@ def candidate_space(
             }
             add(base.model_copy(update=knobs))
     return out
+
+
+def defaults_key(
+    candidates: Sequence[Candidate], *, base: Candidate, hardware: HardwareProfile
+) -> str | None:
+    """Key of the candidate that is the engine's defaults on `hardware`, None when that is the base
+    itself or not in the space. A search measures it whatever the model predicts: "never worse than
+    vLLM's defaults" needs the defaults measured beside the winner, not predicted."""
+    key = config_key(engine_defaults(base.spec, hardware))
+    return key if key != base.key and any(c.key == key for c in candidates) else None
 
 
 def unpriced_keys(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:

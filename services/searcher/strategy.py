@@ -131,9 +131,10 @@ class SuccessiveHalving:
         unpriced: Collection[str] = (),
     ) -> None:
         """`must_try`: candidate keys the first round measures whatever their prediction (knobs the
-        model cannot price, such as the dtype on an ISA it was not calibrated on), in the seats
-        left beside the model's best candidate. `unpriced`: candidate keys the model's predictions
-        say nothing about (another dtype); they are never ranked, so only `must_try` measures them."""
+        model cannot price, such as the dtype on an ISA it was not calibrated on; the engine's
+        defaults), in order, beside the model's best candidate as far as the round's budget goes.
+        `unpriced`: candidate keys the model's predictions say nothing about (another dtype); they
+        are never ranked, so only `must_try` measures them."""
         if budget < 2:
             raise ValueError("a search needs a budget of at least 2 real trials (baseline + one)")
         if eta < 2:
@@ -155,10 +156,11 @@ class SuccessiveHalving:
         ranked = self._ranked()
         forced = [self._by_key[k] for k in dict.fromkeys(must_try) if k in self._by_key]
         best = [c for c in ranked if c not in forced][:1]
-        # The model's best keeps a seat: a first round of one would otherwise measure only the
-        # unpriced knob and never what the model found.
-        forced = forced[: size - len(best)]
-        self._survivors = forced + [c for c in ranked if c not in forced][: size - len(forced)]
+        # The model's best comes first, then the forced candidates in their order, even past the
+        # halving's size (the round's room in the budget cuts from the end): a first round of one
+        # would otherwise measure only a forced knob and never what the model found.
+        rest = [c for c in ranked if c not in forced and c not in best]
+        self._survivors = (best + forced + rest)[: max(size, len(best) + len(forced))]
         self._leader: Candidate | None = None  #: the halving's leader, judged by the noise rule
         self._confirm_fidelity = 1  #: the fidelity the leader and the baseline are compared at
         self._halving_done = False

@@ -35,6 +35,8 @@ class Context:
     objective: Objective  #: what "best" meant
     min_gain: float  #: margin a winner needed
     budget: int  #: real-trial budget
+    #: candidate key of the engine's defaults when they differ from the live configuration
+    defaults_key: str | None = None
 
 
 def _value(value: object) -> str:
@@ -91,8 +93,34 @@ def _how(result: SearchResult, ctx: Context) -> str:
     )
 
 
+def _defaults_text(result: SearchResult, ctx: Context) -> str:
+    """What vLLM's defaults measured beside the live configuration in the same round ("" when they
+    were not measured)."""
+    trials = result.progress.trials
+    key = ctx.defaults_key
+    measured = [t for t in trials if t.candidate_key == key and t.ok]
+    if key is None or not measured:
+        return ""
+    d = measured[0]
+    base_key = result.baseline_trial.candidate_key if result.baseline_trial is not None else ""
+    # trial ids are "<search>-r<round>-<candidate key>" (orchestrate.trial_id_of)
+    stem = d.trial_id.removesuffix(key.replace(":", "-"))
+    base = next((t for t in trials if t.ok and t.trial_id == stem + base_key.replace(":", "-")), None)
+    if base is None:
+        return ""
+    return (
+        f" vLLM's defaults, measured in the same round: p50 TTFT {d.figures.ttft_p50_ms:.0f} vs "
+        f"{base.figures.ttft_p50_ms:.0f} ms for the live configuration "
+        f"({_pct(d.figures.ttft_p50_ms, base.figures.ttft_p50_ms)})."
+    )
+
+
 def explain(result: SearchResult, ctx: Context, *, spec_of: dict[str, EngineSpec]) -> str:
     """The summary (see the module doc). `spec_of` maps candidate keys to their configurations."""
+    return _explain(result, ctx, spec_of=spec_of) + _defaults_text(result, ctx)
+
+
+def _explain(result: SearchResult, ctx: Context, *, spec_of: dict[str, EngineSpec]) -> str:
     gate_rps = ctx.target_rps * ctx.headroom
     if result.outcome is Outcome.WINNER and result.winner and result.winner_trial:
         w, b = result.winner_trial, result.baseline_trial

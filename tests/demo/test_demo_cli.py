@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import assert_one_line_error, cli_env, evertune, processes_mentioning
+from tests.cli.helpers import assert_one_line_error, cli_env, evertune, processes_mentioning, start_evertune
 
 #: Seconds of traffic: long enough for a profile, the shift and drift detection on the sim engine.
 DURATION_S = 90
@@ -118,3 +118,28 @@ def test_bad_demo_options_are_one_line_errors(tmp_path: Path) -> None:
     assert_one_line_error(short, "--duration must be at least 20 s")
     without_demo = evertune("up", "--engine", "sim", "--data-dir", str(tmp_path))
     assert_one_line_error(without_demo, "options of --demo")
+
+
+def test_an_interrupted_demo_says_so_and_exits_130(data_dir: Path) -> None:
+    proc = start_evertune(
+        "up", "--demo", "--engine", "sim", "--duration", "60", "--data-dir", str(data_dir), env=cli_env()
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        for line in proc.stdout:  # until the traffic is flowing
+            lines.append(line)
+            if "voice traffic through the gateway" in line:
+                break
+        else:
+            pytest.fail("".join(lines[-30:]))
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "evertune up --demo: interrupted before the report; nothing was written" in out
+    assert "Traceback" not in err and "Unclosed" not in err, err[-3000:]
+    assert not list(data_dir.glob("demo/*/report.md"))

@@ -17,16 +17,16 @@ def _e(kind: str, t: float, **payload: object) -> DemoEvent:
 
 def test_the_loop_settles_when_searches_and_rollouts_after_the_drift_have_ended() -> None:
     events = [_e("search.started", 5.0, search_id="early"), _e("drift.detected", 32.0)]
-    assert settled_at(events, shift_s=30.0) is None  # a search still runs
+    assert settled_at(events, shift_s=30.0, min_profile_requests=30) is None  # a search still runs
     events += [_e("search.completed", 40.0, search_id="early"), _e("search.started", 41.0, search_id="s1")]
-    assert settled_at(events, shift_s=30.0) is None
+    assert settled_at(events, shift_s=30.0, min_profile_requests=30) is None
     events += [_e("search.completed", 60.0, search_id="s1"), _e("deploy.started", 61.0, deployment_id="d2")]
-    assert settled_at(events, shift_s=30.0) is None  # rollout in progress
+    assert settled_at(events, shift_s=30.0, min_profile_requests=30) is None  # rollout in progress
     events += [_e("deploy.promoted", 90.0, deployment_id="d2")]
-    assert settled_at(events, shift_s=30.0) == 90.0
+    assert settled_at(events, shift_s=30.0, min_profile_requests=30) == 90.0
     # the first promotion settles it, though the next search (queued behind the winner) runs
     events += [_e("search.started", 91.0, search_id="s2")]
-    assert settled_at(events, shift_s=30.0) == 90.0
+    assert settled_at(events, shift_s=30.0, min_profile_requests=30) == 90.0
     # the search that ran at the drift completing does not settle it: the drift's own search is
     # queued behind it and starts a moment later (a bench loop on vLLM measured in that gap)
     only = [
@@ -34,11 +34,23 @@ def test_the_loop_settles_when_searches_and_rollouts_after_the_drift_have_ended(
         _e("drift.detected", 32.0),
         _e("search.completed", 50.0, search_id="a"),
     ]
-    assert settled_at(only, shift_s=30.0) is None
+    assert settled_at(only, shift_s=30.0, min_profile_requests=30) is None
     only += [_e("search.started", 50.1, search_id="b"), _e("search.completed", 70.0, search_id="b")]
-    assert settled_at(only, shift_s=30.0) == 70.0
+    assert settled_at(only, shift_s=30.0, min_profile_requests=30) == 70.0
+    # a searchable profile after the last search.started: a search is queued, not settled
+    queued = [*only, _e("profile.ready", 65.0, request_count="119")]
+    assert settled_at(queued, shift_s=30.0, min_profile_requests=30) is None
+    # ... but not a profile too small to search, or an empty one
+    small = [
+        *only,
+        _e("profile.ready", 65.0, request_count="12"),
+        _e("profile.ready", 66.0, empty_reason="x"),
+    ]
+    assert settled_at(small, shift_s=30.0, min_profile_requests=30) == 70.0
+    queued += [_e("search.started", 70.1, search_id="c")]
+    assert settled_at(queued, shift_s=30.0, min_profile_requests=30) is None  # it runs
     # a drift before the shift does not count
-    assert settled_at([_e("drift.detected", 10.0)], shift_s=30.0) is None
+    assert settled_at([_e("drift.detected", 10.0)], shift_s=30.0, min_profile_requests=30) is None
 
 
 def _points(phase: str, start: float, ttft: float, n: int) -> list[RequestPoint]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from evertune.demo.driver import DemoRun, RequestPoint
 from evertune.demo.panel import DemoEvent
 from evertune.demo.report import before_after, by_phase, figures, summarize, write_report
 from evertune.demo.shift import BASELINE, SHIFTED, plan_traffic
+from evertune.demo.sizing import size_load
 
 
 def _points(phase: str, start: float, ttfts: list[float]) -> list[RequestPoint]:
@@ -143,3 +145,77 @@ def test_the_report_says_what_each_search_concluded(tmp_path: Path) -> None:
     text = write_report(_run([completed]), tmp_path / "r").read_text()
     assert "| search-1 | winner | 4 | - |" in text
     assert "- `search-1`: Winner on cpu: enable_prefix_caching off -> on. Noise rule: better." in text
+
+
+def _trial(trial_id: str, config: Mapping[str, object], p50: float, *, baseline: bool = False) -> DemoEvent:
+    return DemoEvent(
+        t_s=25.0,
+        kind="trial.completed",
+        endpoint="voice-demo",
+        line="",
+        payload={
+            "trial_id": trial_id,
+            "ttft_p50_ms": p50,
+            "ttft_p99_ms": 3 * p50,
+            "passed": True,
+            "baseline": baseline,
+            "metrics": {"attainment": 0.5 if baseline else 1.0},
+            "engine_config": {"engine": "vllm", **config},
+        },
+    )
+
+
+def _completed(*, winner: str, defaults: str) -> DemoEvent:
+    payload = {"search_id": "s1", "winner_trial_id": winner, "defaults_trial_id": defaults}
+    return DemoEvent(t_s=30.0, kind="search.completed", endpoint="voice-demo", line="", payload=payload)
+
+
+def test_vllms_defaults_stand_beside_the_live_configuration_and_the_winner(tmp_path: Path) -> None:
+    off, on, tuned = (
+        {"enable_prefix_caching": False},
+        {"enable_prefix_caching": True},
+        {"enable_prefix_caching": True, "max_num_seqs": 32},
+    )
+    events = [
+        _trial("s1-r0-base", off, 130.0, baseline=True),
+        _trial("s1-r0-best", tuned, 100.0),
+        _trial("s1-r0-dflt", on, 110.0),
+        _trial("s1-r1-base", off, 150.0, baseline=True),
+        _trial("s1-r1-best", tuned, 104.0),
+        _trial("other-r0-x", on, 1.0),  # another search's trial is not counted
+        _completed(winner="s1-r1-best", defaults="s1-r0-dflt"),
+    ]
+    summary = summarize(_run(events))
+    rows = {r["label"]: r for r in summary["references"]}
+    assert list(rows) == ["live configuration", "vLLM's defaults", "winner"]
+    assert rows["live configuration"]["trials"] == 2 and rows["live configuration"]["ttft_p50_ms"] == 140.0
+    assert rows["vLLM's defaults"]["ttft_p50_ms"] == 110.0 and rows["vLLM's defaults"]["attainment"] == 1.0
+    assert rows["winner"]["trials"] == 2 and rows["winner"]["ttft_p99_ms"] == 306.0
+    text = write_report(_run(events), tmp_path / "r").read_text()
+    assert "| s1 | vLLM's defaults: enable_prefix_caching=True | 1 | 110.0 | 330.0 | 1.000 |" in text
+
+
+def test_when_the_defaults_win_they_are_one_row() -> None:
+    on = {"enable_prefix_caching": True}
+    events = [
+        _trial("s1-r0-base", {"enable_prefix_caching": False}, 130.0, baseline=True),
+        _trial("s1-r0-dflt", on, 100.0),
+        _completed(winner="s1-r0-dflt", defaults="s1-r0-dflt"),
+    ]
+    labels = [r["label"] for r in summarize(_run(events))["references"]]
+    assert labels == ["live configuration", "vLLM's defaults (the winner)"]
+
+
+def test_the_report_says_how_the_load_was_sized(tmp_path: Path) -> None:
+    run = _run([])
+    run.sizing = size_load(
+        probe_ttft_ms=[500.0],
+        requests_per_call=4.0,
+        shift_calls=1.25,
+        busy_share=0.65,
+        default_calls_per_s=0.4,
+        bounds=(0.25, 3.0),
+    )
+    text = write_report(run, tmp_path / "r").read_text()
+    assert f"- {run.sizing.line()}" in text
+    assert summarize(run)["load_sizing"]["calls_per_s"] == run.sizing.calls_per_s

@@ -24,7 +24,7 @@ def test_both_demos_start_without_prefix_caching_and_say_why() -> None:
 
 def test_the_vllm_demo_shifts_early_and_leaves_the_first_profile_to_drift() -> None:
     options = DemoOptions(engine="vllm", duration_s=600)
-    assert options.shift_at_s == 120 and options.profile_at_s is None
+    assert options.shift_at_s == 0.12 * 600 and options.profile_at_s is None
     assert DemoOptions(engine="vllm", duration_s=600, drift=False).profile_at_s is not None
     sim = DemoOptions(engine="sim", duration_s=60)
     assert sim.shift_at_s == 30 and sim.profile_at_s is not None

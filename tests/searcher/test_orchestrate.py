@@ -11,6 +11,7 @@ import pytest
 from evertune.searcher.model import scaled
 from evertune.searcher.noise import Verdict
 from evertune.searcher.orchestrate import Outcome, SearchPlan, run_search
+from evertune.searcher.space import defaults_key
 from evertune.searcher.strategy import NoiseRule, Objective, score
 from evertune.searcher.summary import Context, explain
 
@@ -18,7 +19,7 @@ from evertune.perfmodel import SimInput
 from evertune.perfmodel.steptime import Efficiency
 from evertune.replay.summary import Slo
 
-from .helpers import CPU_TRUTH, TruthExecutor, prior, search_model, space
+from .helpers import CPU, CPU_TRUTH, TruthExecutor, prior, search_model, space
 
 SLO = Slo(ttft_ms=150, itl_ms=100)
 PEAK = 4.0
@@ -190,3 +191,26 @@ async def test_with_the_noise_rule_the_winner_is_confirmed_by_interleaved_pairs(
     assert len(result.progress.trials) <= 10
     text = explain(result, _context(plan), spec_of={})
     assert "Noise rule: better: ratio" in text and "over 3 interleaved pairs" in text
+
+
+async def test_the_engines_defaults_are_measured_and_reported_beside_the_live_configuration(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    truth = search_model(searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK)
+    cands = space(searcher_model_dir)
+    defaults = defaults_key(cands, base=cands[0], hardware=CPU)
+    assert defaults is not None  # the live configuration has prefix caching off by hand
+    plan = replace(_plan(searcher_model_dir, budget=4), must_try=(defaults,))
+    executor = TruthExecutor(truth)
+    result = await run_search(plan, model=prior(truth, 1.0), execute=executor)
+    first = [o.request.candidate.key for o in executor.batches[0] + executor.batches[1]][:3]
+    assert defaults in first
+    text = explain(
+        result,
+        replace(_context(plan), defaults_key=defaults),
+        spec_of={c.key: c.spec for c, _ in plan.candidates},
+    )
+    d = next(t for t in result.progress.trials if t.candidate_key == defaults)
+    assert f"vLLM's defaults, measured in the same round: p50 TTFT {d.figures.ttft_p50_ms:.0f} vs " in text
+    # without a defaults key there is nothing to say about them
+    assert "vLLM's defaults" not in explain(result, _context(plan), spec_of={})

@@ -57,24 +57,28 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
             listed = (await stub.ListSearches(pb.ListSearchesRequest(endpoint=endpoint))).searches
     kinds = [e.kind for e in events]
     assert kinds[0] == "search.started" and kinds[-1] == "search.completed"
-    assert kinds.count("trial.completed") == 2 and "trial.progress" in kinds
+    # round 0: the live configuration, the model's best and vLLM's defaults (a fifth configuration
+    # beside the space's 4, since the live one sets its knobs by hand; the third trial fits them)
+    assert kinds.count("trial.completed") == 3 and "trial.progress" in kinds
     started, done = events[0].search_started, events[-1].search_completed
     assert started.trigger == "profile.ready" and events[0].cause_id == event.id
     assert started.trial_budget == 3 and started.candidates >= 1
     # The voice agents resend their prompts: prefix caching cuts the median TTFT by far more than 5%.
     assert done.outcome == events_pb2.SEARCH_OUTCOME_WINNER, got.error
     assert done.winner.enable_prefix_caching and not done.verified  # sim figures verify nothing
-    assert done.winner_hardware_class == "sim-cpu" and done.trials == 2
+    assert done.winner_hardware_class == "sim-cpu" and done.trials == 3
+    assert done.defaults_trial_id.startswith(f"{search_id}-r0-")
+    assert "vLLM's defaults, measured in the same round: p50 TTFT " in done.summary
     assert done.winner_metrics.ttft_p50_ms < done.baseline_metrics.ttft_p50_ms * 0.95
     assert done.objective == endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT == got.objective
     assert done.summary.startswith("Winner on sim-cpu: ") and got.summary == done.summary
     assert [g.name for g in done.winner_gates] == ["slo"] and all(g.passed for g in done.winner_gates)
     assert [g.name for g in done.baseline_gates] == ["slo"]
-    assert got.state == pb.SEARCH_STATE_DONE and got.trials_completed == 2 and got.modeled_candidates == 4
+    assert got.state == pb.SEARCH_STATE_DONE and got.trials_completed == 3 and got.modeled_candidates == 5
     assert got.best_trial_id == done.winner_trial_id and got.trigger == "profile.ready"
     assert [s.id for s in listed] == [search_id]
     rows = await store.query("SELECT count() FROM trials WHERE search_id = {s:String}", {"s": search_id})
-    assert rows.scalar() == 2
+    assert rows.scalar() == 3
     # A searcher started afterwards reads the same record, summary and evidence included.
     assert searcher.trials is not None
     again = Searches(

@@ -7,6 +7,8 @@ from evertune.searcher.space import (
     SpaceLimits,
     candidate_space,
     config_key,
+    defaults_key,
+    engine_defaults,
     is_lossy,
     unpriced_representatives,
 )
@@ -117,3 +119,21 @@ def test_the_dtype_the_model_cannot_price_is_measured_as_the_base_with_that_dtyp
     assert twin.spec == BASE.model_copy(update={"dtype": "float32"})
     plain = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_dtypes=()), max_replicas=1)
     assert unpriced_representatives(plain, base=plain[0]) == []
+
+
+def test_the_engines_defaults_are_in_the_space_beside_a_hand_set_base() -> None:
+    base = BASE.model_copy(update={"enable_prefix_caching": False, "max_num_seqs": 32})
+    defaults = engine_defaults(base, CPU)
+    # what the base sets is set to the engine's default; what it leaves unset stays unset
+    assert defaults.enable_prefix_caching is True and defaults.max_num_seqs == CPU.default_max_num_seqs
+    assert defaults.max_num_batched_tokens is None and defaults.dtype is None
+    assert defaults.kv_cache_space_gib == base.kv_cache_space_gib
+    space = candidate_space(base=base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert space[1].spec == defaults and space[1].key == config_key(defaults)
+    assert defaults_key(space, base=space[0], hardware=CPU) == space[1].key
+
+
+def test_a_base_on_the_engines_defaults_has_no_defaults_candidate_of_its_own() -> None:
+    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert engine_defaults(BASE, CPU) == BASE
+    assert defaults_key(space, base=space[0], hardware=CPU) is None

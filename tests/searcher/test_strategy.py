@@ -317,3 +317,23 @@ def test_a_pair_where_both_missed_the_slo_still_says_which_was_faster() -> None:
     found = search.decision()
     assert found is not None and found.candidate.key == lead.key
     assert found.comparison is not None and found.comparison.ratio == pytest.approx(80 / 113)
+
+
+def test_forced_candidates_take_the_rounds_room_past_the_halvings_size() -> None:
+    """The demo's search: 5 trials, one confirmation pair. The halving alone would measure the
+    model's best only; the round's room also holds the first forced candidate (the engine's
+    defaults), and the confirmation pair is still kept."""
+    base, *others = _candidates(9)
+    predicted = {c.key: -float(i) for i, c in enumerate(others)}  # others[0] predicted best
+    defaults, twin = others[5], others[6]
+    search = SuccessiveHalving(
+        baseline=base,
+        predicted=predicted,
+        candidates=[base, *others],
+        budget=5,
+        noise=NoiseRule(confirm_pairs=1, min_pairs=2, lower_is_better=True),
+        must_try=[defaults.key, twin.key],
+    )
+    assert search.reserved == 2
+    first = [r.candidate.key for r in search.next_round()]
+    assert first == [base.key, others[0].key, defaults.key]

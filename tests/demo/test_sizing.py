@@ -1,0 +1,89 @@
+"""Sizing the demo's load to the machine: the rate formula, its bounds, and the probe requests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from evertune.demo.shift import SHIFTED, Shift, phase_of, plan_traffic
+from evertune.demo.sizing import probe_requests, requests_per_call_s, size_load
+from evertune.demo.stack import DemoOptions, sizer
+
+
+def _sized(ttft_ms: float, **kw: object) -> float:
+    args: dict[str, object] = {
+        "requests_per_call": 4.0,
+        "shift_calls": 1.25,
+        "busy_share": 0.65,
+        "default_calls_per_s": 0.4,
+        "bounds": (0.25, 3.0),
+    }
+    args.update(kw)
+    return size_load(probe_ttft_ms=[ttft_ms], **args).calls_per_s  # type: ignore[arg-type]
+
+
+def test_the_rate_keeps_the_prefill_busy_the_asked_share_after_the_shift() -> None:
+    sizing = size_load(
+        probe_ttft_ms=[480.0, 500.0, 2000.0],  # the median ignores one slow probe
+        requests_per_call=4.0,
+        shift_calls=1.25,
+        busy_share=0.65,
+        default_calls_per_s=0.4,
+        bounds=(0.25, 3.0),
+    )
+    assert sizing.prefill_ms == 500.0 and not sizing.clamped
+    # after the shift: calls x 1.25 x 4 requests per call-second, each 0.5 s of prefill
+    assert math.isclose(sizing.calls_per_s * 1.25 * 4.0 * 0.5, 0.65, rel_tol=1e-2)
+    assert "0.26 calls/s before the shift" in sizing.line() and "busy 65%" in sizing.line()
+
+
+def test_a_slower_machine_gets_fewer_calls_and_the_bounds_hold() -> None:
+    assert _sized(1000.0) < _sized(500.0) < _sized(250.0)
+    assert _sized(1e6) == pytest.approx(0.1)  # 0.25 x the default
+    assert _sized(1e-3) == pytest.approx(1.2)  # 3 x the default
+    assert size_load(
+        probe_ttft_ms=[1e6],
+        requests_per_call=4.0,
+        shift_calls=1.25,
+        busy_share=0.65,
+        default_calls_per_s=0.4,
+        bounds=(0.25, 3.0),
+    ).clamped
+
+
+@pytest.mark.parametrize("ttfts", [[], [0.0], [-5.0, 10.0]])
+def test_sizing_refuses_probes_without_a_positive_time(ttfts: list[float]) -> None:
+    with pytest.raises(ValueError, match="positive probe TTFT"):
+        size_load(
+            probe_ttft_ms=ttfts,
+            requests_per_call=4.0,
+            shift_calls=1.25,
+            busy_share=0.65,
+            default_calls_per_s=0.4,
+            bounds=(0.25, 3.0),
+        )
+
+
+def test_probes_are_grown_traffic_prompts_around_the_median_one_per_call() -> None:
+    plan = plan_traffic(
+        duration_s=300, peak_calls_per_s=0.4, shift_at_s=60, shift=Shift(system_prompt=3.0), prompt_words=200
+    )
+    probes = probe_requests(plan, count=5)
+    assert len(probes) == 5 and all(phase_of(r) == SHIFTED for r in probes)
+    assert len({r.conversation_id for r in probes}) == 5
+    sizes = sorted(sum(len(m.content) for m in r.messages) for r in plan.requests if phase_of(r) == SHIFTED)
+    median = sizes[len(sizes) // 2]
+    assert all(0.8 * median <= sum(len(m.content) for m in r.messages) <= 1.2 * median for r in probes)
+    # the plan's requests per call-second: its shifted requests over its seconds and call rate
+    shifted = [r for r in plan.requests if phase_of(r) == SHIFTED]
+    assert requests_per_call_s(plan) == pytest.approx(len(shifted) / 240 / (0.4 * 1.25))
+
+
+def test_the_vllm_demo_sizes_its_load_unless_the_rate_is_given() -> None:
+    vllm = sizer(DemoOptions(engine="vllm", duration_s=600))
+    assert vllm is not None and vllm.busy_share == 0.65 and vllm.shift_calls == 1.25
+    assert vllm.replan(0.3).baseline.peak_calls_per_s == 0.3
+    assert sizer(DemoOptions(engine="vllm", duration_s=600, peak_calls_per_s=1.0)) is None
+    assert sizer(DemoOptions(engine="vllm", duration_s=600, drift=False)) is None
+    assert sizer(DemoOptions(engine="sim")) is None
