@@ -166,7 +166,7 @@ def _trial(trial_id: str, config: Mapping[str, object], p50: float, *, baseline:
 
 
 def _completed(*, winner: str, defaults: str) -> DemoEvent:
-    payload = {"search_id": "s1", "winner_trial_id": winner, "defaults_trial_id": defaults}
+    payload: dict[str, object] = {"search_id": "s1", "winner_trial_id": winner, "defaults_trial_id": defaults}
     return DemoEvent(t_s=30.0, kind="search.completed", endpoint="voice-demo", line="", payload=payload)
 
 
