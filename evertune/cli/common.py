@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, cast
 
@@ -34,11 +35,18 @@ def shared_settings(
     return shared
 
 
-def stop_on_signals(stop: asyncio.Event) -> None:
-    """SIGINT and SIGTERM set `stop`; a second signal is ignored while shutdown runs."""
+def stop_on_signals(stop: asyncio.Event, *, on_signal: Callable[[], None] | None = None) -> None:
+    """SIGINT and SIGTERM set `stop` (after calling `on_signal`, when given); a second signal is
+    ignored while shutdown runs."""
     loop = asyncio.get_running_loop()
+
+    def handle() -> None:
+        if on_signal is not None:
+            on_signal()
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, handle)
 
 
 def nats_url_for(shared: SharedSettings, nats_url: str | None) -> str:

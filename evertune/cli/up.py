@@ -74,10 +74,17 @@ def up(
 async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOptions | None) -> int:
     started = time.monotonic()
     stop = asyncio.Event()
-    stop_on_signals(stop)
+    demo_task: asyncio.Task[int] | None = None
+    #: a signal came before the demo had finished (its report then is not written, or not whole)
+    interrupted = False
+
+    def on_signal() -> None:
+        nonlocal interrupted
+        interrupted = interrupted or (demo is not None and (demo_task is None or not demo_task.done()))
+
+    stop_on_signals(stop, on_signal=on_signal)
     data_dir = shared.data_dir.expanduser()
     services = [create_service(name) for name in SERVICE_NAMES]
-    demo_task: asyncio.Task[int] | None = None
     nats: EmbeddedNats | None = None
     nats_url = shared.nats_url
     if not nats_url:
@@ -117,14 +124,13 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOpt
         if timer is not None:
             timer.cancel()
         if demo_task is not None:
-            interrupted = not demo_task.done()
-            if interrupted:  # the demo stops where it is, without its report
+            if not demo_task.done():  # the demo stops where it is, without its report
                 demo_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 code = await demo_task
-            if interrupted:
-                print("evertune up --demo: interrupted before the report; nothing was written", flush=True)
-                code = INTERRUPTED
+        if interrupted:
+            print("evertune up --demo: interrupted before the report; nothing was written", flush=True)
+            code = INTERRUPTED
         if nats is not None:
             with contextlib.suppress(Exception):
                 await nats.stop()

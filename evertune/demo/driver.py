@@ -74,6 +74,8 @@ class EndpointPlan:
     #: prefix caching of the first deployment (None: the engine's default, on); False starts the
     #: endpoint from a hand-set configuration the loop can improve on
     prefix_caching: bool | None = None
+    #: eager mode of the first deployment (None: the engine's default, compiled)
+    enforce_eager: bool | None = None
     model_size: Size = "tiny"  #: size of the local model served (see `evertune.model`)
     start_note: str = ""  #: where the first configuration came from, for the report (one line)
     #: the whole first configuration (engine filled in from `engine`), replacing the KV cache and
@@ -165,9 +167,9 @@ def _objective_name(objective: int) -> str:
 
 
 def endpoint_spec(plan: EndpointPlan, model: Path, *, alert_url: str = "") -> D.EndpointSpec:
-    """The EndpointSpec the demo creates: the engine's defaults, except a bounded KV cache on CPU and
-    prefix caching when the plan sets it; breach and resolve alerts go to `alert_url` (a webhook)
-    when given."""
+    """The EndpointSpec the demo creates: the engine's defaults, except a bounded KV cache on CPU,
+    prefix caching and eager mode when the plan sets them; breach and resolve alerts go to
+    `alert_url` (a webhook) when given."""
     config = D.EngineConfig(engine=plan.engine)
     if plan.engine_config is not None:
         config.CopyFrom(plan.engine_config)
@@ -177,6 +179,8 @@ def endpoint_spec(plan: EndpointPlan, model: Path, *, alert_url: str = "") -> D.
             config.kv_cache_space_gib = plan.kv_cache_space_gib
         if plan.prefix_caching is not None:
             config.enable_prefix_caching = plan.prefix_caching
+        if plan.enforce_eager is not None:
+            config.enforce_eager = plan.enforce_eager
     return D.EndpointSpec(
         name=plan.name,
         model=str(model),
@@ -237,6 +241,7 @@ class Demo:
         self._phase_by_id = {r.request_id: phase_of(r) for r in traffic.requests}
         self._phase = "setup"
         self._start = 0.0
+        self._engine_url = ""  #: the first deployment's engine (probes go there, not to the gateway)
         #: Set by the caller to end the traffic before its plan does (in-flight requests are cut).
         self.end_traffic = asyncio.Event()
         #: Set when the traffic starts (`run.traffic_start_s` is then known).
@@ -335,6 +340,10 @@ class Demo:
                 next_note = time.monotonic() + 15.0
             await asyncio.sleep(0.5)
         self.run.initial_deployment = got.stable_deployment_id
+        listed = await stub.ListDeployments(pb.ListDeploymentsRequest(endpoint=name))
+        self._engine_url = next(
+            (d.upstream_url for d in listed.deployments if d.id == got.stable_deployment_id), ""
+        )
         self.say(f"endpoint {name!r} is ready (stable deployment {got.stable_deployment_id})")
 
     async def _delete(self, stub: pb_grpc.EndpointServiceStub, *, quiet: bool = True) -> None:
@@ -369,26 +378,30 @@ class Demo:
     # --- traffic ----------------------------------------------------------------------------
 
     async def _size_load(self, sizer: Sizer) -> None:
-        """Probe the endpoint with grown-traffic prompts one at a time and re-plan the traffic at
-        the rate `evertune.demo.sizing` gives; keep the plan when no probe completes.
+        """Probe the endpoint's engine with grown-traffic prompts one at a time and re-plan the
+        traffic at the rate `evertune.demo.sizing` gives; keep the plan when no probe completes.
 
-        The probes first go out together, unmeasured, with a few output tokens: a new engine
-        compiles for the prompt and batch shapes it first meets (its own warm-up request is a few
-        tokens), and neither the measured probes nor the first callers should wait for that."""
-        probes = probe_requests(self.traffic, count=sizer.probes)
-        warm = [
-            dataclasses.replace(r, at_s=0.0, max_tokens=16, request_id=f"warm-{i}")
-            for i, r in enumerate(probes)
-        ]
-        await replay(warm, target=self.where.gateway_url, model=self.endpoint.name, on_sent=self._on_sent)
-        ttfts: list[float] = []
-        for i, request in enumerate(probes):
-            probe = dataclasses.replace(request, at_s=0.0, max_tokens=1, request_id=f"probe-{i}")
-            done = await replay(
-                [probe], target=self.where.gateway_url, model=self.endpoint.name, on_sent=self._on_sent
-            )
-            ttfts += [r.ttft_ms for r in done.results if r.ok and r.ttft_ms is not None]
+        The probes go to the stable deployment's engine itself, not through the gateway: they are
+        slower than the SLO by design (the grown traffic's prompts) and must not count in the
+        endpoint's telemetry, burn rates or drift reference, as the deployer's own warm-up does not.
+        As many others first go out unmeasured, with a few output tokens: a new engine compiles for
+        the prompt and batch shapes it first meets, and the measured probes should not wait for
+        that (other requests, so a configuration with prefix caching on does not measure a cache
+        hit of its own warm-up)."""
         default = self.traffic.baseline.peak_calls_per_s
+        if not self._engine_url:
+            self.run.notes.append(f"the engine's URL is unknown: the load stays at {default:g} calls/s")
+            self.say(self.run.notes[-1])
+            return
+        requests = probe_requests(self.traffic, count=2 * sizer.probes)
+        warm, measured = requests[: sizer.probes], requests[sizer.probes :]
+        ttfts: list[float] = []
+        for i, request in enumerate(warm + measured):
+            tokens = 16 if i < len(warm) else 1
+            probe = dataclasses.replace(request, at_s=0.0, max_tokens=tokens, request_id=f"probe-{i}")
+            done = await replay([probe], target=self._engine_url, model=self.endpoint.name)
+            if i >= len(warm):
+                ttfts += [r.ttft_ms for r in done.results if r.ok and r.ttft_ms is not None]
         if not ttfts:
             self.run.notes.append(f"no probe request completed: the load stays at {default:g} calls/s")
             self.say(self.run.notes[-1])

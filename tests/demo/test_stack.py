@@ -19,6 +19,11 @@ def test_both_demos_start_without_prefix_caching_and_say_why() -> None:
         assert plan.start_note.startswith("prefix caching off")
     vllm = endpoint_plan(DemoOptions(engine="vllm"))
     assert vllm.model_size == "small"
+    # vLLM-CPU engines start eager: every trial and the canary start one on 2 cores
+    assert endpoint_spec(vllm, Path("/m")).initial_engine_config.enforce_eager
+    assert "eager mode" in vllm.start_note
+    sim = endpoint_spec(endpoint_plan(DemoOptions(engine="sim")), Path("/m")).initial_engine_config
+    assert not sim.HasField("enforce_eager")
     assert endpoint_spec(vllm, Path("/m")).initial_engine_config.kv_cache_space_gib == 2.0
 
 
