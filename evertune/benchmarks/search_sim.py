@@ -210,6 +210,7 @@ class _NoisyTruth:
                     simulated=True,
                     hardware_class=order.hardware_class,
                     fidelity=order.request.fidelity,
+                    round=order.request.round,
                 )
             )
         return out

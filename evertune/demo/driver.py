@@ -46,6 +46,7 @@ from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2
+from evertune.workloads.plan import PlannedRequest
 
 log = get_logger("evertune.demo")
 
@@ -394,14 +395,11 @@ class Demo:
             self.say(self.run.notes[-1])
             return
         requests = probe_requests(self.traffic, count=2 * sizer.probes)
-        warm, measured = requests[: sizer.probes], requests[sizer.probes :]
+        for i, request in enumerate(requests[: sizer.probes]):  # warm-up: compiles, not measured
+            await self._probe(request, max_tokens=16, request_id=f"probe-warm-{i}")
         ttfts: list[float] = []
-        for i, request in enumerate(warm + measured):
-            tokens = 16 if i < len(warm) else 1
-            probe = dataclasses.replace(request, at_s=0.0, max_tokens=tokens, request_id=f"probe-{i}")
-            done = await replay([probe], target=self._engine_url, model=self.endpoint.name)
-            if i >= len(warm):
-                ttfts += [r.ttft_ms for r in done.results if r.ok and r.ttft_ms is not None]
+        for i, request in enumerate(requests[sizer.probes :]):  # measured: the prefill alone
+            ttfts += await self._probe(request, max_tokens=1, request_id=f"probe-{i}")
         if not ttfts:
             self.run.notes.append(f"no probe request completed: the load stays at {default:g} calls/s")
             self.say(self.run.notes[-1])
@@ -419,6 +417,12 @@ class Demo:
         self.traffic = sizer.replan(sizing.calls_per_s)
         self.run.traffic = self.traffic
         self._phase_by_id = {r.request_id: phase_of(r) for r in self.traffic.requests}
+
+    async def _probe(self, request: PlannedRequest, *, max_tokens: int, request_id: str) -> list[float]:
+        """Send one probe to the engine itself, alone; its TTFT (empty when it failed)."""
+        probe = dataclasses.replace(request, at_s=0.0, max_tokens=max_tokens, request_id=request_id)
+        done = await replay([probe], target=self._engine_url, model=self.endpoint.name)
+        return [r.ttft_ms for r in done.results if r.ok and r.ttft_ms is not None]
 
     async def _drive(self, nc: Client) -> None:
         traffic = self.traffic

@@ -556,6 +556,7 @@ class Searches:
             noise=noise_rule(s, objective=objective, simulated=first.startswith("sim-")),
             must_try=must_try,
             unpriced=tuple(unpriced_keys(space_of_first, base=candidates[0][0])),
+            defaults=defaults,
         )
         template = JobTemplate(
             search_id=record.search_id,

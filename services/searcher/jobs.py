@@ -157,6 +157,7 @@ def trial_result(
         simulated=completed.simulated,
         hardware_class=completed.hardware_class or order.hardware_class,
         fidelity=order.request.fidelity,
+        round=order.request.round,
         metrics=metrics if ok else None,
         fingerprint=completed.hardware.id,
     )
@@ -173,4 +174,5 @@ def missing_result(order: TrialOrder, error: str) -> TrialResult:
         error=error,
         hardware_class=order.hardware_class,
         fidelity=order.request.fidelity,
+        round=order.request.round,
     )

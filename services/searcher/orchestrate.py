@@ -82,6 +82,7 @@ class TrialResult:
     simulated: bool = False  #: figures from the performance model (sim-* runner)
     hardware_class: str = ""  #: where it ran
     fidelity: int = 1  #: trial length multiplier it ran at
+    round: int = 0  #: round of the search it ran in, from 0 (TrialRequest.round)
     metrics: jobs_pb2.TrialMetrics | None = None  #: the runner's figures as reported (evidence)
     fingerprint: str = ""  #: id of the hardware it ran on ("" = not reported, e.g. an older runner)
 
@@ -130,6 +131,9 @@ class SearchPlan:
     #: candidate keys the model cannot price (another dtype): never ranked by it, only measured
     #: through `must_try`
     unpriced: tuple[str, ...] = ()
+    #: key of the engine's defaults in `candidates` (None: not in the space); round 0 measures them
+    #: first when the model cannot tell its best from them (`SuccessiveHalving`)
+    defaults: str | None = None
 
 
 @dataclass
@@ -210,6 +214,7 @@ async def run_search(
         noise=plan.noise,
         must_try=plan.must_try,
         unpriced=plan.unpriced,
+        defaults=plan.defaults,
     )
     reference = ""
     measured_by_trial: dict[tuple[str, int], TrialResult] = {}

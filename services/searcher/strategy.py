@@ -129,12 +129,17 @@ class SuccessiveHalving:
         noise: NoiseRule = NO_CONFIRMATION,
         must_try: Sequence[str] = (),
         unpriced: Collection[str] = (),
+        defaults: str | None = None,
     ) -> None:
         """`must_try`: candidate keys the first round measures whatever their prediction (knobs the
         model cannot price, such as the dtype on an ISA it was not calibrated on; the engine's
         defaults), in order, beside the model's best candidate as far as the round's budget goes.
         `unpriced`: candidate keys the model's predictions say nothing about (another dtype); they
-        are never ranked, so only `must_try` measures them."""
+        are never ranked, so only `must_try` measures them.
+        `defaults`: the key of the engine's defaults. When the model predicts its best within the
+        smallest gain a measurement can tell (`tie_share`) of them, the defaults are measured first:
+        a predicted edge no trial could confirm is no reason to put an untried configuration before
+        the engine's own, which a winner must never be worse than anyway."""
         if budget < 2:
             raise ValueError("a search needs a budget of at least 2 real trials (baseline + one)")
         if eta < 2:
@@ -158,13 +163,31 @@ class SuccessiveHalving:
         best = [c for c in ranked if c not in forced][:1]
         # The model's best comes first, then the forced candidates in their order, even past the
         # halving's size (the round's room in the budget cuts from the end): a first round of one
-        # would otherwise measure only a forced knob and never what the model found.
-        rest = [c for c in ranked if c not in forced and c not in best]
-        self._survivors = (best + forced + rest)[: max(size, len(best) + len(forced))]
+        # would otherwise measure only a forced knob and never what the model found. The engine's
+        # defaults go before the model's best when the model cannot tell the two apart.
+        first = best + forced
+        if best and defaults in self._by_key and self._ties(defaults, best[0].key):
+            engine_defaults = self._by_key[defaults]
+            first = [engine_defaults, *(c for c in first if c is not engine_defaults)]
+        rest = [c for c in ranked if c not in first]
+        self._survivors = (first + rest)[: max(size, len(first))]
         self._leader: Candidate | None = None  #: the halving's leader, judged by the noise rule
         self._confirm_fidelity = 1  #: the fidelity the leader and the baseline are compared at
         self._halving_done = False
         self.done = False
+
+    @property
+    def tie_share(self) -> float:
+        """Relative difference of predicted scores under which the model cannot tell two candidates
+        apart: the noise rule's smallest floor, or `min_gain` without a noise rule."""
+        return self.noise.min_floor if self.noise.active else self.min_gain
+
+    def _ties(self, defaults: str, best: str) -> bool:
+        """Whether the model's best is predicted within `tie_share` of the engine's defaults."""
+        d, b = self._predicted.get(defaults, -math.inf), self._predicted.get(best, -math.inf)
+        if not (math.isfinite(d) and math.isfinite(b)) or defaults in self._unpriced:
+            return False
+        return b - d <= self.tie_share * abs(b)
 
     def _first_round_size(self) -> int:
         """Largest n whose halving rounds (n + n/eta + ... + 1) fit the budget after the baseline's

@@ -103,9 +103,7 @@ def _defaults_text(result: SearchResult, ctx: Context) -> str:
         return ""
     d = measured[0]
     base_key = result.baseline_trial.candidate_key if result.baseline_trial is not None else ""
-    # trial ids are "<search>-r<round>-<candidate key>" (orchestrate.trial_id_of)
-    stem = d.trial_id.removesuffix(key.replace(":", "-"))
-    base = next((t for t in trials if t.ok and t.trial_id == stem + base_key.replace(":", "-")), None)
+    base = next((t for t in trials if t.ok and t.candidate_key == base_key and t.round == d.round), None)
     if base is None:
         return ""
     return (

@@ -10,8 +10,9 @@ from typing import Any
 
 from evertune.v1 import telemetry_pb2
 
-#: 2026-11-29 12:00:00 UTC, in ns.
-BASE_NS = 1_795_953_600 * 1_000_000_000
+#: A whole hour of yesterday (UTC), in ns: recent, since the requests table drops rows after 30
+#: days (TTL), and on an hour boundary, so minute buckets start at it.
+BASE_NS = (int(time.time()) // 3600 - 24) * 3600 * 1_000_000_000
 
 
 def record(

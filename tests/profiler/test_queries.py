@@ -20,7 +20,7 @@ from evertune.store import Store, migrate
 from evertune.v1 import telemetry_pb2
 from tests.profiler.helpers import BASE_NS, record
 
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+T0 = datetime.fromtimestamp(BASE_NS // 1_000_000_000, UTC)  #: minute 0 of the fixture
 MINUTE_NS = 60 * 1_000_000_000
 
 

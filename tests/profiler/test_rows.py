@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from evertune.profiler.sink import COLUMNS, backoff_delay, decode, group_token, rows_of
@@ -27,7 +27,7 @@ def test_rows_of_converts_every_field() -> None:
         "endpoint": "voice",
         "deployment": "d-a",
         "request_id": "r-0",
-        "ts": datetime(2026, 11, 29, 12, 0, 0, 123_456, tzinfo=UTC),
+        "ts": datetime.fromtimestamp(BASE_NS // 1_000_000_000, UTC) + timedelta(microseconds=123_456),
         "api": "completions",
         "model": "tiny",
         "stream": False,

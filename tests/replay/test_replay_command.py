@@ -12,7 +12,9 @@ TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_c
 
 def test_voice_replay_prints_a_summary_with_attainment(fake_url: str) -> None:
     args = ("replay", "--target", fake_url, "--workload", "voice", "--duration", "30", "--time-scale", "6")
-    result = evertune(*args, "--slo-ttft-ms", "100", "--slo-itl-ms", "50", "--json", timeout=120)
+    # SLO far above the fake's delays: a 2-core machine running the suite stalled one request in
+    # twelve past a 100 ms target once
+    result = evertune(*args, "--slo-ttft-ms", "400", "--slo-itl-ms", "200", "--json", timeout=120)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["requests"] > 5 and summary["errors"] == 0

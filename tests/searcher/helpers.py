@@ -113,6 +113,7 @@ class TruthExecutor:
                         error="engine exited with code 1",
                         hardware_class=order.hardware_class,
                         fidelity=order.request.fidelity,
+                        round=order.request.round,
                     )
                 )
                 continue
@@ -129,6 +130,7 @@ class TruthExecutor:
                     gates=(gate,),
                     hardware_class=order.hardware_class,
                     fidelity=order.request.fidelity,
+                    round=order.request.round,
                     fingerprint=self.fingerprints.get(candidate.key, "hw-a"),
                 )
             )

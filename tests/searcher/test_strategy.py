@@ -337,3 +337,43 @@ def test_forced_candidates_take_the_rounds_room_past_the_halvings_size() -> None
     assert search.reserved == 2
     first = [r.candidate.key for r in search.next_round()]
     assert first == [base.key, others[0].key, defaults.key]
+
+
+def _demo_search(
+    *, best_p50: float, defaults_p50: float, budget: int
+) -> tuple[list[str], Candidate, Candidate]:
+    """Round 0 of a p50 search with one confirmation pair where the model predicts `best_p50` for
+    its best candidate and `defaults_p50` for the engine's defaults (forced, like control.py)."""
+    base, best, defaults, twin = _candidates(4)
+    predicted = {base.key: -300.0, best.key: -best_p50, defaults.key: -defaults_p50, twin.key: -400.0}
+    search = SuccessiveHalving(
+        baseline=base,
+        predicted=predicted,
+        candidates=[base, best, defaults, twin],
+        budget=budget,
+        noise=NoiseRule(confirm_pairs=1, min_pairs=2, lower_is_better=True),
+        must_try=[defaults.key],
+        defaults=defaults.key,
+    )
+    return [r.candidate.key for r in search.next_round()], best, defaults
+
+
+def test_the_engines_defaults_take_the_only_seat_when_the_model_cannot_tell_its_best_from_them() -> None:
+    """Budget 4 (the demo's): round 0 has one seat beside the baseline. A predicted 123 vs 126 ms
+    is inside the noise floor (10%), so the defaults are measured; 100 vs 126 ms is not."""
+    tied, _, defaults = _demo_search(best_p50=123.0, defaults_p50=126.0, budget=4)
+    assert tied[1:] == [defaults.key]
+    apart, best, _ = _demo_search(best_p50=100.0, defaults_p50=126.0, budget=4)
+    assert apart[1:] == [best.key]
+
+
+def test_with_room_for_both_the_tied_defaults_go_first_and_the_models_best_is_still_measured() -> None:
+    tied, best, defaults = _demo_search(best_p50=123.0, defaults_p50=126.0, budget=5)
+    assert tied[1:] == [defaults.key, best.key]
+    apart, best, defaults = _demo_search(best_p50=100.0, defaults_p50=126.0, budget=5)
+    assert apart[1:] == [best.key, defaults.key]
+
+
+def test_a_defaults_prediction_that_misses_the_slo_never_ties() -> None:
+    missed, best, _ = _demo_search(best_p50=123.0, defaults_p50=math.inf, budget=4)
+    assert missed[1:] == [best.key]

@@ -20,7 +20,8 @@ COLUMNS = [
     "error_class", "ttft_ms", "e2e_ms", "upstream_ttft_ms", "itl_ms", "prompt_tokens",
     "cached_tokens", "completion_tokens", "prefix_hashes", "client_disconnected",
 ]  # fmt: skip
-T0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.UTC)
+#: A whole hour of yesterday: the requests table keeps 30 days (TTL), so a fixed date would expire.
+T0 = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
 
 
 def request_rows(n: int, endpoint: str = "voice", start: int = 0) -> list[list[object]]:
