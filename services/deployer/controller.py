@@ -32,6 +32,7 @@ from typing import Any, Final
 from evertune.deployer import plan
 from evertune.deployer.auth import Principal
 from evertune.deployer.backend import EngineReport, ServingBackend, Target
+from evertune.deployer.breach import SeenBreach, why_not_the_canary
 from evertune.deployer.canary import Analysis, ArmWindow, Verdict, analyse
 from evertune.deployer.plan import FULL_WEIGHT
 from evertune.deployer.rollout import (
@@ -630,27 +631,22 @@ class Deployer:
         log.info("rolling out a search winner", **where, deployment=deployment.id)
 
     async def on_breach(self, event: events_pb2.Event) -> None:
-        """An sla.breach: roll back the endpoint's canary when it breaches during the rollout (the
-        breach names the canary, or the endpoint as a whole). A breach of the stable deployment
-        alone, or one older than the canary's first traffic, changes nothing."""
+        """An sla.breach: roll back the endpoint's canary when the breach judges it
+        (`breach.why_not_the_canary`: it names the canary, or it is endpoint-wide once the canary
+        takes all the traffic); any other breach changes nothing."""
         name = event.endpoint
         breach = event.sla_breach
         record = await self.state.get_rollout(name) if name else None
-        if record is None or record.step < 0:
+        if record is None:
             return
-        if breach.deployment and breach.deployment != record.deployment_id:
-            log.info("breach of another deployment during a rollout; the canary stays", endpoint=name)
-            return
-        if event.time.ToNanoseconds() / 1e9 < record.started_s:
-            return
-        if not breach.deployment and (
-            event.time.ToNanoseconds() / 1e9 - breach.short_window.ToTimedelta().total_seconds()
-            < record.started_s
-        ):
-            # An endpoint-wide breach whose short window began before the canary served judges the
-            # stable deployment, not the canary (a winner rolled out to fix a breaching
-            # configuration would otherwise be rolled back by that configuration's own breach).
-            log.info("endpoint-wide breach from before the canary served; the canary stays", endpoint=name)
+        seen = SeenBreach(
+            deployment=breach.deployment,
+            at_s=event.time.ToNanoseconds() / 1e9,
+            short_window_s=breach.short_window.ToTimedelta().total_seconds(),
+        )
+        reason = why_not_the_canary(seen, record)
+        if reason:
+            log.info("breach during a rollout; the canary stays", endpoint=name, reason=reason)
             return
         signal = self._canaries.get(name)
         if signal is not None and signal.deployment_id == record.deployment_id:
