@@ -24,7 +24,7 @@ def test_the_loop_settles_when_searches_and_rollouts_after_the_drift_have_ended(
     assert settled_at(events, shift_s=30.0, min_profile_requests=30) is None  # rollout in progress
     events += [_e("deploy.promoted", 90.0, deployment_id="d2")]
     assert settled_at(events, shift_s=30.0, min_profile_requests=30) == 90.0
-    # the first promotion settles it, though the next search (queued behind the winner) runs
+    # the first promotion settles it, though a later search runs (a drift on the new configuration)
     events += [_e("search.started", 91.0, search_id="s2")]
     assert settled_at(events, shift_s=30.0, min_profile_requests=30) == 90.0
     # the search that ran at the drift completing does not settle it: the drift's own search is

@@ -1,4 +1,5 @@
-"""A search queued behind a winner waits for the winner's rollout (real NATS KV)."""
+"""A search queued behind a winner waits for the winner's rollout and learns how it ended (real
+NATS KV)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ async def test_the_wait_ends_with_the_rollout_or_when_none_starts(
         deployments = await Bucket.open(js, "deployments")
         # No rollout of the winner starts (a policy that does not roll out, a refused winner).
         started = time.monotonic()
-        await searches.wait_for_rollout("ep-a", "search-1")
+        assert await searches.wait_for_rollout("ep-a", "search-1") is None
         assert time.monotonic() - started < 5.0
         # Its canary runs: the wait lasts until the deployment leaves the canary state. Another
         # search's deployment of the endpoint does not end it.
@@ -56,4 +57,5 @@ async def test_the_wait_ends_with_the_rollout_or_when_none_starts(
             _deployment("ep-a", endpoint_pb2.DEPLOYMENT_STATE_ACTIVE, origin="search-1"),
             revision=revision,
         )
-        await asyncio.wait_for(waiting, timeout=10.0)
+        # promoted: the state says so (a queued search is then dropped, `_start_queued`)
+        assert await asyncio.wait_for(waiting, timeout=10.0) == endpoint_pb2.DEPLOYMENT_STATE_ACTIVE
