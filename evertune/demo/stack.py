@@ -84,9 +84,10 @@ ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
         model_size="small",
         shift_share=0.12,
         first_profile=False,
-        # the live configuration and the model's best, then one confirmation pair: 4 trials of
-        # 75 s (EPYC Zen 5) to 110 s (Zen 4) each. A fifth would measure vLLM's defaults beside
-        # them (docs/demo.md) and does not fit 15 minutes on the slower machine.
+        # the live configuration and one seat (vLLM's defaults when the model cannot tell its best
+        # from them, as on this traffic; else its best), then one confirmation pair: 4 trials of
+        # 75 s (EPYC Zen 5) to 95 s (Zen 4) each; a fifth does not fit 15 minutes on the slower
+        # machine (docs/demo.md).
         search_budget=4,
         confirm_pairs=1,
         stability_tolerance=0.5,
