@@ -262,13 +262,13 @@ async def _loop_run(
     """Phase 1: the demo endpoint under the demo's traffic until the loop settles (or gives up)."""
     d = options.defaults
 
-    def traffic(calls_per_s: float) -> TrafficPlan:
+    def traffic(calls_per_s: float, prompt_words: int = d.prompt_words) -> TrafficPlan:
         return plan_traffic(
             duration_s=warm_s + settle_max_s + GRACE_S,
             peak_calls_per_s=calls_per_s,
             shift_at_s=warm_s,
             shift=d.shift,
-            prompt_words=d.prompt_words,
+            prompt_words=prompt_words,
         )
 
     demo = Demo(

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -30,9 +31,18 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.bus import connect
 from evertune.cli.slo import SLA_MONITOR, SloRow, rows_from_status
+from evertune.demo.launch_dtype import DtypeChoice, measure_launch_dtype
 from evertune.demo.panel import DemoEvent, demo_event, event_line, loop_events, panel_lines
 from evertune.demo.shift import BASELINE, TrafficPlan, phase_of
-from evertune.demo.sizing import LoadSizing, probe_requests, requests_per_call_s, size_load
+from evertune.demo.sizing import (
+    LoadSizing,
+    PromptScaling,
+    probe_requests,
+    requests_per_call_s,
+    shared_prompt_share,
+    shortened_prompt_words,
+    size_load,
+)
 from evertune.demo.webhook import AlertReceiver, Delivered
 from evertune.errors import EvertuneError, FailedPrecondition, Unavailable
 from evertune.events import event_filter_subject
@@ -82,6 +92,10 @@ class EndpointPlan:
     #: the whole first configuration (engine filled in from `engine`), replacing the KV cache and
     #: prefix caching fields above; None: those fields and the engine's defaults
     engine_config: D.EngineConfig | None = None
+    #: dtypes the first configuration chooses from by timing them on this CPU before it is created
+    #: (`evertune.demo.launch_dtype`); empty: `dtype` as it is
+    launch_dtypes: tuple[str, ...] = ()
+    dtype: str | None = None  #: dtype of the first deployment (None: the engine's default)
 
 
 @dataclass(frozen=True)
@@ -116,7 +130,12 @@ class Sizer:
     probes: int  #: probe requests, sent one at a time
     shift_calls: float  #: the shift's factor on the call rate
     bounds: tuple[float, float]  #: allowed factors on the default rate (lowest, highest)
-    replan: Callable[[float], TrafficPlan]  #: the traffic for a call rate before the shift
+    #: the traffic for a call rate before the shift and a shared prompt's length in words
+    replan: Callable[[float, int], TrafficPlan]
+    prompt_words: int  #: words of the agents' shared prompt before the shift, by default
+    #: the slowest grown-traffic prefill the story holds at its TTFT target, ms: a slower one
+    #: shortens the shared prompt first (None: never)
+    max_prefill_ms: float | None = None
 
 
 @dataclass
@@ -143,6 +162,8 @@ class DemoRun:
     alerts: list[Delivered] = field(default_factory=list)  #: alerts the local webhook received
     start_note: str = ""  #: where the endpoint's first configuration came from (one line)
     sizing: LoadSizing | None = None  #: how the call rate was sized to the machine (None: not sized)
+    #: how the first configuration's dtype was chosen on this CPU (None: not chosen, engine default)
+    launch_dtype: DtypeChoice | None = None
 
     sent_count: int = 0  #: requests that left the client (each one reached the gateway)
 
@@ -182,6 +203,8 @@ def endpoint_spec(plan: EndpointPlan, model: Path, *, alert_url: str = "") -> D.
             config.enable_prefix_caching = plan.prefix_caching
         if plan.enforce_eager is not None:
             config.enforce_eager = plan.enforce_eager
+        if plan.dtype is not None:
+            config.dtype = plan.dtype
     return D.EndpointSpec(
         name=plan.name,
         model=str(model),
@@ -277,6 +300,8 @@ class Demo:
             )
             tasks.append(asyncio.create_task(self._watch_events(sub), name="demo-events"))
             model = await asyncio.to_thread(ensure_model, self.where.data_dir, size=self.endpoint.model_size)
+            if self.endpoint.launch_dtypes:
+                await self._choose_dtype(model)
             await self._provision(stub, model, alert_url=receiver.url)
             await self._wait_routed()
             if self.sizer is not None:
@@ -304,6 +329,16 @@ class Demo:
         self.out(f"[{alert.t_s:+7.1f}s] {alert.line}")
 
     # --- the endpoint -----------------------------------------------------------------------
+
+    async def _choose_dtype(self, model: Path) -> None:
+        """Set the first configuration's dtype to the faster of the plan's on this CPU."""
+        self.say(
+            f"timing {' and '.join(self.endpoint.launch_dtypes)} on this CPU for the first configuration"
+        )
+        choice = await measure_launch_dtype(self.endpoint.launch_dtypes, model_dir=model)
+        note = f"{self.endpoint.start_note}; {choice.line}" if self.endpoint.start_note else choice.line
+        self.endpoint = dataclasses.replace(self.endpoint, dtype=choice.dtype, start_note=note)
+        self.run.launch_dtype = choice
 
     async def _provision(self, stub: pb_grpc.EndpointServiceStub, model: Path, *, alert_url: str) -> None:
         name = self.endpoint.name
@@ -388,18 +423,34 @@ class Demo:
         As many others first go out unmeasured, with a few output tokens: a new engine compiles for
         the prompt and batch shapes it first meets, and the measured probes should not wait for
         that (other requests, so a configuration with prefix caching on does not measure a cache
-        hit of its own warm-up)."""
+        hit of its own warm-up). When their prefill is slower than `sizer.max_prefill_ms`, the
+        shared prompt is shortened first and the probes are sent again on the new plan."""
         default = self.traffic.baseline.peak_calls_per_s
         if not self._engine_url:
             self.run.notes.append(f"the engine's URL is unknown: the load stays at {default:g} calls/s")
             self.say(self.run.notes[-1])
             return
-        requests = probe_requests(self.traffic, count=2 * sizer.probes)
-        for i, request in enumerate(requests[: sizer.probes]):  # warm-up: compiles, not measured
-            await self._probe(request, max_tokens=16, request_id=f"probe-warm-{i}")
-        ttfts: list[float] = []
-        for i, request in enumerate(requests[sizer.probes :]):  # measured: the prefill alone
-            ttfts += await self._probe(request, max_tokens=1, request_id=f"probe-{i}")
+        ttfts = await self._prefill_probes(sizer, warm=sizer.probes)
+        scaling: PromptScaling | None = None
+        words = sizer.prompt_words
+        if ttfts and sizer.max_prefill_ms is not None:
+            words = shortened_prompt_words(
+                prefill_ms=statistics.median(ttfts),
+                max_prefill_ms=sizer.max_prefill_ms,
+                words=sizer.prompt_words,
+                shared_share=shared_prompt_share(probe_requests(self.traffic, count=sizer.probes)),
+            )
+        if words != sizer.prompt_words:
+            assert sizer.max_prefill_ms is not None
+            scaling = PromptScaling(
+                prefill_ms=statistics.median(ttfts),
+                max_prefill_ms=sizer.max_prefill_ms,
+                default_words=sizer.prompt_words,
+                words=words,
+            )
+            self.say(scaling.line())
+            self.traffic = sizer.replan(default, words)
+            ttfts = await self._prefill_probes(sizer, warm=2)
         if not ttfts:
             self.run.notes.append(f"no probe request completed: the load stays at {default:g} calls/s")
             self.say(self.run.notes[-1])
@@ -412,11 +463,23 @@ class Demo:
             default_calls_per_s=default,
             bounds=sizer.bounds,
         )
+        sizing = dataclasses.replace(sizing, prompt=scaling)
         self.run.sizing = sizing
         self.say(sizing.line())
-        self.traffic = sizer.replan(sizing.calls_per_s)
+        self.traffic = sizer.replan(sizing.calls_per_s, words)
         self.run.traffic = self.traffic
         self._phase_by_id = {r.request_id: phase_of(r) for r in self.traffic.requests}
+
+    async def _prefill_probes(self, sizer: Sizer, *, warm: int) -> list[float]:
+        """TTFTs of `sizer.probes` grown-traffic prompts of the current plan, sent one at a time
+        with `max_tokens` 1 (the prefill alone), after `warm` others unmeasured."""
+        requests = probe_requests(self.traffic, count=warm + sizer.probes)
+        for i, request in enumerate(requests[:warm]):  # warm-up: compiles, not measured
+            await self._probe(request, max_tokens=16, request_id=f"probe-warm-{i}")
+        ttfts: list[float] = []
+        for i, request in enumerate(requests[warm:]):  # measured: the prefill alone
+            ttfts += await self._probe(request, max_tokens=1, request_id=f"probe-{i}")
+        return ttfts
 
     async def _probe(self, request: PlannedRequest, *, max_tokens: int, request_id: str) -> list[float]:
         """Send one probe to the engine itself, alone; its TTFT (empty when it failed)."""

@@ -264,6 +264,7 @@ def summarize(run: DemoRun) -> dict[str, Any]:
             for p in searches
         ],
         "load_sizing": None if run.sizing is None else asdict(run.sizing),
+        "launch_dtype": None if run.launch_dtype is None else asdict(run.launch_dtype),
         "real_trials": sum(1 for t in trials if not t.simulated),
         "notes": list(run.notes),
     }

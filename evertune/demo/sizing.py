@@ -17,6 +17,13 @@ for the prefill to be busy a stated share of the time after the shift:
 Requests per call-second is the traffic plan's own (its calls' turns and pacing). The rate is
 clamped to a range around the engine's default, so a wild probe cannot make a run of nothing or a
 flood.
+
+A rate alone cannot fit a machine whose prefill of one grown-traffic prompt already takes about the
+TTFT target: on an AMD EPYC Zen 3 (2 cores, AVX2 only; `small` in fp32) that prefill took 1,497 ms
+against the 500 ms target, and the first configuration missed its SLO before the shift at the
+lowest rate (p50 854 ms). So when the probes' median exceeds `max_prefill_ms`, the agents' shared
+prompt is shortened first (`shortened_prompt_words`: the prefill taken as proportional to the
+prompt's characters), the probes are sent again on the new plan, and the rate is sized on those.
 """
 
 from __future__ import annotations
@@ -30,6 +37,24 @@ from evertune.workloads.plan import PlannedRequest
 
 
 @dataclass(frozen=True)
+class PromptScaling:
+    """How the agents' shared prompt was shortened for a machine slower than the story needs."""
+
+    prefill_ms: float  #: median prefill of a grown-traffic prompt at the default prompt length, ms
+    max_prefill_ms: float  #: the slowest such prefill the story holds at its TTFT target, ms
+    default_words: int  #: words of the shared prompt before the shift, by default
+    words: int  #: words chosen
+
+    def line(self) -> str:
+        """One line a person reads."""
+        return (
+            f"a grown-traffic prompt prefills in {self.prefill_ms:.0f} ms alone here, over the "
+            f"{self.max_prefill_ms:.0f} ms the story holds at its TTFT target, so the agents' shared "
+            f"prompt is shortened from {self.default_words} to {self.words} words"
+        )
+
+
+@dataclass(frozen=True)
 class LoadSizing:
     """How the demo sized its call rate, for the narration and the report."""
 
@@ -40,16 +65,51 @@ class LoadSizing:
     default_calls_per_s: float  #: the engine's default rate before the shift
     calls_per_s: float  #: the rate chosen before the shift
     clamped: bool  #: the formula's rate fell outside the allowed range and was clamped
+    #: how the shared prompt was shortened first (None: it kept its length)
+    prompt: PromptScaling | None = None
 
     def line(self) -> str:
         """One line a person reads."""
         clamp = " (clamped)" if self.clamped else ""
-        return (
+        shortened = f"{self.prompt.line()}; then " if self.prompt is not None else ""
+        return shortened + (
             f"load sized to this machine: a grown-traffic prompt prefills in {self.prefill_ms:.0f} ms "
             f"alone (median of {len(self.probe_ttft_ms)}), so {self.calls_per_s:.2f} calls/s before "
             f"the shift{clamp} keeps the first configuration's prefill busy {self.busy_share:.0%} of "
             f"the time after it (the story's default is {self.default_calls_per_s:g} calls/s)"
         )
+
+
+def shortened_prompt_words(
+    *,
+    prefill_ms: float,
+    max_prefill_ms: float,
+    words: int,
+    shared_share: float,
+    min_factor: float = 0.25,
+) -> int:
+    """Shared-prompt words that bring a grown-traffic prefill of `prefill_ms` to `max_prefill_ms`,
+    taking the prefill as proportional to the prompt's characters, of which the shared prompt holds
+    `shared_share`; `words` when the prefill is within already, never under `min_factor` of it."""
+    if not (prefill_ms > 0 and max_prefill_ms > 0 and 0 < shared_share <= 1 and words > 0):
+        raise ValueError("prefill times, the shared share and the words must be positive")
+    if prefill_ms <= max_prefill_ms:
+        return words
+    # chars' = chars x max / prefill; the rest of the prompt keeps its length
+    factor = (max_prefill_ms / prefill_ms - (1.0 - shared_share)) / shared_share
+    return max(round(words * max(factor, min_factor)), 1)
+
+
+def shared_prompt_share(requests: Sequence[PlannedRequest]) -> float:
+    """Mean share of the requests' prompt characters that is their system (shared) prompt."""
+    shares = [
+        sum(len(m.content) for m in r.messages if m.role == "system") / chars
+        for r in requests
+        if (chars := _prompt_chars(r)) > 0
+    ]
+    if not shares:
+        raise ValueError("no request with a prompt to measure")
+    return statistics.fmean(shares)
 
 
 def probe_requests(plan: TrafficPlan, *, count: int) -> list[PlannedRequest]:

@@ -64,6 +64,12 @@ class EngineDefaults:
     #: size the call rate to the machine so the first configuration's prefill is busy this share of
     #: the time after the shift (`evertune.demo.sizing`); None: `peak_calls_per_s` as it is
     busy_share: float | None = None
+    #: the slowest prefill of one grown-traffic prompt alone the story holds, as a share of the TTFT
+    #: target: on a slower machine the sizing shortens the shared prompt first (None: never)
+    max_prefill_share: float | None = None
+    #: dtypes the hand-set first configuration chooses from by timing them on this CPU before the
+    #: endpoint is created (`evertune.demo.launch_dtype`); empty: the engine's default dtype
+    launch_dtypes: tuple[str, ...] = ()
 
 
 #: Per engine: vLLM-CPU serves the local tiny model on a few cores (about 1 request/s of ~1,000-token
@@ -97,6 +103,11 @@ ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
         # where the story was first measured (EPYC Zen 5, 2 cores) 0.4 calls/s kept the prefill
         # busy about this share after the shift: p50/p99 339/1,779 ms, attainment 0.69 (docs/demo.md)
         busy_share=0.65,
+        # the EPYC Zen 4 runs that promoted measured 497-567 ms at the 500 ms target (docs/demo.md)
+        max_prefill_share=1.1,
+        # bf16 (vLLM-CPU's `auto`) is native with AVX512-BF16 or AMX and emulated on AVX2 only,
+        # where it prefilled 25-40x slower than fp32: measured, not assumed (docs/demo.md)
+        launch_dtypes=("bfloat16", "float32"),
     ),
     "sim": EngineDefaults(
         hardware_class="sim-cpu",
@@ -172,19 +183,26 @@ SIZING_PROBES = 5
 SIZING_BOUNDS = (0.25, 3.0)
 
 
-def sizer(options: DemoOptions, *, replan: Callable[[float], TrafficPlan] | None = None) -> Sizer | None:
+def sizer(options: DemoOptions, *, replan: Callable[[float, int], TrafficPlan] | None = None) -> Sizer | None:
     """How the demo sizes its load to the machine, or None: the engine does not (sim), the rate
     was given (`--peak-calls`), or there is no shift to size for. `replan` gives the traffic for a
     call rate (default: the demo's own plan at that rate)."""
-    share = options.defaults.busy_share
-    if share is None or options.peak_calls_per_s is not None or options.shift_at_s is None:
+    d = options.defaults
+    if d.busy_share is None or options.peak_calls_per_s is not None or options.shift_at_s is None:
         return None
     return Sizer(
-        busy_share=share,
+        busy_share=d.busy_share,
         probes=SIZING_PROBES,
-        shift_calls=options.defaults.shift.calls,
+        shift_calls=d.shift.calls,
         bounds=SIZING_BOUNDS,
-        replan=replan or (lambda calls: traffic_plan(dataclasses.replace(options, peak_calls_per_s=calls))),
+        replan=replan
+        or (
+            lambda calls, words: traffic_plan(
+                dataclasses.replace(options, peak_calls_per_s=calls), prompt_words=words
+            )
+        ),
+        prompt_words=d.prompt_words,
+        max_prefill_ms=None if d.max_prefill_share is None else d.max_prefill_share * d.ttft_p99_ms,
     )
 
 
@@ -205,6 +223,7 @@ def endpoint_plan(options: DemoOptions) -> EndpointPlan:
         enforce_eager=True if d.enforce_eager else None,
         model_size=d.model_size,
         start_note=_start_note(options),
+        launch_dtypes=d.launch_dtypes if options.starts_untuned else (),
     )
 
 
@@ -219,15 +238,16 @@ def _start_note(options: DemoOptions) -> str:
     )
 
 
-def traffic_plan(options: DemoOptions, *, seed: int = 0) -> TrafficPlan:
-    """The demo's traffic for `options`."""
+def traffic_plan(options: DemoOptions, *, seed: int = 0, prompt_words: int | None = None) -> TrafficPlan:
+    """The demo's traffic for `options`; `prompt_words`: the shared prompt's length before the
+    shift (None: the engine's default)."""
     return plan_traffic(
         duration_s=options.duration_s,
         peak_calls_per_s=options.peak,
         shift_at_s=options.shift_at_s,
         shift=options.defaults.shift,
         seed=seed,
-        prompt_words=options.defaults.prompt_words,
+        prompt_words=options.defaults.prompt_words if prompt_words is None else prompt_words,
     )
 
 

@@ -145,22 +145,31 @@ def gpu_fingerprint(host: Fingerprint, devices: Sequence[Device]) -> Fingerprint
     )
 
 
-def detect() -> Fingerprint:
-    """This machine: the CPU always; CUDA/ROCm devices when torch sees any."""
-    host = detect_cpu()
+#: Cores this process could run on when this module was imported (see `detect_cpu`).
+_IMPORT_CORES = len(os.sched_getaffinity(0))
+
+
+def detect(*, cores: int | None = None) -> Fingerprint:
+    """This machine: the CPU always; CUDA/ROCm devices when torch sees any. `cores`: see
+    `detect_cpu`."""
+    host = detect_cpu(cores=cores)
     devices = _gpu_devices()
     return gpu_fingerprint(host, devices) if devices else host
 
 
-def detect_cpu() -> Fingerprint:
-    """This machine's CPU alone (no torch import): what the CPU backend runs on."""
+def detect_cpu(*, cores: int | None = None) -> Fingerprint:
+    """This machine's CPU alone (no torch import): what the CPU backend runs on. `cores`: the cores
+    the caller may run on; None: those this process could use when this module was imported. Not
+    the calling thread's affinity now: the runner narrows its event loop's thread to the client's
+    core while a trial measures, a worker thread started in that window keeps the narrow set for
+    good, and the fingerprint would change under the runner (it did: two ids in one search)."""
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
         cpuinfo = ""
     return cpu_fingerprint(
         cpuinfo=cpuinfo,
-        cores=len(os.sched_getaffinity(0)),
+        cores=_IMPORT_CORES if cores is None else cores,
         memory_gib=_memory_gib(),
         machine=platform.machine(),
     )

@@ -64,6 +64,7 @@ from evertune.searcher.space import (
     Candidate,
     SpaceLimits,
     candidate_space,
+    defaults_in_live_dtype_key,
     defaults_key,
     unpriced_keys,
     unpriced_representatives,
@@ -575,6 +576,9 @@ class Searches:
             must_try=must_try,
             unpriced=tuple(unpriced_keys(space_of_first, base=candidates[0][0])),
             defaults=defaults,
+            defaults_in_live_dtype=defaults_in_live_dtype_key(
+                space_of_first, base=candidates[0][0], hardware=hardware[first]
+            ),
         )
         template = JobTemplate(
             search_id=record.search_id,

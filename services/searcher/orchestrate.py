@@ -134,6 +134,9 @@ class SearchPlan:
     #: key of the engine's defaults in `candidates` (None: not in the space); round 0 measures them
     #: first when the model cannot tell its best from them (`SuccessiveHalving`)
     defaults: str | None = None
+    #: key of the engine's defaults with the live dtype, when the defaults run another dtype (None:
+    #: they do not, or it is not in the space); it stands in for them in that rule
+    defaults_in_live_dtype: str | None = None
 
 
 @dataclass
@@ -215,6 +218,7 @@ async def run_search(
         must_try=plan.must_try,
         unpriced=plan.unpriced,
         defaults=plan.defaults,
+        defaults_in_live_dtype=plan.defaults_in_live_dtype,
     )
     reference = ""
     measured_by_trial: dict[tuple[str, int], TrialResult] = {}

@@ -216,6 +216,20 @@ def defaults_key(
     return key if key != base.key and any(c.key == key for c in candidates) else None
 
 
+def defaults_in_live_dtype_key(
+    candidates: Sequence[Candidate], *, base: Candidate, hardware: HardwareProfile
+) -> str | None:
+    """Key of the engine's defaults with the base's dtype, None when the defaults already run it,
+    or that configuration is the base or not in the space. On CPU vLLM's default dtype is bf16; for
+    an endpoint set to fp32 the defaults are another dtype, which the model cannot price, and this
+    twin is the configuration the model can weigh in their place."""
+    defaults = engine_defaults(base.spec, hardware)
+    if defaults.dtype == base.spec.dtype:
+        return None
+    twin = defaults.model_copy(update={"dtype": base.spec.dtype})
+    return next((c.key for c in candidates if c.spec == twin and c.key != base.key), None)
+
+
 def unpriced_keys(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
     """Keys of the candidates the performance model cannot price against `base`: another dtype.
     The model predicts them exactly as their twins with the base's dtype, so ranking them by it

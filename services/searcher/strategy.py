@@ -130,6 +130,7 @@ class SuccessiveHalving:
         must_try: Sequence[str] = (),
         unpriced: Collection[str] = (),
         defaults: str | None = None,
+        defaults_in_live_dtype: str | None = None,
     ) -> None:
         """`must_try`: candidate keys the first round measures whatever their prediction (knobs the
         model cannot price, such as the dtype on an ISA it was not calibrated on; the engine's
@@ -139,7 +140,10 @@ class SuccessiveHalving:
         `defaults`: the key of the engine's defaults. When the model predicts its best within the
         smallest gain a measurement can tell (`tie_share`) of them, the defaults are measured first:
         a predicted edge no trial could confirm is no reason to put an untried configuration before
-        the engine's own, which a winner must never be worse than anyway."""
+        the engine's own, which a winner must never be worse than anyway.
+        `defaults_in_live_dtype`: the engine's defaults with the live configuration's dtype. When the
+        defaults run another dtype (on CPU vLLM's default is bf16; an endpoint set to fp32 has it
+        unpriced), the model cannot weigh them, so this twin stands in for them in that rule."""
         if budget < 2:
             raise ValueError("a search needs a budget of at least 2 real trials (baseline + one)")
         if eta < 2:
@@ -166,8 +170,9 @@ class SuccessiveHalving:
         # would otherwise measure only a forced knob and never what the model found. The engine's
         # defaults go before the model's best when the model cannot tell the two apart.
         first = best + forced
-        if best and defaults in self._by_key and self._ties(defaults, best[0].key):
-            engine_defaults = self._by_key[defaults]
+        seat = defaults_in_live_dtype if defaults in self._unpriced else defaults
+        if best and seat in self._by_key and self._ties(seat, best[0].key):
+            engine_defaults = self._by_key[seat]
             first = [engine_defaults, *(c for c in first if c is not engine_defaults)]
         rest = [c for c in ranked if c not in first]
         self._survivors = (first + rest)[: max(size, len(first))]

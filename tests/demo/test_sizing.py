@@ -7,7 +7,13 @@ import math
 import pytest
 
 from evertune.demo.shift import SHIFTED, Shift, phase_of, plan_traffic
-from evertune.demo.sizing import probe_requests, requests_per_call_s, size_load
+from evertune.demo.sizing import (
+    probe_requests,
+    requests_per_call_s,
+    shared_prompt_share,
+    shortened_prompt_words,
+    size_load,
+)
 from evertune.demo.stack import DemoOptions, sizer
 
 
@@ -83,7 +89,32 @@ def test_probes_are_grown_traffic_prompts_around_the_median_one_per_call() -> No
 def test_the_vllm_demo_sizes_its_load_unless_the_rate_is_given() -> None:
     vllm = sizer(DemoOptions(engine="vllm", duration_s=600))
     assert vllm is not None and vllm.busy_share == 0.65 and vllm.shift_calls == 1.25
-    assert vllm.replan(0.3).baseline.peak_calls_per_s == 0.3
+    assert vllm.replan(0.3, 200).baseline.peak_calls_per_s == 0.3
+    assert vllm.replan(0.3, 70).baseline.system_prompt_words == 70
+    assert vllm.prompt_words == 200 and vllm.max_prefill_ms == pytest.approx(550.0)
     assert sizer(DemoOptions(engine="vllm", duration_s=600, peak_calls_per_s=1.0)) is None
     assert sizer(DemoOptions(engine="vllm", duration_s=600, drift=False)) is None
     assert sizer(DemoOptions(engine="sim")) is None
+
+
+def test_a_prefill_slower_than_the_story_holds_shortens_the_shared_prompt_in_proportion() -> None:
+    """EPYC Zen 3 (AVX2, fp32): 1,497 ms against 550 ms. With the shared prompt 80% of the
+    characters, 550/1497 of them means the shared part at (0.367 - 0.2) / 0.8 = 0.21 of its length,
+    so the floor (a quarter) holds; a 700 ms prefill needs 0.73 of it."""
+    assert shortened_prompt_words(prefill_ms=1497, max_prefill_ms=550, words=200, shared_share=0.8) == 50
+    assert shortened_prompt_words(prefill_ms=700, max_prefill_ms=550, words=200, shared_share=0.8) == 146
+    assert shortened_prompt_words(prefill_ms=500, max_prefill_ms=550, words=200, shared_share=0.8) == 200
+    with pytest.raises(ValueError):
+        shortened_prompt_words(prefill_ms=700, max_prefill_ms=550, words=200, shared_share=0.0)
+
+
+def test_the_shared_share_is_the_system_prompts_part_of_the_characters() -> None:
+    plan = plan_traffic(
+        duration_s=300, peak_calls_per_s=0.4, shift_at_s=60, shift=Shift(system_prompt=3.0), prompt_words=200
+    )
+    probes = probe_requests(plan, count=5)
+    share = shared_prompt_share(probes)
+    systems = [sum(len(m.content) for m in r.messages if m.role == "system") for r in probes]
+    totals = [sum(len(m.content) for m in r.messages) + len(r.prompt) for r in probes]
+    assert share == pytest.approx(sum(s / t for s, t in zip(systems, totals, strict=True)) / 5)
+    assert 0.3 < share < 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from evertune.demo.driver import endpoint_spec
@@ -52,3 +53,15 @@ def test_the_start_can_be_chosen_either_way() -> None:
     untuned = endpoint_spec(endpoint_plan(DemoOptions(engine="vllm", untuned=True)), Path("/m"))
     assert untuned.initial_engine_config.HasField("enable_prefix_caching")
     assert not untuned.initial_engine_config.enable_prefix_caching
+
+
+def test_the_vllm_demo_times_both_dtypes_for_its_hand_set_start_and_the_sim_demo_none() -> None:
+    """Which dtype was right at launch flips with the CPU's ISA, so the vLLM demo measures it;
+    starting from the engine's defaults (or on sim) it chooses nothing and sets no dtype."""
+    vllm = endpoint_plan(DemoOptions(engine="vllm"))
+    assert set(vllm.launch_dtypes) == {"bfloat16", "float32"}
+    assert not endpoint_spec(vllm, Path("/m")).initial_engine_config.HasField("dtype")
+    chosen = dataclasses.replace(vllm, dtype="float32")
+    assert endpoint_spec(chosen, Path("/m")).initial_engine_config.dtype == "float32"
+    assert endpoint_plan(DemoOptions(engine="sim")).launch_dtypes == ()
+    assert endpoint_plan(DemoOptions(engine="vllm", untuned=False)).launch_dtypes == ()

@@ -4,6 +4,8 @@ and `evertune hardware show`."""
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import pytest
 
@@ -13,6 +15,7 @@ from evertune.engines.fingerprint import (
     cpu_fingerprint,
     cpu_isa_tier,
     detect,
+    detect_cpu,
     fingerprint_proto,
     gpu_fingerprint,
 )
@@ -83,3 +86,22 @@ def test_hardware_show_prints_this_machine(capsys: pytest.CaptureFixture[str]) -
     assert main(["hardware", "show"]) == 0
     table = capsys.readouterr().out
     assert here.id in table and here.tier in table
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to narrow a thread to 1")
+def test_a_thread_narrowed_to_one_core_reads_the_same_fingerprint() -> None:
+    """The runner narrows its event loop's thread to the client's core while a trial measures; a
+    worker thread started then keeps one core. Its fingerprint must still be the process's (a
+    demo's search once saw two ids for one machine and could not compare its own trials)."""
+    whole = detect_cpu()
+    seen: list[str] = []
+
+    def narrowed() -> None:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        seen.append(detect_cpu().id)
+
+    thread = threading.Thread(target=narrowed)
+    thread.start()
+    thread.join()
+    assert seen == [whole.id]
+    assert detect_cpu(cores=1).id != whole.id  # what the count changes, when given

@@ -7,6 +7,7 @@ from evertune.searcher.space import (
     SpaceLimits,
     candidate_space,
     config_key,
+    defaults_in_live_dtype_key,
     defaults_key,
     engine_defaults,
     is_lossy,
@@ -137,3 +138,24 @@ def test_a_base_on_the_engines_defaults_has_no_defaults_candidate_of_its_own() -
     space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
     assert engine_defaults(BASE, CPU) == BASE
     assert defaults_key(space, base=space[0], hardware=CPU) is None
+
+
+def test_for_an_fp32_endpoint_the_defaults_twin_keeps_fp32_and_the_defaults_other_knobs() -> None:
+    """On CPU vLLM's default dtype is bf16: an endpoint set to fp32 has its defaults in another
+    dtype (unpriced by the model), and their twin in fp32 is in the space to stand in for them."""
+    base = BASE.model_copy(update={"dtype": "float32", "enable_prefix_caching": False})
+    space = candidate_space(base=base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    defaults = engine_defaults(base, CPU)
+    assert defaults.dtype == "bfloat16"
+    key = defaults_in_live_dtype_key(space, base=space[0], hardware=CPU)
+    [twin] = [c for c in space if c.key == key]
+    assert twin.spec == defaults.model_copy(update={"dtype": "float32"})
+    assert twin.spec.enable_prefix_caching is True and not twin.lossy
+    # a bf16 (vLLM's own) endpoint: the defaults run its dtype already, no twin
+    bf16 = candidate_space(
+        base=BASE.model_copy(update={"enable_prefix_caching": False}),
+        hardware=CPU,
+        limits=SpaceLimits(),
+        max_replicas=1,
+    )
+    assert defaults_in_live_dtype_key(bf16, base=bf16[0], hardware=CPU) is None

@@ -377,3 +377,30 @@ def test_with_room_for_both_the_tied_defaults_go_first_and_the_models_best_is_st
 def test_a_defaults_prediction_that_misses_the_slo_never_ties() -> None:
     missed, best, _ = _demo_search(best_p50=123.0, defaults_p50=math.inf, budget=4)
     assert missed[1:] == [best.key]
+
+
+def test_for_an_fp32_endpoint_the_defaults_twin_in_fp32_takes_the_seat_the_defaults_cannot() -> None:
+    """An fp32 endpoint (the faster dtype on an AVX2 CPU): vLLM's defaults run bf16, which the model
+    cannot price, so they never tie; their fp32 twin, predicted within the noise floor of the
+    model's best, takes the one seat instead of the model's best."""
+    base, best, defaults, twin = _candidates(4)
+    predicted = {base.key: -300.0, best.key: -123.0, defaults.key: -123.0, twin.key: -126.0}
+
+    def first_round(seat: str | None) -> list[str]:
+        search = SuccessiveHalving(
+            baseline=base,
+            predicted=predicted,
+            candidates=[base, best, defaults, twin],
+            budget=4,
+            noise=NoiseRule(confirm_pairs=1, min_pairs=2, lower_is_better=True),
+            must_try=[defaults.key],
+            unpriced=[defaults.key],
+            defaults=defaults.key,
+            defaults_in_live_dtype=seat,
+        )
+        return [r.candidate.key for r in search.next_round()][1:]
+
+    assert first_round(twin.key) == [twin.key]
+    assert first_round(None) == [best.key]
+    predicted[twin.key] = -200.0  # predicted well apart: the model's best keeps the seat
+    assert first_round(twin.key) == [best.key]
