@@ -48,6 +48,13 @@ BASE_ENV: dict[str, str] = {
 #: compiled start compiled again (~48 s for the `small` model here); with the AOT path off, vLLM's
 #: ordinary compile cache is reused and a warm compiled start takes ~27 s (eager: ~22 s).
 CPU_ENV: dict[str, str] = {"VLLM_USE_AOT_COMPILE": "0"}
+#: Set for a CPU engine bound to one core unless the environment says otherwise: vLLM-CPU then runs
+#: its model worker inside the engine-core process ("uni" executor) instead of a third process of
+#: its own, whose only job is to bind OpenMP threads, and on one core there is nothing to bind.
+#: Each vLLM process imports torch and vLLM (~15 s on 2 cores). Measured on an AMD EPYC Zen 3,
+#: `small` fp32 eager on one core, 2 starts each alternated: ready in 31.5/33.7 s against
+#: 48.1/47.6 s, prefill 5,235/5,641 vs 5,285/5,568 ms, the same greedy output (docs/engines.md).
+ONE_CORE_ENV: dict[str, str] = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 #: Lines of the engine log an `EngineStartFailed` carries.
 TAIL_LINES = 30
 _POLL_INTERVAL_S = 0.25
@@ -257,6 +264,8 @@ class VllmEngine(_ServedInBlock):
             env.update({k: v for k, v in CPU_ENV.items() if k not in os.environ})
         if self.cpu_cores:  # vLLM binds its OpenMP threads to these cores, not its own pick
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(core) for core in self.cpu_cores)
+        if self.hardware.is_cpu and len(self.cpu_cores) == 1:
+            env.update({k: v for k, v in ONE_CORE_ENV.items() if k not in os.environ})
         env.update(self.extra_env)
         env.update(knob_env)
         return argv, env

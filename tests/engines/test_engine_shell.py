@@ -24,7 +24,7 @@ from evertune.engines import (
     VllmEngine,
     get_profile,
 )
-from evertune.engines.hardware import cpu_profile
+from evertune.engines.hardware import HardwareProfile, cpu_profile
 from evertune.engines.vllm import process_group_pids, start_failure_cause
 
 CPU = cpu_profile(cores=2, memory_gib=10.0)
@@ -171,6 +171,24 @@ def test_cpu_engines_skip_the_aot_compile_cache_unless_told(
     assert env["VLLM_USE_AOT_COMPILE"] == "1"
     _, env = VllmEngine(SPEC, log_dir=tmp_path, hardware=get_profile("h200")).command()
     assert env["VLLM_USE_AOT_COMPILE"] == "1"  # the parent's, on an accelerator untouched
+
+
+def test_a_cpu_engine_on_one_core_runs_its_worker_in_the_engine_core_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One core has no OpenMP threads to bind, so no worker process of its own (16 s less to start
+    here); on more cores, or unbound, vLLM keeps its binding worker; the environment wins."""
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+
+    def env_of(cores: list[int], hardware: HardwareProfile = CPU) -> dict[str, str]:
+        return VllmEngine(SPEC, log_dir=tmp_path, hardware=hardware, cpu_cores=cores).command()[1]
+
+    assert env_of([1])["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env_of([0, 1])
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env_of([])
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env_of([0], get_profile("h200"))
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    assert env_of([1])["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
 
 
 def test_group_gives_each_replica_its_port_and_cores(tmp_path: Path) -> None:
