@@ -448,7 +448,6 @@ class Demo:
                 default_words=sizer.prompt_words,
                 words=words,
             )
-            self.say(scaling.line())
             self.traffic = sizer.replan(default, words)
             ttfts = await self._prefill_probes(sizer, warm=2)
         if not ttfts:

@@ -230,10 +230,10 @@ def endpoint_plan(options: DemoOptions) -> EndpointPlan:
 def _start_note(options: DemoOptions) -> str:
     if not options.starts_untuned:
         return "the engine's defaults"
-    words = options.defaults.prompt_words
     eager = ", eager mode" if options.defaults.enforce_eager else ""
+    # the prompt's length is not named: the sizing may shorten it on a slow machine
     return (
-        f"prefix caching off{eager}, as set by hand at launch for agents with a {words}-word shared "
+        f"prefix caching off{eager}, as set by hand at launch for agents with a short shared "
         "prompt, where it met the SLO (the engine's defaults have caching on; docs/demo.md)"
     )
 

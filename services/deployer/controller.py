@@ -643,6 +643,7 @@ class Deployer:
             deployment=breach.deployment,
             at_s=event.time.ToNanoseconds() / 1e9,
             short_window_s=breach.short_window.ToTimedelta().total_seconds(),
+            paging=event.severity not in (common_pb2.SEVERITY_INFO, common_pb2.SEVERITY_WARNING),
         )
         reason = why_not_the_canary(seen, record)
         if reason:

@@ -73,6 +73,8 @@ class TrialPlan:
     gates: tuple[GatePlan, ...]  #: gates, in the job's order
     deadline: datetime | None  #: latest time to report (UTC); None = no deadline
     baseline: bool  #: the endpoint's current config: its golden outputs become the reference
+    #: the search already holds this configuration's golden answers (a confirmation repeat)
+    skip_golden: bool = False
 
     def gate(self, name: str) -> GatePlan | None:
         """The job's gate of that name, if it asks for it."""
@@ -80,7 +82,10 @@ class TrialPlan:
 
     @property
     def needs_golden(self) -> bool:
-        """Golden outputs are collected for the correctness gate, and always for a baseline."""
+        """Golden outputs are collected for the correctness gate, and for a baseline unless the
+        search already holds them (`skip_golden`)."""
+        if self.skip_golden:
+            return False
         return self.baseline or self.gate("correctness") is not None
 
 
@@ -173,6 +178,8 @@ def plan_trial(job: jobs_pb2.TrialJob, *, slo_headroom: float) -> TrialPlan:
         if spec.threshold < 0 or not math.isfinite(spec.threshold):
             raise InvalidJob(f"gate {name}: threshold must be >= 0")
         gates.append(GatePlan(name=name, threshold=spec.threshold, reference_uri=spec.reference_uri))
+    if job.skip_golden and any(g.name == "correctness" for g in gates):
+        raise InvalidJob("skip_golden with a correctness gate: the gate compares golden answers")
     slo, p50_target = slo_of(job.slo)
     duration = (
         job.duration_per_rate.ToTimedelta().total_seconds() if job.HasField("duration_per_rate") else 0.0
@@ -211,6 +218,7 @@ def plan_trial(job: jobs_pb2.TrialJob, *, slo_headroom: float) -> TrialPlan:
         gates=tuple(gates),
         deadline=deadline,
         baseline=job.baseline,
+        skip_golden=job.skip_golden,
     )
 
 

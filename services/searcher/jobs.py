@@ -70,6 +70,8 @@ def trial_job(order: TrialOrder, template: JobTemplate, *, now: datetime) -> job
     for name in template.gates:
         if name == "correctness" and (order.hardware_class.startswith("sim-") or request.baseline):
             continue  # nothing to compare on a model; the baseline is the reference itself
+        if name == "correctness" and request.confirming:
+            continue  # the halving round checked this configuration's answers (skip_golden)
         gate = jobs_pb2.GateSpec(name=name)
         if name == "correctness":
             gate.threshold = template.agreement_threshold
@@ -95,6 +97,7 @@ def trial_job(order: TrialOrder, template: JobTemplate, *, now: datetime) -> job
         gates=gates,
         baseline=request.baseline,
         slo_headroom=template.headroom,
+        skip_golden=request.confirming,
     )
     job.engine_config.model = template.engine_model
     job.deadline.FromDatetime(deadline_of(order, template, now=now))

@@ -50,3 +50,11 @@ def test_an_endpoint_wide_breach_judges_the_canary_once_it_takes_all_the_traffic
     assert why_not_the_canary(endpoint_wide(STARTED + 70), last) == ""
     # its short window reaches back into the step before: it still measures the stable's share
     assert "began before" in why_not_the_canary(endpoint_wide(STARTED + 70, short_window_s=30.0), last)
+
+
+def test_a_ticket_never_rolls_back_even_when_it_names_the_canary_at_full_weight() -> None:
+    """The demo on an EPYC Zen 3: the 3-day rule named the canary at 100% on 16 requests."""
+    ticket = SeenBreach(deployment="canary", at_s=STARTED + 30, short_window_s=21600.0, paging=False)
+    assert "ticket" in why_not_the_canary(ticket, at_step(10000, step=2))
+    page = SeenBreach(deployment="canary", at_s=STARTED + 30, short_window_s=21600.0)
+    assert why_not_the_canary(page, at_step(10000, step=2)) == ""

@@ -62,6 +62,10 @@ def test_slo_defaults_no_itl_target_is_unbounded_and_attainment_defaults_to_090(
         (lambda j: setattr(j.slo, "ttft_p99_ms", 0.0), "ttft_p99_ms > 0"),
         (lambda j: setattr(j, "trace_uri", ""), "names no trace"),
         (lambda j: setattr(j, "slo_headroom", 0.9), "slo_headroom must be 0"),
+        (
+            lambda j: (setattr(j, "skip_golden", True), j.gates.add(name="correctness")),
+            "skip_golden with a correctness gate",
+        ),
     ],
 )
 def test_a_job_that_cannot_run_says_why_in_one_line(change, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -80,3 +84,10 @@ def test_undecodable_or_anonymous_jobs_are_poison() -> None:
         decode_job(jobs_pb2.TrialJob(job_id="j", trial_id="t").SerializeToString())
     good = job(hardware="cpu")
     assert decode_job(good.SerializeToString()) == good
+
+
+def test_a_confirmation_repeat_collects_no_golden_answers_even_as_the_baseline() -> None:
+    base = job(hardware="cpu", baseline=True)
+    assert plan_trial(base, slo_headroom=1.25).needs_golden
+    base.skip_golden = True
+    assert not plan_trial(base, slo_headroom=1.25).needs_golden

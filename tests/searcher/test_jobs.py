@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import UTC, datetime
 
@@ -69,6 +70,18 @@ def test_no_correctness_gate_for_the_baseline_or_on_a_model() -> None:
         "slo",
         "stability",
     ]
+
+
+def test_a_confirmation_pair_asks_for_no_golden_answers_and_no_correctness_gate() -> None:
+    """The halving round checked the leader's answers at the same configuration, and the
+    baseline's are the reference already: a repeat re-collects nothing."""
+    now = datetime.now(UTC)
+    for baseline in (False, True):
+        order = _order(baseline=baseline)
+        confirming = dataclasses.replace(order, request=dataclasses.replace(order.request, confirming=True))
+        job = trial_job(confirming, TEMPLATE, now=now)
+        assert job.skip_golden and [g.name for g in job.gates] == ["slo", "stability"]
+        assert not trial_job(order, TEMPLATE, now=now).skip_golden
 
 
 def _report(status: jobs_pb2.TrialStatus = jobs_pb2.TRIAL_STATUS_OK) -> events_pb2.TrialCompleted:
