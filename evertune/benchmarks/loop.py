@@ -320,6 +320,12 @@ async def run(quick: bool) -> dict[str, Any]:
             loop, settled = await _loop_run(where, plan, options, warm_s=warm_s, settle_max_s=settle_max_s)
             shift_s = (loop.traffic_start_s or 0.0) + warm_s
             peak = loop.sizing.calls_per_s if loop.sizing is not None else options.peak
+            # the start as the loop ran it: the dtype timed at launch, the prompt the sizing kept
+            if loop.launch_dtype is not None:
+                plan = dataclasses.replace(plan, dtype=loop.launch_dtype.dtype, start_note=loop.start_note)
+            words = d.prompt_words
+            if loop.sizing is not None and loop.sizing.prompt is not None:
+                words = loop.sizing.prompt.words
             start_config = endpoint_spec(plan, Path(".")).initial_engine_config
             configs = {
                 "start": start_config,
@@ -330,7 +336,7 @@ async def run(quick: bool) -> dict[str, Any]:
                 duration_s=measure_s,
                 peak_calls_per_s=peak * d.shift.calls,
                 shift_at_s=None,
-                prompt_words=round(d.prompt_words * d.shift.system_prompt),
+                prompt_words=round(words * d.shift.system_prompt),
             )
             measured: list[Measured] = []
             for repeat in range(repeats):
@@ -343,6 +349,7 @@ async def run(quick: bool) -> dict[str, Any]:
                         search_policy=D.SEARCH_POLICY_OFF,
                         engine_config=configs[arm],
                         start_note="",
+                        launch_dtypes=(),
                     )
                     window = await Demo(
                         where=where, endpoint=arm_plan, traffic=steady, profile_at_s=None, out=_quiet

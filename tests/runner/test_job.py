@@ -53,6 +53,12 @@ def test_slo_defaults_no_itl_target_is_unbounded_and_attainment_defaults_to_090(
     assert plan.slo.itl_ms == float("inf") and plan.slo.share == 0.9 and plan.slo.ttft_ms == 200.0
 
 
+#: A job that asks to skip the golden answers and to gate on them.
+_SKIP_GOLDEN_WITH_CORRECTNESS = jobs_pb2.TrialJob(
+    skip_golden=True, gates=[jobs_pb2.GateSpec(name="correctness")]
+)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -62,10 +68,7 @@ def test_slo_defaults_no_itl_target_is_unbounded_and_attainment_defaults_to_090(
         (lambda j: setattr(j.slo, "ttft_p99_ms", 0.0), "ttft_p99_ms > 0"),
         (lambda j: setattr(j, "trace_uri", ""), "names no trace"),
         (lambda j: setattr(j, "slo_headroom", 0.9), "slo_headroom must be 0"),
-        (
-            lambda j: (setattr(j, "skip_golden", True), j.gates.add(name="correctness")),
-            "skip_golden with a correctness gate",
-        ),
+        (lambda j: j.MergeFrom(_SKIP_GOLDEN_WITH_CORRECTNESS), "skip_golden with a correctness gate"),
     ],
 )
 def test_a_job_that_cannot_run_says_why_in_one_line(change, message: str) -> None:  # type: ignore[no-untyped-def]

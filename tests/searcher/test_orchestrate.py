@@ -105,6 +105,26 @@ async def test_an_slo_nothing_meets_ends_infeasible_naming_the_closest(
     assert "Closest: " in text and "(needs 90%)" in text and "(target 4 ms)" in text
 
 
+async def test_a_p50_search_whose_live_configuration_misses_the_slo_still_ships_a_faster_one(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    """Nothing meets a 4 ms TTFT, the live configuration included: a p50 search ranks the trials
+    that miss only the SLO gate on p50 alone and ships the faster one, saying the SLO is still
+    missed; a goodput search (above) ends infeasible."""
+    slo = Slo(ttft_ms=4, itl_ms=100)
+    truth = search_model(
+        searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=slo, target_rps=PEAK, goodput=False
+    )
+    plan = _plan(searcher_model_dir, budget=4, objective=Objective.P50_TTFT)
+    result = await run_search(plan, model=prior(truth, 1.0), execute=TruthExecutor(truth))
+    assert result.progress.slo_waived
+    assert result.outcome is Outcome.WINNER and result.winner_trial is not None
+    assert result.baseline_trial is not None and not result.winner_trial.figures.meets_slo
+    assert result.winner_trial.figures.ttft_p50_ms < result.baseline_trial.figures.ttft_p50_ms * 0.95
+    text = explain(result, _context(plan, slo), spec_of={c.key: c.spec for c, _ in plan.candidates})
+    assert "missed the SLO gate" in text and "not met yet" in text
+
+
 async def test_a_baseline_that_cannot_run_fails_the_search_at_once(
     searcher_model_dir: Path, voice: list[SimInput]
 ) -> None:
