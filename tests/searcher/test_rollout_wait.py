@@ -13,6 +13,7 @@ from nats.js import JetStreamContext
 from evertune.bus.kv import Bucket
 from evertune.store import Store, migrate
 from evertune.v1 import endpoint_pb2
+from evertune.v1 import search_service_pb2 as pb
 
 from .stack import make_searcher, running
 
@@ -59,3 +60,36 @@ async def test_the_wait_ends_with_the_rollout_or_when_none_starts(
         )
         # promoted: the state says so (a queued search is then dropped, `_start_queued`)
         assert await asyncio.wait_for(waiting, timeout=10.0) == endpoint_pb2.DEPLOYMENT_STATE_ACTIVE
+
+
+async def test_a_request_that_arrives_during_the_winners_rollout_waits_and_is_dropped_at_promotion(
+    nc: Client, js: JetStreamContext, store: Store, tmp_path: Path, searcher_model_dir: Path
+) -> None:
+    """A drift seen while the canary and the stable configuration share the traffic describes
+    neither: its search waits for the rollout (not started beside the canary) and is dropped when
+    the winner is promoted."""
+    await migrate(store)
+    searcher = make_searcher(
+        tmp_path, model_dir=searcher_model_dir, rollout_appear_s=0.5, rollout_wait_s=20.0
+    )
+    async with running(searcher, nc, store):
+        searches = searcher.searches
+        assert searches is not None
+        deployments = await Bucket.open(js, "deployments")
+        key = "ep-b.dep-2"
+        revision = await deployments.create(
+            key, _deployment("ep-b", endpoint_pb2.DEPLOYMENT_STATE_CANARY, origin="search-1")
+        )
+        searches._winner_of["ep-b"] = "search-1"  # search-1 just ended with this winner
+        drain = asyncio.create_task(searches._start_queued("ep-b"))
+        await asyncio.sleep(1.0)
+        request = pb.StartSearchRequest(request_id="drift-during-canary", endpoint="ep-b")
+        assert await searches.start_or_queue(request, trigger="drift") is None
+        assert searches.queued("ep-b") == request
+        await deployments.update(
+            key,
+            _deployment("ep-b", endpoint_pb2.DEPLOYMENT_STATE_ACTIVE, origin="search-1"),
+            revision=revision,
+        )
+        await asyncio.wait_for(drain, timeout=10.0)
+        assert searches.queued("ep-b") is None and not await searches.records.unfinished("ep-b")
