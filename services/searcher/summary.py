@@ -141,9 +141,11 @@ def _explain(result: SearchResult, ctx: Context, *, spec_of: dict[str, EngineSpe
             )
         text += f" Gates: {_gates(w)}."
         if result.progress.slo_waived:
+            text += f" The live configuration missed the SLO gate at {gate_rps:.2f} rps, so trials that "
             text += (
-                f" The live configuration missed the SLO gate at {gate_rps:.2f} rps, so trials that "
-                "missed only that gate were ranked on p50 TTFT too (the SLO is not met yet)."
+                "missed only that gate were ranked on p50 TTFT too; the winner meets it."
+                if w.figures.meets_slo
+                else "missed only that gate were ranked on p50 TTFT too (the SLO is not met yet)."
             )
         if result.comparison is not None:
             text += f" Noise rule: {result.comparison.describe()}."
