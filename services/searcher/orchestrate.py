@@ -330,7 +330,7 @@ def _record(
 ) -> None:
     request = order.request
     result = _same_hardware(result, state.trials)
-    result_score = _score(result, plan, slo_waived=state.slo_waived)
+    result_score = trial_score(result, plan, slo_waived=state.slo_waived)
     search.report(request, result_score, metric=_metric(result, plan))
     state.trials.append(result)
     measured[(request.candidate.key, request.fidelity)] = result
@@ -384,7 +384,9 @@ def slo_waived(baseline: TrialResult, plan: SearchPlan) -> bool:
     return plan.objective is Objective.P50_TTFT and _misses_only_the_slo(baseline)
 
 
-def _score(result: TrialResult, plan: SearchPlan, *, slo_waived: bool = False) -> float:
+def trial_score(result: TrialResult, plan: SearchPlan, *, slo_waived: bool = False) -> float:
+    """A trial's score for the strategy (-inf: it did not run, or failed a gate or the SLO, unless
+    `slo_waived` and the SLO gate is all it missed)."""
     if not result.ok:
         return -math.inf
     waived = slo_waived and _misses_only_the_slo(result)
@@ -478,7 +480,7 @@ def _end(
         winner_trial=best,
         baseline_trial=state.baseline,
         winner_score=state.best_score,
-        baseline_score=_score(state.baseline, plan) if state.baseline else -math.inf,
+        baseline_score=trial_score(state.baseline, plan) if state.baseline else -math.inf,
         closest=closest,
         closest_figures=closest_figures,
         predictions=predictions,
