@@ -132,7 +132,6 @@ class Sizer:
     bounds: tuple[float, float]  #: allowed factors on the default rate (lowest, highest)
     #: the traffic for a call rate before the shift and a shared prompt's length in words
     replan: Callable[[float, int], TrafficPlan]
-    prompt_words: int  #: words of the agents' shared prompt before the shift, by default
     #: the slowest grown-traffic prefill the story holds at its TTFT target, ms: a slower one
     #: shortens the shared prompt first (None: never)
     max_prefill_ms: float | None = None
@@ -432,24 +431,24 @@ class Demo:
             return
         ttfts = await self._prefill_probes(sizer, warm=sizer.probes)
         scaling: PromptScaling | None = None
-        words = sizer.prompt_words
+        words = default_words = self.traffic.baseline.system_prompt_words
         if ttfts and sizer.max_prefill_ms is not None:
+            prefill_ms = statistics.median(ttfts)
             words = shortened_prompt_words(
-                prefill_ms=statistics.median(ttfts),
+                prefill_ms=prefill_ms,
                 max_prefill_ms=sizer.max_prefill_ms,
-                words=sizer.prompt_words,
+                words=default_words,
                 shared_share=shared_prompt_share(probe_requests(self.traffic, count=sizer.probes)),
             )
-        if words != sizer.prompt_words:
-            assert sizer.max_prefill_ms is not None
-            scaling = PromptScaling(
-                prefill_ms=statistics.median(ttfts),
-                max_prefill_ms=sizer.max_prefill_ms,
-                default_words=sizer.prompt_words,
-                words=words,
-            )
-            self.traffic = sizer.replan(default, words)
-            ttfts = await self._prefill_probes(sizer, warm=2)
+            if words != default_words:
+                scaling = PromptScaling(
+                    prefill_ms=prefill_ms,
+                    max_prefill_ms=sizer.max_prefill_ms,
+                    default_words=default_words,
+                    words=words,
+                )
+                self.traffic = sizer.replan(default, words)
+                ttfts = await self._prefill_probes(sizer, warm=2)
         if not ttfts:
             self.run.notes.append(f"no probe request completed: the load stays at {default:g} calls/s")
             self.say(self.run.notes[-1])

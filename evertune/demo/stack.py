@@ -201,7 +201,6 @@ def sizer(options: DemoOptions, *, replan: Callable[[float, int], TrafficPlan] |
                 dataclasses.replace(options, peak_calls_per_s=calls), prompt_words=words
             )
         ),
-        prompt_words=d.prompt_words,
         max_prefill_ms=None if d.max_prefill_share is None else d.max_prefill_share * d.ttft_p99_ms,
     )
 

@@ -97,10 +97,6 @@ class RunnerService(Service):
         self._ended: OrderedDict[str, None] = OrderedDict()  #: searches heard to end, oldest first
         self._ended_sub: Subscription | None = None
         self.fingerprint: Fingerprint | None = None  #: the hardware of the last trial (None: none yet)
-        #: cores this runner may use, read once here: while a trial measures, the event loop's
-        #: thread keeps only the client's core (`trial.client_core`), and a worker thread started
-        #: then keeps that narrow set for good, so reading it later would change the fingerprint
-        self._cores = len(os.sched_getaffinity(0))
 
     def details(self) -> dict[str, Any]:
         return {
@@ -296,7 +292,7 @@ class RunnerService(Service):
     async def _hardware(self) -> Fingerprint:
         """This machine's fingerprint now; a change since the last trial is logged (the results
         carry their own fingerprint, so they are never compared across the change)."""
-        now = await asyncio.to_thread(functools.partial(detect_hardware, cores=self._cores))
+        now = await asyncio.to_thread(detect_hardware)
         if self.fingerprint is not None and now.id != self.fingerprint.id:
             self.log.warning(
                 "hardware fingerprint changed; results are keyed by the new one",

@@ -141,11 +141,10 @@ def _explain(result: SearchResult, ctx: Context, *, spec_of: dict[str, EngineSpe
             )
         text += f" Gates: {_gates(w)}."
         if result.progress.slo_waived:
-            text += f" The live configuration missed the SLO gate at {gate_rps:.2f} rps, so trials that "
+            verdict = "the winner meets it" if w.figures.meets_slo else "the SLO is not met yet"
             text += (
-                "missed only that gate were ranked on p50 TTFT too; the winner meets it."
-                if w.figures.meets_slo
-                else "missed only that gate were ranked on p50 TTFT too (the SLO is not met yet)."
+                f" The live configuration missed the SLO gate at {gate_rps:.2f} rps, so trials that "
+                f"missed only that gate were ranked on p50 TTFT too ({verdict})."
             )
         if result.comparison is not None:
             text += f" Noise rule: {result.comparison.describe()}."

@@ -91,7 +91,8 @@ def test_the_vllm_demo_sizes_its_load_unless_the_rate_is_given() -> None:
     assert vllm is not None and vllm.busy_share == 0.65 and vllm.shift_calls == 1.25
     assert vllm.replan(0.3, 200).baseline.peak_calls_per_s == 0.3
     assert vllm.replan(0.3, 70).baseline.system_prompt_words == 70
-    assert vllm.prompt_words == 200 and vllm.max_prefill_ms == pytest.approx(550.0)
+    assert vllm.replan(0.3, 200).baseline.system_prompt_words == 200
+    assert vllm.max_prefill_ms == pytest.approx(550.0)
     assert sizer(DemoOptions(engine="vllm", duration_s=600, peak_calls_per_s=1.0)) is None
     assert sizer(DemoOptions(engine="vllm", duration_s=600, drift=False)) is None
     assert sizer(DemoOptions(engine="sim")) is None

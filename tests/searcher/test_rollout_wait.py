@@ -4,9 +4,12 @@ NATS KV)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+from evertune.searcher.control import Searches
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -24,17 +27,22 @@ def _deployment(endpoint: str, state: endpoint_pb2.DeploymentState, *, origin: s
     ).SerializeToString()
 
 
+@contextlib.asynccontextmanager
+async def _searches(
+    nc: Client, js: JetStreamContext, store: Store, tmp_path: Path, model_dir: Path
+) -> AsyncIterator[tuple[Searches, Bucket]]:
+    """A running searcher (rollouts seen within 0.5 s, waited for up to 20 s) and the deployments bucket."""
+    await migrate(store)
+    searcher = make_searcher(tmp_path, model_dir=model_dir, rollout_appear_s=0.5, rollout_wait_s=20.0)
+    async with running(searcher, nc, store):
+        assert searcher.searches is not None
+        yield searcher.searches, await Bucket.open(js, "deployments")
+
+
 async def test_the_wait_ends_with_the_rollout_or_when_none_starts(
     nc: Client, js: JetStreamContext, store: Store, tmp_path: Path, searcher_model_dir: Path
 ) -> None:
-    await migrate(store)
-    searcher = make_searcher(
-        tmp_path, model_dir=searcher_model_dir, rollout_appear_s=0.5, rollout_wait_s=20.0
-    )
-    async with running(searcher, nc, store):
-        searches = searcher.searches
-        assert searches is not None
-        deployments = await Bucket.open(js, "deployments")
+    async with _searches(nc, js, store, tmp_path, searcher_model_dir) as (searches, deployments):
         # No rollout of the winner starts (a policy that does not roll out, a refused winner).
         started = time.monotonic()
         assert await searches.wait_for_rollout("ep-a", "search-1") is None
@@ -68,14 +76,7 @@ async def test_a_request_that_arrives_during_the_winners_rollout_waits_and_is_dr
     """A drift seen while the canary and the stable configuration share the traffic describes
     neither: its search waits for the rollout (not started beside the canary) and is dropped when
     the winner is promoted."""
-    await migrate(store)
-    searcher = make_searcher(
-        tmp_path, model_dir=searcher_model_dir, rollout_appear_s=0.5, rollout_wait_s=20.0
-    )
-    async with running(searcher, nc, store):
-        searches = searcher.searches
-        assert searches is not None
-        deployments = await Bucket.open(js, "deployments")
+    async with _searches(nc, js, store, tmp_path, searcher_model_dir) as (searches, deployments):
         key = "ep-b.dep-2"
         revision = await deployments.create(
             key, _deployment("ep-b", endpoint_pb2.DEPLOYMENT_STATE_CANARY, origin="search-1")
