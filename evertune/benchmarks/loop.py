@@ -262,13 +262,14 @@ async def _loop_run(
     """Phase 1: the demo endpoint under the demo's traffic until the loop settles (or gives up)."""
     d = options.defaults
 
-    def traffic(calls_per_s: float, prompt_words: int = d.prompt_words) -> TrafficPlan:
+    def traffic(calls_per_s: float, text_scale: float = 1.0) -> TrafficPlan:
         return plan_traffic(
             duration_s=warm_s + settle_max_s + GRACE_S,
             peak_calls_per_s=calls_per_s,
             shift_at_s=warm_s,
             shift=d.shift,
-            prompt_words=prompt_words,
+            prompt_words=d.prompt_words,
+            text_scale=text_scale,
         )
 
     demo = Demo(
@@ -320,12 +321,12 @@ async def run(quick: bool) -> dict[str, Any]:
             loop, settled = await _loop_run(where, plan, options, warm_s=warm_s, settle_max_s=settle_max_s)
             shift_s = (loop.traffic_start_s or 0.0) + warm_s
             peak = loop.sizing.calls_per_s if loop.sizing is not None else options.peak
-            # the start as the loop ran it: the dtype timed at launch, the prompt the sizing kept
+            # the start as the loop ran it: the dtype timed at launch, the texts the sizing kept
             if loop.launch_dtype is not None:
                 plan = dataclasses.replace(plan, dtype=loop.launch_dtype.dtype, start_note=loop.start_note)
-            words = d.prompt_words
+            scale = 1.0
             if loop.sizing is not None and loop.sizing.prompt is not None:
-                words = loop.sizing.prompt.words
+                scale = loop.sizing.prompt.scale
             start_config = endpoint_spec(plan, Path(".")).initial_engine_config
             configs = {
                 "start": start_config,
@@ -336,7 +337,8 @@ async def run(quick: bool) -> dict[str, Any]:
                 duration_s=measure_s,
                 peak_calls_per_s=peak * d.shift.calls,
                 shift_at_s=None,
-                prompt_words=round(words * d.shift.system_prompt),
+                prompt_words=round(d.prompt_words * d.shift.system_prompt),
+                text_scale=scale,
             )
             measured: list[Measured] = []
             for repeat in range(repeats):
@@ -365,7 +367,11 @@ async def run(quick: bool) -> dict[str, Any]:
         "peak_calls_per_s": peak,
         "loaded_calls_per_s": peak * d.shift.calls,
         "load_sizing": None if loop.sizing is None else loop.sizing.line(),
-        "prompt_words": [d.prompt_words, round(d.prompt_words * d.shift.system_prompt)],
+        # the shared prompt's words before and after the shift, as the loop ran them
+        "prompt_words": [
+            round(steady.baseline.system_prompt_words / d.shift.system_prompt),
+            steady.baseline.system_prompt_words,
+        ],
         "measure_s": measure_s,
         "repeats": repeats,
         "wall_s": round(time.monotonic() - started, 1),

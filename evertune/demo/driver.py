@@ -39,9 +39,8 @@ from evertune.demo.sizing import (
     PromptScaling,
     probe_requests,
     requests_per_call_s,
-    shared_prompt_share,
-    shortened_prompt_words,
     size_load,
+    text_scale,
 )
 from evertune.demo.webhook import AlertReceiver, Delivered
 from evertune.errors import EvertuneError, FailedPrecondition, Unavailable
@@ -130,10 +129,10 @@ class Sizer:
     probes: int  #: probe requests, sent one at a time
     shift_calls: float  #: the shift's factor on the call rate
     bounds: tuple[float, float]  #: allowed factors on the default rate (lowest, highest)
-    #: the traffic for a call rate before the shift and a shared prompt's length in words
-    replan: Callable[[float, int], TrafficPlan]
+    #: the traffic for a call rate before the shift and a factor on every text's length
+    replan: Callable[[float, float], TrafficPlan]
     #: the slowest grown-traffic prefill the story holds at its TTFT target, ms: a slower one
-    #: shortens the shared prompt first (None: never)
+    #: shortens the traffic's texts first (None: never)
     max_prefill_ms: float | None = None
 
 
@@ -422,8 +421,8 @@ class Demo:
         As many others first go out unmeasured, with a few output tokens: a new engine compiles for
         the prompt and batch shapes it first meets, and the measured probes should not wait for
         that (other requests, so a configuration with prefix caching on does not measure a cache
-        hit of its own warm-up). When their prefill is slower than `sizer.max_prefill_ms`, the
-        shared prompt is shortened first and the probes are sent again on the new plan."""
+        hit of its own warm-up). When their prefill is slower than `sizer.max_prefill_ms`, every
+        text of the traffic is shortened first and the probes are sent again on the new plan."""
         default = self.traffic.baseline.peak_calls_per_s
         if not self._engine_url:
             self.run.notes.append(f"the engine's URL is unknown: the load stays at {default:g} calls/s")
@@ -431,23 +430,15 @@ class Demo:
             return
         ttfts = await self._prefill_probes(sizer, warm=sizer.probes)
         scaling: PromptScaling | None = None
-        words = default_words = self.traffic.baseline.system_prompt_words
+        scale = 1.0
         if ttfts and sizer.max_prefill_ms is not None:
             prefill_ms = statistics.median(ttfts)
-            words = shortened_prompt_words(
-                prefill_ms=prefill_ms,
-                max_prefill_ms=sizer.max_prefill_ms,
-                words=default_words,
-                shared_share=shared_prompt_share(probe_requests(self.traffic, count=sizer.probes)),
-            )
-            if words != default_words:
+            scale = text_scale(prefill_ms=prefill_ms, max_prefill_ms=sizer.max_prefill_ms)
+            if scale != 1.0:
                 scaling = PromptScaling(
-                    prefill_ms=prefill_ms,
-                    max_prefill_ms=sizer.max_prefill_ms,
-                    default_words=default_words,
-                    words=words,
+                    prefill_ms=prefill_ms, max_prefill_ms=sizer.max_prefill_ms, scale=scale
                 )
-                self.traffic = sizer.replan(default, words)
+                self.traffic = sizer.replan(default, scale)
                 ttfts = await self._prefill_probes(sizer, warm=2)
         if not ttfts:
             self.run.notes.append(f"no probe request completed: the load stays at {default:g} calls/s")
@@ -464,7 +455,7 @@ class Demo:
         sizing = dataclasses.replace(sizing, prompt=scaling)
         self.run.sizing = sizing
         self.say(sizing.line())
-        self.traffic = sizer.replan(sizing.calls_per_s, words)
+        self.traffic = sizer.replan(sizing.calls_per_s, scale)
         self.run.traffic = self.traffic
         self._phase_by_id = {r.request_id: phase_of(r) for r in self.traffic.requests}
 

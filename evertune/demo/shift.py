@@ -66,8 +66,11 @@ def plan_traffic(
     shift: Shift = Shift(),
     seed: int = 0,
     prompt_words: int = 800,
+    text_scale: float = 1.0,
 ) -> TrafficPlan:
-    """Baseline traffic for `duration_s`, or baseline until `shift_at_s` and shifted traffic after."""
+    """Baseline traffic for `duration_s`, or baseline until `shift_at_s` and shifted traffic after;
+    `prompt_words` is the shared prompt's length before the shift and `text_scale` a factor on the
+    length of every text (`VoiceWorkload.scaled(text=)`), the shared prompt included."""
     if duration_s <= 0:
         raise InvalidArgument(f"the demo's traffic needs a positive duration, not {duration_s:g} s")
     if shift_at_s is not None and not 0 < shift_at_s < duration_s:
@@ -75,7 +78,7 @@ def plan_traffic(
     base_len = shift_at_s if shift_at_s is not None else duration_s
     baseline = voice_workload(
         duration_s=base_len, peak_calls_per_s=peak_calls_per_s, seed=seed, prompt_words=prompt_words
-    )
+    ).scaled(text=text_scale)
     requests = [_tagged(r, phase=BASELINE) for r in plan_voice(baseline)]
     shifted: VoiceWorkload | None = None
     if shift_at_s is not None:

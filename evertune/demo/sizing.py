@@ -21,9 +21,15 @@ flood.
 A rate alone cannot fit a machine whose prefill of one grown-traffic prompt already takes about the
 TTFT target: on an AMD EPYC Zen 3 (2 cores, AVX2 only; `small` in fp32) that prefill took 1,497 ms
 against the 500 ms target, and the first configuration missed its SLO before the shift at the
-lowest rate (p50 854 ms). So when the probes' median exceeds `max_prefill_ms`, the agents' shared
-prompt is shortened first (`shortened_prompt_words`: the prefill taken as proportional to the
+lowest rate (p50 854 ms). So when the probes' median exceeds `max_prefill_ms`, every text of the
+traffic is shortened by one factor (`text_scale`: the prefill taken as proportional to the
 prompt's characters), the probes are sent again on the new plan, and the rate is sized on those.
+One factor on every text keeps the story's proportions, the shared prompt's share of each turn
+among them. Shortening the shared prompt alone did not: on the same machine (200 -> 59 words) the
+conversation history became most of each prompt, the baseline's 90th-percentile prompt grew to
+0.86x the grown median's characters (0.55x at full length), its longest turns (500-570 tokens)
+took 520-600 ms, and
+the first configuration met 0.833 of the 500 ms target before the shift, under its 0.9.
 """
 
 from __future__ import annotations
@@ -38,19 +44,19 @@ from evertune.workloads.plan import PlannedRequest
 
 @dataclass(frozen=True)
 class PromptScaling:
-    """How the agents' shared prompt was shortened for a machine slower than the story needs."""
+    """How the traffic's texts were shortened for a machine slower than the story needs."""
 
-    prefill_ms: float  #: median prefill of a grown-traffic prompt at the default prompt length, ms
+    prefill_ms: float  #: median prefill of a grown-traffic prompt at the texts' full length, ms
     max_prefill_ms: float  #: the slowest such prefill the story holds at its TTFT target, ms
-    default_words: int  #: words of the shared prompt before the shift, by default
-    words: int  #: words chosen
+    scale: float  #: the factor on every text's length chosen
 
     def line(self) -> str:
         """One line a person reads."""
         return (
             f"a grown-traffic prompt prefills in {self.prefill_ms:.0f} ms alone here, over the "
-            f"{self.max_prefill_ms:.0f} ms the story holds at its TTFT target, so the agents' shared "
-            f"prompt is shortened from {self.default_words} to {self.words} words"
+            f"{self.max_prefill_ms:.0f} ms the story holds at its TTFT target, so every text of the "
+            f"traffic (the agents' shared prompt, the callers' turns, the replies in the history) is "
+            f"shortened to {self.scale:.0%} of its length"
         )
 
 
@@ -80,36 +86,15 @@ class LoadSizing:
         )
 
 
-def shortened_prompt_words(
-    *,
-    prefill_ms: float,
-    max_prefill_ms: float,
-    words: int,
-    shared_share: float,
-    min_factor: float = 0.25,
-) -> int:
-    """Shared-prompt words that bring a grown-traffic prefill of `prefill_ms` to `max_prefill_ms`,
-    taking the prefill as proportional to the prompt's characters, of which the shared prompt holds
-    `shared_share`; `words` when the prefill is within already, never under `min_factor` of it."""
-    if not (prefill_ms > 0 and max_prefill_ms > 0 and 0 < shared_share <= 1 and words > 0):
-        raise ValueError("prefill times, the shared share and the words must be positive")
+def text_scale(*, prefill_ms: float, max_prefill_ms: float, min_scale: float = 0.25) -> float:
+    """The factor on every text's length that brings a grown-traffic prefill of `prefill_ms` to
+    `max_prefill_ms`, taking the prefill as proportional to the prompt's characters: 1 when the
+    prefill is within already, never under `min_scale`; two decimals."""
+    if not (prefill_ms > 0 and max_prefill_ms > 0 and 0 < min_scale <= 1):
+        raise ValueError("prefill times must be positive and the least scale in (0, 1]")
     if prefill_ms <= max_prefill_ms:
-        return words
-    # chars' = chars x max / prefill; the rest of the prompt keeps its length
-    factor = (max_prefill_ms / prefill_ms - (1.0 - shared_share)) / shared_share
-    return max(round(words * max(factor, min_factor)), 1)
-
-
-def shared_prompt_share(requests: Sequence[PlannedRequest]) -> float:
-    """Mean share of the requests' prompt characters that is their system (shared) prompt."""
-    shares = [
-        sum(len(m.content) for m in r.messages if m.role == "system") / chars
-        for r in requests
-        if (chars := _prompt_chars(r)) > 0
-    ]
-    if not shares:
-        raise ValueError("no request with a prompt to measure")
-    return statistics.fmean(shares)
+        return 1.0
+    return max(round(max_prefill_ms / prefill_ms, 2), min_scale)
 
 
 def probe_requests(plan: TrafficPlan, *, count: int) -> list[PlannedRequest]:

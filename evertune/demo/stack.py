@@ -65,7 +65,7 @@ class EngineDefaults:
     #: the time after the shift (`evertune.demo.sizing`); None: `peak_calls_per_s` as it is
     busy_share: float | None = None
     #: the slowest prefill of one grown-traffic prompt alone the story holds, as a share of the TTFT
-    #: target: on a slower machine the sizing shortens the shared prompt first (None: never)
+    #: target: on a slower machine the sizing shortens the traffic's texts first (None: never)
     max_prefill_share: float | None = None
     #: dtypes the hand-set first configuration chooses from by timing them on this CPU before the
     #: endpoint is created (`evertune.demo.launch_dtype`); empty: the engine's default dtype
@@ -183,10 +183,12 @@ SIZING_PROBES = 5
 SIZING_BOUNDS = (0.25, 3.0)
 
 
-def sizer(options: DemoOptions, *, replan: Callable[[float, int], TrafficPlan] | None = None) -> Sizer | None:
+def sizer(
+    options: DemoOptions, *, replan: Callable[[float, float], TrafficPlan] | None = None
+) -> Sizer | None:
     """How the demo sizes its load to the machine, or None: the engine does not (sim), the rate
     was given (`--peak-calls`), or there is no shift to size for. `replan` gives the traffic for a
-    call rate (default: the demo's own plan at that rate)."""
+    call rate and a factor on every text's length (default: the demo's own plan)."""
     d = options.defaults
     if d.busy_share is None or options.peak_calls_per_s is not None or options.shift_at_s is None:
         return None
@@ -197,8 +199,8 @@ def sizer(options: DemoOptions, *, replan: Callable[[float, int], TrafficPlan] |
         bounds=SIZING_BOUNDS,
         replan=replan
         or (
-            lambda calls, words: traffic_plan(
-                dataclasses.replace(options, peak_calls_per_s=calls), prompt_words=words
+            lambda calls, scale: traffic_plan(
+                dataclasses.replace(options, peak_calls_per_s=calls), text_scale=scale
             )
         ),
         max_prefill_ms=None if d.max_prefill_share is None else d.max_prefill_share * d.ttft_p99_ms,
@@ -237,16 +239,16 @@ def _start_note(options: DemoOptions) -> str:
     )
 
 
-def traffic_plan(options: DemoOptions, *, seed: int = 0, prompt_words: int | None = None) -> TrafficPlan:
-    """The demo's traffic for `options`; `prompt_words`: the shared prompt's length before the
-    shift (None: the engine's default)."""
+def traffic_plan(options: DemoOptions, *, seed: int = 0, text_scale: float = 1.0) -> TrafficPlan:
+    """The demo's traffic for `options`, every text `text_scale` times its length."""
     return plan_traffic(
         duration_s=options.duration_s,
         peak_calls_per_s=options.peak,
         shift_at_s=options.shift_at_s,
         shift=options.defaults.shift,
         seed=seed,
-        prompt_words=options.defaults.prompt_words if prompt_words is None else prompt_words,
+        prompt_words=options.defaults.prompt_words,
+        text_scale=text_scale,
     )
 
 

@@ -96,20 +96,31 @@ class VoiceWorkload(BaseModel):
             reason = str(first["msg"]).removeprefix("Value error, ")
             raise WorkloadError(f"invalid voice workload: {where + ': ' if where else ''}{reason}") from None
 
-    def scaled(self, *, calls: float = 1.0, system_prompt: float = 1.0) -> VoiceWorkload:
-        """The same workload with `calls` times the call rate and `system_prompt` times the prompt length.
+    def scaled(self, *, calls: float = 1.0, system_prompt: float = 1.0, text: float = 1.0) -> VoiceWorkload:
+        """The same workload with `calls` times the call rate, `system_prompt` times the shared
+        prompt's length and `text` times the length of every text in it (the shared prompt, the
+        greeting, the callers' turns and the replies kept in the history; a turn keeps a word).
 
-        `scaled(calls=1.25)` is "25% more calls"; `scaled(system_prompt=1.5)` a longer shared prompt.
+        `scaled(calls=1.25)` is "25% more calls"; `scaled(system_prompt=1.5)` a longer shared prompt;
+        `scaled(text=0.5)` the same calls (their starts and turns) in about half the words.
         Everything else, the seed included, stays: the agents' prompts and the call contents come
         from their own random streams, so only what was scaled differs in kind.
         """
-        if not calls >= 0 or not system_prompt >= 0:
+        if not calls >= 0 or not system_prompt >= 0 or not text > 0:
             raise WorkloadError(
-                f"scale factors must be >= 0, not calls={calls}, system_prompt={system_prompt}"
+                f"scale factors must be >= 0 (text > 0), not calls={calls}, "
+                f"system_prompt={system_prompt}, text={text}"
             )
+
+        def words(span: tuple[int, int], least: int) -> tuple[int, int]:
+            return (max(round(span[0] * text), least), max(round(span[1] * text), least))
+
         update = {
             "peak_calls_per_s": self.peak_calls_per_s * calls,
-            "system_prompt_words": round(self.system_prompt_words * system_prompt),
+            "system_prompt_words": round(self.system_prompt_words * system_prompt * text),
+            "greeting_words": round(self.greeting_words * text),
+            "user_words": words(self.user_words, 1),
+            "reply_words": words(self.reply_words, 0),
         }
         return VoiceWorkload.parse({**self.model_dump(), **update})
 

@@ -166,6 +166,27 @@ def test_scaled_workload_has_more_calls_and_a_longer_prompt() -> None:
     assert prompts >= {r.messages[0].content for r in plan_voice(workload.scaled(calls=2.0))}
 
 
+def test_scaled_text_shortens_every_text_of_the_same_conversations() -> None:
+    workload = VoiceWorkload(duration_s=60.0, seed=4, peak_calls_per_s=0.5)
+    shorter = workload.scaled(text=0.3)
+    assert shorter.system_prompt_words == 240 and shorter.greeting_words == 4
+    assert shorter.user_words == (2, 8) and shorter.reply_words == (3, 9)
+    assert shorter.scaled(text=0.01).user_words == (1, 1)  # a turn keeps a word
+    assert workload.scaled(system_prompt=3.0, text=0.5).system_prompt_words == 1200
+    full, short = plan_voice(workload), plan_voice(shorter)
+
+    # the same calls starting at the same times, in about 0.3 of the characters
+    def firsts(plan: list[PlannedRequest]) -> list[tuple[float, str]]:
+        return [(r.at_s, r.conversation_id) for r in plan if r.turn == 0]
+
+    assert firsts(full) == firsts(short)
+    chars = [sum(len(m.content) for m in r.messages) for r in full]
+    short_chars = [sum(len(m.content) for m in r.messages) for r in short]
+    assert 0.2 < sum(short_chars) / sum(chars) < 0.4
+    with pytest.raises(WorkloadError, match="text=0"):
+        workload.scaled(text=0.0)
+
+
 def test_bad_settings_are_one_line_errors() -> None:
     with pytest.raises(WorkloadError, match="turns: low end 5 is above high end 3"):
         VoiceWorkload.parse({"turns": (5, 3)})
