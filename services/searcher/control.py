@@ -320,6 +320,21 @@ class Searches:
         except Exception:
             log.exception("queued search not started", endpoint=endpoint)
 
+    async def endpoint_deleted(self, endpoint: str) -> list[str]:
+        """Drop the endpoint's queued search request and cancel its running search: a deleted
+        endpoint has nothing to tune, and trials kept running share the machine with whatever runs
+        next. (In `bench loop` a request queued behind a winner's rollout started 2 s before its
+        endpoint was deleted, and its 4 trials ran beside the comparison's windows.) The ids of the
+        searches cancelled."""
+        self._queued.pop(endpoint, None)
+        self._winner_of.pop(endpoint, None)
+        cancelled = [sid for sid, name in list(self._endpoint_of.items()) if name == endpoint]
+        for search_id in cancelled:
+            await self.cancel(search_id, f"endpoint {endpoint} was deleted")
+        if cancelled:
+            log.info("searches of a deleted endpoint cancelled", endpoint=endpoint, searches=cancelled)
+        return cancelled
+
     async def wait_for_rollout(self, endpoint: str, search_id: str) -> endpoint_pb2.DeploymentState | None:
         """Until the rollout of `search_id`'s winner on `endpoint` has ended: a deployment of that
         origin appeared (within `rollout_appear_s`) and left pending, starting and canary; at most

@@ -10,6 +10,8 @@ Consumers (durable, on EVENTS):
   history). While the endpoint has a search running, the newest profile's request is queued and
   starts when that search ends (`Searches.start_or_queue`). The request id is
   `profile:<event id>`, so a redelivered event starts nothing new.
+- `searcher-deletions` (`endpoint.deleted`): cancels the endpoint's running search and drops its
+  queued request (`Searches.endpoint_deleted`), unless an endpoint of that name exists again.
 """
 
 from __future__ import annotations
@@ -97,9 +99,21 @@ class SearcherService(GrpcService):
             self._on_profile,
             source=self.name,
         )
-        self._consumers = [trials, profiles]
+        deletions = DurableConsumer(
+            ctx.js,
+            ConsumerSpec(
+                stream="EVENTS",
+                durable=f"{self._durable_prefix}-deletions",
+                filter_subject=event_filter_subject(EventKind.ENDPOINT_DELETED),
+                ack_wait_s=60.0,
+            ),
+            self._on_deleted,
+            source=self.name,
+        )
+        self._consumers = [trials, profiles, deletions]
         self.spawn(trials.run(self.stopping), name="trials")
         self.spawn(profiles.run(self.stopping), name="profiles")
+        self.spawn(deletions.run(self.stopping), name="deletions")
         await super().on_start(ctx)
 
     async def on_stop(self) -> None:
@@ -117,6 +131,18 @@ class SearcherService(GrpcService):
             "profiles_skipped": self.profiles_skipped,
             "profiles_queued": self.profiles_queued,
         }
+
+    async def _on_deleted(self, msg: Msg) -> None:
+        """Stop searching for an endpoint that was deleted (see the module doc)."""
+        assert self.searches is not None
+        try:
+            event = events_pb2.Event.FromString(msg.data)
+        except DecodeError as err:
+            raise PoisonMessage(f"undecodable event: {err}") from None
+        name = event.endpoint_deleted.name or event.endpoint
+        # a name created again since (or an old event replayed to a new consumer) stops nothing
+        if name and await self.searches.endpoint(name) is None:
+            await self.searches.endpoint_deleted(name)
 
     async def _on_profile(self, msg: Msg) -> None:
         """Start a search for a new profile when the endpoint's policy allows (see the module doc)."""
