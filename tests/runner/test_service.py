@@ -105,7 +105,8 @@ async def test_a_job_becomes_one_row_and_one_trial_completed(
         await publish(js, service.settings.subject, trial_job, msg_id=trial_job.job_id)
         [event] = await seen.wait_for("trial.completed", trial_job.job_id, timeout_s=60)
     done = event.trial_completed
-    assert done.status == jobs_pb2.TRIAL_STATUS_OK and done.passed and done.baseline
+    failed = [f"{g.name}: {g.detail or g.value}" for g in done.gates if not g.passed]
+    assert done.status == jobs_pb2.TRIAL_STATUS_OK and done.passed and done.baseline, failed
     assert [g.name for g in done.gates] == ["correctness", "slo", "stability"]
     assert done.metrics.ttft_p50_ms > 0 and len(done.metrics.rates) == 2 and done.goodput_rps == 10.0
     assert done.engine_config.model == "/models/fake"
