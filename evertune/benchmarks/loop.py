@@ -358,6 +358,7 @@ async def run(quick: bool) -> dict[str, Any]:
                     )()
                     measured.append(measured_of(window, arm=arm, repeat=repeat))
     result = loop_figures(loop, measured, shift_s=shift_s, settled=settled)
+    ran = loop.traffic  # the plan the loop ran, its texts as the sizing left them
     return {
         "engine": "vllm",
         "quick": quick,
@@ -368,10 +369,9 @@ async def run(quick: bool) -> dict[str, Any]:
         "loaded_calls_per_s": peak * d.shift.calls,
         "load_sizing": None if loop.sizing is None else loop.sizing.line(),
         # the shared prompt's words before and after the shift, as the loop ran them
-        "prompt_words": [
-            round(steady.baseline.system_prompt_words / d.shift.system_prompt),
-            steady.baseline.system_prompt_words,
-        ],
+        "prompt_words": []
+        if ran is None or ran.shifted is None
+        else [ran.baseline.system_prompt_words, ran.shifted.system_prompt_words],
         "measure_s": measure_s,
         "repeats": repeats,
         "wall_s": round(time.monotonic() - started, 1),

@@ -28,8 +28,8 @@ One factor on every text keeps the story's proportions, the shared prompt's shar
 among them. Shortening the shared prompt alone did not: on the same machine (200 -> 59 words) the
 conversation history became most of each prompt, the baseline's 90th-percentile prompt grew to
 0.86x the grown median's characters (0.55x at full length), its longest turns (500-570 tokens)
-took 520-600 ms, and
-the first configuration met 0.833 of the 500 ms target before the shift, under its 0.9.
+took 520-600 ms, and the first configuration met 0.833 of the 500 ms target before the shift,
+under its 0.9.
 """
 
 from __future__ import annotations

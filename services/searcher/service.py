@@ -16,6 +16,7 @@ Consumers (durable, on EVENTS):
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from evertune.searcher.api import SERVICE_NAME, SearchApi
@@ -88,28 +89,8 @@ class SearcherService(GrpcService):
             self.trials.on_completed,
             source=self.name,
         )
-        profiles = DurableConsumer(
-            ctx.js,
-            ConsumerSpec(
-                stream="EVENTS",
-                durable=f"{self._durable_prefix}-profiles",
-                filter_subject=event_filter_subject(EventKind.PROFILE_READY),
-                ack_wait_s=60.0,
-            ),
-            self._on_profile,
-            source=self.name,
-        )
-        deletions = DurableConsumer(
-            ctx.js,
-            ConsumerSpec(
-                stream="EVENTS",
-                durable=f"{self._durable_prefix}-deletions",
-                filter_subject=event_filter_subject(EventKind.ENDPOINT_DELETED),
-                ack_wait_s=60.0,
-            ),
-            self._on_deleted,
-            source=self.name,
-        )
+        profiles = self._events_consumer(ctx, EventKind.PROFILE_READY, "profiles", self._on_profile)
+        deletions = self._events_consumer(ctx, EventKind.ENDPOINT_DELETED, "deletions", self._on_deleted)
         self._consumers = [trials, profiles, deletions]
         self.spawn(trials.run(self.stopping), name="trials")
         self.spawn(profiles.run(self.stopping), name="profiles")
@@ -132,13 +113,22 @@ class SearcherService(GrpcService):
             "profiles_queued": self.profiles_queued,
         }
 
+    def _events_consumer(
+        self, ctx: ServiceContext, kind: EventKind, name: str, handler: Callable[[Msg], Awaitable[None]]
+    ) -> DurableConsumer:
+        """A durable consumer of one kind of event on EVENTS, named `<prefix>-<name>`."""
+        spec = ConsumerSpec(
+            stream="EVENTS",
+            durable=f"{self._durable_prefix}-{name}",
+            filter_subject=event_filter_subject(kind),
+            ack_wait_s=60.0,
+        )
+        return DurableConsumer(ctx.js, spec, handler, source=self.name)
+
     async def _on_deleted(self, msg: Msg) -> None:
         """Stop searching for an endpoint that was deleted (see the module doc)."""
         assert self.searches is not None
-        try:
-            event = events_pb2.Event.FromString(msg.data)
-        except DecodeError as err:
-            raise PoisonMessage(f"undecodable event: {err}") from None
+        event = _event_of(msg)
         name = event.endpoint_deleted.name or event.endpoint
         # a name created again since (or an old event replayed to a new consumer) stops nothing
         if name and await self.searches.endpoint(name) is None:
@@ -147,10 +137,7 @@ class SearcherService(GrpcService):
     async def _on_profile(self, msg: Msg) -> None:
         """Start a search for a new profile when the endpoint's policy allows (see the module doc)."""
         assert self.searches is not None
-        try:
-            event = events_pb2.Event.FromString(msg.data)
-        except DecodeError as err:
-            raise PoisonMessage(f"undecodable event: {err}") from None
+        event = _event_of(msg)
         ready = event.profile_ready
         if ready.empty_reason or not ready.request_count or not event.endpoint:
             self.profiles_skipped += 1
@@ -191,3 +178,11 @@ class SearcherService(GrpcService):
         except (FailedPrecondition, NotFound) as err:
             self.profiles_skipped += 1
             self.log.info("profile.ready started no search", endpoint=event.endpoint, reason=str(err))
+
+
+def _event_of(msg: Msg) -> events_pb2.Event:
+    """The event a message carries (an undecodable one is poison: retrying cannot mend it)."""
+    try:
+        return events_pb2.Event.FromString(msg.data)
+    except DecodeError as err:
+        raise PoisonMessage(f"undecodable event: {err}") from None
