@@ -127,9 +127,11 @@ def short_line(event: events_pb2.Event) -> str:
         step = event.deploy_canary_step
         verdict = _name(events_pb2.CanaryVerdict, step.verdict, "CANARY_VERDICT_")
         return (
-            f"{kind} canary {step.deployment_id} step {step.step}/{step.steps} at weight {step.weight}: "
-            f"{verdict}; p99 TTFT canary {_f(step.canary_ttft_p99_ms)} vs stable "
-            f"{_f(step.stable_ttft_p99_ms)} ms ({step.canary_requests} canary requests)"
+            # `weight` is the canary's share after the verdict (a held step keeps its own)
+            f"{kind} canary {step.deployment_id} step {step.step + 1} of {step.steps}: {verdict}, "
+            f"canary at {step.weight / 100:g}% of traffic; p99 TTFT canary "
+            f"{_f(step.canary_ttft_p99_ms)} vs stable {_f(step.stable_ttft_p99_ms)} ms "
+            f"({step.canary_requests} canary requests)"
         )
     if which == "deploy_promoted":
         promoted = event.deploy_promoted

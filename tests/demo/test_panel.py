@@ -106,7 +106,7 @@ def test_bus_events_become_short_lines_on_the_demo_clock() -> None:
     )
     seen = demo_event(event, t0=1_000_000.0)
     assert seen.t_s == 10.0
-    assert "canary dep-2 step 1/3 at weight 1000: proceed" in seen.line
+    assert "canary dep-2 step 2 of 3: proceed, canary at 10% of traffic" in seen.line
     assert "canary 120 vs stable 300 ms" in seen.line
     assert seen.payload["deployment_id"] == "dep-2"
 
