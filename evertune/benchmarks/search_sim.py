@@ -109,7 +109,9 @@ async def _search(
         truth, efficiency={HARDWARE_CLASS: scaled(truth_eff, PRIOR_SPEED)}, speed={}, simulations=0
     )
     base = EngineSpec(model=str(model_dir), kv_cache_space_gib=2).model_copy(update=live)
-    space = candidate_space(base=base, hardware=hardware, limits=SpaceLimits(), max_replicas=1)
+    # the model prices no execution mode: the live one only
+    limits = SpaceLimits(cpu_enforce_eager=())
+    space = candidate_space(base=base, hardware=hardware, limits=limits, max_replicas=1)
     pairs = [(c, HARDWARE_CLASS) for c in space]
     search_plan = SearchPlan(
         search_id="bench",

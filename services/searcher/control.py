@@ -64,8 +64,8 @@ from evertune.searcher.space import (
     Candidate,
     SpaceLimits,
     candidate_space,
-    defaults_in_live_dtype_key,
     defaults_key,
+    defaults_seat_key,
     unpriced_keys,
     unpriced_representatives,
 )
@@ -536,12 +536,13 @@ class Searches:
         pool_replicas = max(spec.hardware_pool.max_replicas, 1)
         for name in prepared.classes:
             sim = name.startswith("sim-")
-            # The performance model prices neither n-gram drafts nor a dtype: a simulated class
-            # would only try them for nothing.
+            # The performance model prices neither n-gram drafts, a dtype nor the execution mode: a
+            # simulated class would only try them for nothing.
             limits = self.limits.model_copy(
                 update={
                     "try_speculative_ngram": self.limits.try_speculative_ngram and not sim,
                     "cpu_dtypes": () if sim else self.limits.cpu_dtypes,
+                    "cpu_enforce_eager": () if sim else self.limits.cpu_enforce_eager,
                 }
             )
             space = candidate_space(
@@ -560,8 +561,8 @@ class Searches:
             )
         space_of_first = [c for c, _ in candidates]
         defaults = defaults_key(space_of_first, base=candidates[0][0], hardware=hardware[first])
-        # vLLM's defaults first (the figure a winner must never be worse than), then the dtypes the
-        # model cannot price
+        # vLLM's defaults first (the figure a winner must never be worse than), then the dtypes and
+        # the execution mode the model cannot price
         must_try = tuple(
             dict.fromkeys(
                 [
@@ -602,10 +603,7 @@ class Searches:
             noise=noise_rule(s, objective=objective, simulated=first.startswith("sim-")),
             must_try=must_try,
             unpriced=tuple(unpriced_keys(space_of_first, base=candidates[0][0])),
-            defaults=defaults,
-            defaults_in_live_dtype=defaults_in_live_dtype_key(
-                space_of_first, base=candidates[0][0], hardware=hardware[first]
-            ),
+            defaults_seat=defaults_seat_key(space_of_first, base=candidates[0][0], hardware=hardware[first]),
         )
         template = JobTemplate(
             search_id=record.search_id,

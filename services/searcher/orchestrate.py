@@ -128,15 +128,13 @@ class SearchPlan:
     min_gain: float = 0.05  #: a winner beats the baseline's score by this share (no confirmation)
     noise: NoiseRule = NO_CONFIRMATION  #: how a leader is confirmed against the noise
     must_try: tuple[str, ...] = ()  #: candidate keys round 0 measures whatever the model predicts
-    #: candidate keys the model cannot price (another dtype): never ranked by it, only measured
-    #: through `must_try`
+    #: candidate keys the model cannot price (another dtype or execution mode): never ranked by
+    #: it, only measured through `must_try`
     unpriced: tuple[str, ...] = ()
-    #: key of the engine's defaults in `candidates` (None: not in the space); round 0 measures them
-    #: first when the model cannot tell its best from them (`SuccessiveHalving`)
-    defaults: str | None = None
-    #: key of the engine's defaults with the live dtype, when the defaults run another dtype (None:
-    #: they do not, or it is not in the space); it stands in for them in that rule
-    defaults_in_live_dtype: str | None = None
+    #: key of the candidate that stands for the engine's defaults (`space.defaults_seat_key`; None:
+    #: not in the space); round 0 measures it first when the model cannot tell its best from it
+    #: (`SuccessiveHalving`)
+    defaults_seat: str | None = None
 
 
 @dataclass
@@ -220,8 +218,7 @@ async def run_search(
         noise=plan.noise,
         must_try=plan.must_try,
         unpriced=plan.unpriced,
-        defaults=plan.defaults,
-        defaults_in_live_dtype=plan.defaults_in_live_dtype,
+        defaults_seat=plan.defaults_seat,
     )
     reference = ""
     measured_by_trial: dict[tuple[str, int], TrialResult] = {}

@@ -10,11 +10,18 @@ hardware (`evertune.engines.knob_refusals`) and by vLLM's constraints between kn
 - replicas x tensor-parallel devices fit the node (accelerators) and `max_replicas`.
 
 On CPU the dtype is a knob of its own (`SpaceLimits.cpu_dtypes`): bf16 against fp32 flips sign with
-the ISA (AMX or AVX512-BF16 against AVX2 only), so the space holds both and trials decide.
+the ISA (AMX or AVX512-BF16 against AVX2 only), so the space holds both and trials decide. So is the
+execution mode (`SpaceLimits.cpu_enforce_eager`): eager against torch.compile, vLLM's default. On an
+AMX Xeon (2 cores, `bench loop --quick`, the grown voice traffic, 2 windows each) compiled measured
+p50 TTFT 50-52 ms against eager's 63 ms with every other knob equal; eager engines start faster,
+which is why a person sets it. The performance model prices neither, so neither is ranked by it:
+round 0 measures them (`unpriced_keys`, `unpriced_representatives`).
 
-Knobs that change outputs (quantization, speculative decoding, a different kernel set) make a
-candidate `lossy`: the correctness gate then asks for the endpoint's agreement threshold instead of
-token-for-token equality.
+Knobs that change outputs (quantization, speculative decoding, a different kernel set, the dtype)
+make a candidate `lossy`: the correctness gate then asks for the endpoint's agreement threshold
+instead of token-for-token equality. Compiled against eager execution is the same arithmetic fused
+and reordered, which the gate holds to the exact rule (every answer equal, or close by top-k
+logprobs), as it does prefix caching.
 """
 
 from __future__ import annotations
@@ -59,6 +66,9 @@ class SpaceLimits(BaseModel):
     #: weight/activation dtypes tried on CPU (lossy). Which wins depends on the ISA (bf16 is fast
     #: with AMX or AVX512-BF16 and emulated on AVX2), so both are measured; nothing picks by vendor.
     cpu_dtypes: tuple[str, ...] = ("bfloat16", "float32")
+    #: `--enforce-eager` values tried on CPU (True: eager, False: torch.compile, vLLM's default).
+    #: Accelerators keep the base's mode.
+    cpu_enforce_eager: tuple[bool, ...] = (True, False)
 
 
 @dataclass(frozen=True)
@@ -88,15 +98,24 @@ def is_lossy(spec: EngineSpec, base: EngineSpec) -> bool:
     )
 
 
+def _eager(spec: EngineSpec) -> bool:
+    """Whether the engine runs eager (unset: vLLM compiles)."""
+    return bool(spec.enforce_eager)
+
+
 def _hardware_options(
     hardware: HardwareProfile, limits: SpaceLimits, base: EngineSpec
 ) -> list[dict[str, object]]:
     """Combinations of the lossy and parallelism knobs for the hardware (one dict of knobs each):
-    the dtype on CPU; tensor parallelism, kernels, speculative decoding and quantization on
-    accelerators."""
+    the dtype and the execution mode on CPU; tensor parallelism, kernels, speculative decoding and
+    quantization on accelerators."""
     if hardware.is_cpu:
         dtypes = [base.dtype, *(d for d in limits.cpu_dtypes if d in hardware.supported_dtypes)]
-        return [{"dtype": d} for d in dict.fromkeys(dtypes)]
+        modes = [_eager(base), *limits.cpu_enforce_eager]
+        return [
+            {"dtype": d, "enforce_eager": e}
+            for d, e in itertools.product(dict.fromkeys(dtypes), dict.fromkeys(modes))
+        ]
     tps = [tp for tp in limits.tensor_parallel_size if tp <= hardware.devices] or [1]
     kernels: list[str | None] = [base.kernels]
     if limits.try_evertune_kernels and "evertune" in hardware.kernels and base.kernels != "evertune":
@@ -123,6 +142,7 @@ def _engine_default_values(hardware: HardwareProfile) -> dict[str, object]:
         "enable_prefix_caching": True,
         "replicas": 1,
         "tensor_parallel_size": 1,
+        "enforce_eager": False,  # torch.compile on CPU, CUDA graphs on accelerators
     }
     if hardware.is_cpu:
         # vLLM-CPU's `--dtype auto` runs fp32 and bf16 checkpoints (evertune's local model is fp32)
@@ -230,24 +250,50 @@ def defaults_in_live_dtype_key(
     return next((c.key for c in candidates if c.spec == twin and c.key != base.key), None)
 
 
+def defaults_seat_key(
+    candidates: Sequence[Candidate], *, base: Candidate, hardware: HardwareProfile
+) -> str | None:
+    """Key of the candidate that stands for the engine's defaults when round 0 weighs them against
+    the model's best: the defaults themselves when they run the base's dtype, else their twin in
+    it (`defaults_in_live_dtype_key`: vLLM-CPU's bf16 is emulated on an AVX2-only CPU, where an
+    endpoint runs fp32 for that reason). Either keeps the defaults' execution mode (compiled),
+    which a person sets to eager for faster starts, not for faster serving. None: not in the space,
+    or the base itself."""
+    if engine_defaults(base.spec, hardware).dtype != base.spec.dtype:
+        return defaults_in_live_dtype_key(candidates, base=base, hardware=hardware)
+    return defaults_key(candidates, base=base, hardware=hardware)
+
+
+def _unpriced(spec: EngineSpec) -> tuple[str | None, bool]:
+    """What the performance model cannot price of a configuration: its dtype and execution mode."""
+    return spec.dtype, _eager(spec)
+
+
 def unpriced_keys(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
-    """Keys of the candidates the performance model cannot price against `base`: another dtype.
-    The model predicts them exactly as their twins with the base's dtype, so ranking them by it
-    would pick a dtype by the tie-break; only a trial tells (see `unpriced_representatives`)."""
-    return [c.key for c in candidates if c.spec.dtype != base.spec.dtype]
+    """Keys of the candidates the performance model cannot price against `base`: another dtype or
+    execution mode. The model predicts them exactly as their twins with the base's, so ranking them
+    by it would pick one by the tie-break; only a trial tells (see `unpriced_representatives`)."""
+    return [c.key for c in candidates if _unpriced(c.spec) != _unpriced(base.spec)]
 
 
 def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
     """Keys of the candidates a search must measure because the performance model cannot price
-    what sets them apart: for each dtype other than the base's, the base's own knobs with that dtype
-    (or, when the space lacks it, the first candidate with that dtype). The model's roofline has no
-    figure for how fast an ISA runs each dtype; a trial has."""
+    what sets them apart: for each dtype other than the base's, the base's own knobs with that
+    dtype; then for the other execution mode, the base's own knobs in that mode (or, when the space
+    lacks one, the first candidate of that dtype or mode). The model's roofline has no figure for
+    how fast an ISA runs each dtype, or for what compilation buys; a trial has."""
+    base_dtype, base_eager = _unpriced(base.spec)
+    wanted = [(d, base_eager) for d in dict.fromkeys(c.spec.dtype for c in candidates) if d != base_dtype]
+    wanted += [(base_dtype, e) for e in dict.fromkeys(_eager(c.spec) for c in candidates) if e != base_eager]
     keys: list[str] = []
-    for dtype in dict.fromkeys(c.spec.dtype for c in candidates):
-        if dtype == base.spec.dtype:
-            continue
-        same_dtype = [c for c in candidates if c.spec.dtype == dtype]
-        twin = base.spec.model_copy(update={"dtype": dtype})
-        exact = [c for c in same_dtype if c.spec == twin]
-        keys.append((exact or same_dtype)[0].key)
+    for unpriced in wanted:
+        alike = [c for c in candidates if _unpriced(c.spec) == unpriced]
+        exact = [c for c in alike if _priced(c.spec) == _priced(base.spec)]
+        if alike:
+            keys.append((exact or alike)[0].key)
     return keys
+
+
+def _priced(spec: EngineSpec) -> EngineSpec:
+    """`spec` without what the performance model cannot price (its twins compare equal)."""
+    return spec.model_copy(update={"dtype": None, "enforce_eager": None})

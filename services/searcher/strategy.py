@@ -129,21 +129,21 @@ class SuccessiveHalving:
         noise: NoiseRule = NO_CONFIRMATION,
         must_try: Sequence[str] = (),
         unpriced: Collection[str] = (),
-        defaults: str | None = None,
-        defaults_in_live_dtype: str | None = None,
+        defaults_seat: str | None = None,
     ) -> None:
         """`must_try`: candidate keys the first round measures whatever their prediction (knobs the
         model cannot price, such as the dtype on an ISA it was not calibrated on; the engine's
         defaults), in order, beside the model's best candidate as far as the round's budget goes.
-        `unpriced`: candidate keys the model's predictions say nothing about (another dtype); they
-        are never ranked, so only `must_try` measures them.
-        `defaults`: the key of the engine's defaults. When the model predicts its best within the
-        smallest gain a measurement can tell (`tie_share`) of them, the defaults are measured first:
-        a predicted edge no trial could confirm is no reason to put an untried configuration before
-        the engine's own, which a winner must never be worse than anyway.
-        `defaults_in_live_dtype`: the engine's defaults with the live configuration's dtype. When the
-        defaults run another dtype (on CPU vLLM's default is bf16; an endpoint set to fp32 has it
-        unpriced), the model cannot weigh them, so this twin stands in for them in that rule."""
+        `unpriced`: candidate keys the model's predictions say nothing about (another dtype or
+        execution mode: it predicts them as their twins with the live configuration's); they are
+        never ranked, so only `must_try` measures them.
+        `defaults_seat`: the key of the candidate that stands for the engine's defaults
+        (`space.defaults_seat_key`: the defaults, or their twin in the live configuration's dtype
+        when they run another). When the model predicts its best within the smallest gain a
+        measurement can tell (`tie_share`) of it, it is measured first: a predicted edge no trial
+        could confirm is no reason to put an untried configuration before the engine's own, which
+        a winner must never be worse than anyway. It may be unpriced (the engine's execution mode
+        beside an eager endpoint): the model predicts it as its twin in the live mode."""
         if budget < 2:
             raise ValueError("a search needs a budget of at least 2 real trials (baseline + one)")
         if eta < 2:
@@ -170,9 +170,8 @@ class SuccessiveHalving:
         # would otherwise measure only a forced knob and never what the model found. The engine's
         # defaults go before the model's best when the model cannot tell the two apart.
         first = best + forced
-        seat = defaults_in_live_dtype if defaults in self._unpriced else defaults
-        if best and seat in self._by_key and self._ties(seat, best[0].key):
-            engine_defaults = self._by_key[seat]
+        if best and defaults_seat in self._by_key and self._ties(defaults_seat, best[0].key):
+            engine_defaults = self._by_key[defaults_seat]
             first = [engine_defaults, *(c for c in first if c is not engine_defaults)]
         rest = [c for c in ranked if c not in first]
         self._survivors = (first + rest)[: max(size, len(first))]
@@ -190,7 +189,7 @@ class SuccessiveHalving:
     def _ties(self, defaults: str, best: str) -> bool:
         """Whether the model's best is predicted within `tie_share` of the engine's defaults."""
         d, b = self._predicted.get(defaults, -math.inf), self._predicted.get(best, -math.inf)
-        if not (math.isfinite(d) and math.isfinite(b)) or defaults in self._unpriced:
+        if not (math.isfinite(d) and math.isfinite(b)):
             return False
         return b - d <= self.tie_share * abs(b)
 

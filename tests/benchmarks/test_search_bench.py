@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from evertune.searcher.space import candidate_space
 
-from evertune.benchmarks.search import GRID, QUICK_GRID, mistuned_start
+from evertune.benchmarks.search import GRID, QUICK_GRID, eager_space, mistuned_start
 from evertune.benchmarks.search_grid import (
     GridPoint,
     grid_key,
@@ -98,13 +98,16 @@ def test_the_grid_cache_round_trips_and_refuses_another_space(tmp_path: Path) ->
 def test_the_grids_hold_vllms_cpu_defaults_first_and_both_dtypes() -> None:
     base = EngineSpec(model="/m", enforce_eager=True, kv_cache_space_gib=2)
     hardware = get_profile("cpu")
-    full = candidate_space(base=base, hardware=hardware, limits=GRID, max_replicas=1)
-    quick = candidate_space(base=base, hardware=hardware, limits=QUICK_GRID, max_replicas=1)
+    full = eager_space(base=base, hardware=hardware, limits=GRID)
+    quick = eager_space(base=base, hardware=hardware, limits=QUICK_GRID)
     assert full[0].spec == base and quick[0].spec == base
     assert len(full) == 16 and len(quick) == 4
+    # eager engines only: vLLM's compiled defaults, which the space adds, are left out
+    assert all(c.spec.enforce_eager for c in full)
+    assert len(candidate_space(base=base, hardware=hardware, limits=GRID, max_replicas=1)) == 17
     # A space built around an fp32 start names the same cells.
     fp32 = base.model_copy(update={"dtype": "float32"})
-    around = candidate_space(base=fp32, hardware=hardware, limits=QUICK_GRID, max_replicas=1)
+    around = eager_space(base=fp32, hardware=hardware, limits=QUICK_GRID)
     assert {grid_key(c.spec) for c in around} == {grid_key(c.spec) for c in quick}
 
 

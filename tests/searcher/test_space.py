@@ -9,8 +9,10 @@ from evertune.searcher.space import (
     config_key,
     defaults_in_live_dtype_key,
     defaults_key,
+    defaults_seat_key,
     engine_defaults,
     is_lossy,
+    unpriced_keys,
     unpriced_representatives,
 )
 
@@ -21,8 +23,14 @@ CPU = cpu_profile(cores=2, memory_gib=11.5)
 BASE = EngineSpec(model="/models/tiny", kv_cache_space_gib=2)
 
 
+#: The batching knobs alone: one dtype and one execution mode (the base's).
+BATCHING_ONLY = SpaceLimits(cpu_dtypes=(), cpu_enforce_eager=())
+#: The batching knobs and the dtype, in the base's execution mode.
+WITH_DTYPES = SpaceLimits(cpu_enforce_eager=())
+
+
 def test_cpu_space_respects_vllm_constraints_and_starts_with_the_base() -> None:
-    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_dtypes=()), max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=BATCHING_ONLY, max_replicas=1)
     assert space[0].spec == BASE and not space[0].lossy
     for c in space[1:]:
         spec = c.spec
@@ -102,24 +110,61 @@ def test_keys_are_stable_and_lossiness_follows_outputs() -> None:
 def test_cpu_space_holds_both_dtypes_and_marks_the_change_lossy() -> None:
     """bf16 against fp32 flips sign with the ISA, so the space holds every batching point in both;
     vLLM-CPU's `auto` (bf16 for the local fp32 checkpoint) stays unset, not tried twice."""
-    without = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_dtypes=()), max_replicas=1)
-    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    without = candidate_space(base=BASE, hardware=CPU, limits=BATCHING_ONLY, max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
     assert len(space) == 2 * len(without)
     assert {c.spec.dtype for c in space} == {None, "float32"}
     assert all(c.lossy == (c.spec.dtype == "float32") for c in space)
     fp32_base = BASE.model_copy(update={"dtype": "float32"})
-    from_fp32 = candidate_space(base=fp32_base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    from_fp32 = candidate_space(base=fp32_base, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
     assert {c.spec.dtype for c in from_fp32} == {"float32", "bfloat16"}
     assert from_fp32[0].spec == fp32_base
 
 
 def test_the_dtype_the_model_cannot_price_is_measured_as_the_base_with_that_dtype() -> None:
-    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
     [key] = unpriced_representatives(space, base=space[0])
     [twin] = [c for c in space if c.key == key]
     assert twin.spec == BASE.model_copy(update={"dtype": "float32"})
-    plain = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_dtypes=()), max_replicas=1)
+    plain = candidate_space(base=BASE, hardware=CPU, limits=BATCHING_ONLY, max_replicas=1)
     assert unpriced_representatives(plain, base=plain[0]) == []
+
+
+def test_cpu_space_holds_both_execution_modes_and_keeps_the_change_exact() -> None:
+    """Eager against compiled (vLLM's default) is in the space for every batching point and dtype;
+    a compiled candidate of a base that leaves the mode unset stays unset, not tried twice; the
+    change is the same arithmetic reordered, held to the exact rule like prefix caching."""
+    with_dtypes = candidate_space(base=BASE, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert len(space) == 2 * len(with_dtypes)
+    assert {c.spec.enforce_eager for c in space} == {None, True}
+    assert not any(c.lossy for c in space if c.spec.dtype is None)
+    eager_base = BASE.model_copy(update={"enforce_eager": True})
+    from_eager = candidate_space(base=eager_base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert {c.spec.enforce_eager for c in from_eager} == {True, False}
+    assert from_eager[0].spec == eager_base and len(from_eager) == len(space)
+    # accelerators keep the base's mode
+    gpu = get_profile("h200")
+    assert {
+        c.spec.enforce_eager
+        for c in candidate_space(base=BASE, hardware=gpu, limits=SpaceLimits(), max_replicas=1)
+    } == {None}
+
+
+def test_the_mode_the_model_cannot_price_is_measured_after_the_dtypes() -> None:
+    """The model prices neither the dtype nor compilation: round 0 measures the base with the other
+    dtype, then the base in the other execution mode; they are never ranked by the model."""
+    base = BASE.model_copy(update={"enforce_eager": True, "enable_prefix_caching": False})
+    space = candidate_space(base=base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    by_key = {c.key: c for c in space}
+    dtype_twin, mode_twin = (by_key[k].spec for k in unpriced_representatives(space, base=space[0]))
+    assert dtype_twin == base.model_copy(update={"dtype": "float32"})
+    assert mode_twin == base.model_copy(update={"enforce_eager": False})
+    unpriced = set(unpriced_keys(space, base=space[0]))
+    assert unpriced == {c.key for c in space if c.spec.dtype == "float32" or c.spec.enforce_eager is False}
+    # vLLM's defaults compile: beside an eager endpoint they are an unpriced candidate too
+    defaults = engine_defaults(base, CPU)
+    assert defaults.enforce_eager is False and defaults_key(space, base=space[0], hardware=CPU) in unpriced
 
 
 def test_the_engines_defaults_are_in_the_space_beside_a_hand_set_base() -> None:
@@ -159,3 +204,22 @@ def test_for_an_fp32_endpoint_the_defaults_twin_keeps_fp32_and_the_defaults_othe
         max_replicas=1,
     )
     assert defaults_in_live_dtype_key(bf16, base=bf16[0], hardware=CPU) is None
+
+
+def test_the_defaults_seat_is_the_defaults_in_the_live_dtype_and_the_engines_mode() -> None:
+    """Round 0's seat for vLLM's defaults: the defaults themselves beside a bf16 endpoint (compiled
+    beside an eager one), their fp32 twin beside an fp32 endpoint; none when the base is them."""
+    eager = BASE.model_copy(update={"enforce_eager": True, "enable_prefix_caching": False})
+    space = candidate_space(base=eager, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    by_key = {c.key: c.spec for c in space}
+    seat = by_key[str(defaults_seat_key(space, base=space[0], hardware=CPU))]
+    assert seat == engine_defaults(eager, CPU)
+    assert seat.enforce_eager is False and seat.enable_prefix_caching is True and seat.dtype is None
+    fp32 = eager.model_copy(update={"dtype": "float32"})
+    space = candidate_space(base=fp32, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    by_key = {c.key: c.spec for c in space}
+    seat = by_key[str(defaults_seat_key(space, base=space[0], hardware=CPU))]
+    assert seat == engine_defaults(fp32, CPU).model_copy(update={"dtype": "float32"})
+    assert seat.enforce_eager is False
+    plain = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert defaults_seat_key(plain, base=plain[0], hardware=CPU) is None

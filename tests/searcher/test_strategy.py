@@ -353,7 +353,7 @@ def _demo_search(
         budget=budget,
         noise=NoiseRule(confirm_pairs=1, min_pairs=2, lower_is_better=True),
         must_try=[defaults.key],
-        defaults=defaults.key,
+        defaults_seat=defaults.key,
     )
     return [r.candidate.key for r in search.next_round()], best, defaults
 
@@ -380,13 +380,14 @@ def test_a_defaults_prediction_that_misses_the_slo_never_ties() -> None:
 
 
 def test_for_an_fp32_endpoint_the_defaults_twin_in_fp32_takes_the_seat_the_defaults_cannot() -> None:
-    """An fp32 endpoint (the faster dtype on an AVX2 CPU): vLLM's defaults run bf16, which the model
-    cannot price, so they never tie; their fp32 twin, predicted within the noise floor of the
-    model's best, takes the one seat instead of the model's best."""
+    """An fp32 endpoint (the faster dtype on an AVX2 CPU): vLLM's defaults run bf16, so their fp32
+    twin stands for them (`space.defaults_seat_key`), and predicted within the noise floor of the
+    model's best it takes the one seat instead; unpriced (compiled beside an eager endpoint), it
+    is weighed by its prediction all the same. Without a seat the model's best keeps it."""
     base, best, defaults, twin = _candidates(4)
     predicted = {base.key: -300.0, best.key: -123.0, defaults.key: -123.0, twin.key: -126.0}
 
-    def first_round(seat: str | None) -> list[str]:
+    def first_round(seat: str | None, unpriced: tuple[str, ...] = (defaults.key,)) -> list[str]:
         search = SuccessiveHalving(
             baseline=base,
             predicted=predicted,
@@ -394,13 +395,13 @@ def test_for_an_fp32_endpoint_the_defaults_twin_in_fp32_takes_the_seat_the_defau
             budget=4,
             noise=NoiseRule(confirm_pairs=1, min_pairs=2, lower_is_better=True),
             must_try=[defaults.key],
-            unpriced=[defaults.key],
-            defaults=defaults.key,
-            defaults_in_live_dtype=seat,
+            unpriced=unpriced,
+            defaults_seat=seat,
         )
         return [r.candidate.key for r in search.next_round()][1:]
 
     assert first_round(twin.key) == [twin.key]
+    assert first_round(twin.key, unpriced=(defaults.key, twin.key)) == [twin.key]
     assert first_round(None) == [best.key]
     predicted[twin.key] = -200.0  # predicted well apart: the model's best keeps the seat
     assert first_round(twin.key) == [best.key]
