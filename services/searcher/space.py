@@ -283,7 +283,8 @@ def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate
     lacks one, the first candidate of that dtype or mode). The model's roofline has no figure for
     how fast an ISA runs each dtype, or for what compilation buys; a trial has."""
     base_dtype, base_eager = _unpriced(base.spec)
-    wanted = [(d, base_eager) for d in dict.fromkeys(c.spec.dtype for c in candidates) if d != base_dtype]
+    dtypes: dict[str | None, None] = dict.fromkeys(c.spec.dtype for c in candidates)
+    wanted = [(d, base_eager) for d in dtypes if d != base_dtype]
     wanted += [(base_dtype, e) for e in dict.fromkeys(_eager(c.spec) for c in candidates) if e != base_eager]
     keys: list[str] = []
     for unpriced in wanted:
