@@ -43,8 +43,9 @@ class EngineDefaults:
     duration_s: float = DEFAULT_DURATION_S
     #: start the endpoint with prefix caching off instead of the engine's defaults (see DemoOptions)
     start_untuned: bool = False
-    #: run the endpoint's engines eager (no torch.compile): they start in about 33 s instead of
-    #: 53-124 s on 2 cores, and every trial and canary starts one (docs/demo.md)
+    #: run the endpoint's first engines eager (no torch.compile): they start in about 33 s instead
+    #: of 53-124 s on 2 cores, and every trial and canary starts one; the search still measures
+    #: vLLM's compiled defaults (docs/demo.md)
     enforce_eager: bool = False
     model_size: Size = "tiny"  #: size of the local model the endpoint serves
     #: when the traffic shifts, as a share of `--duration` (the rest is the loop's time)
