@@ -74,6 +74,8 @@ class Mode:
     before_s: float  #: seconds of traffic measured before the good swap
     step_s: float  #: seconds of traffic at each canary step before it is analysed
     min_requests: int  #: requests each arm must have served in a step before it is judged
+    #: analyses a step may stay undecided (too few canary requests) before it is rolled back
+    max_holds: int = 5
 
 
 QUICK = Mode(before_s=20.0, step_s=3.0, min_requests=5)
@@ -267,6 +269,7 @@ async def _hosted(
             rollout_steps=[1000, 5000, 10000],
             rollout_step_duration_s=mode.step_s,
             canary_min_requests=mode.min_requests,
+            rollout_max_holds=mode.max_holds,
             canary_ttft_slack_ms=engines.ttft_slack_ms,
             canary_itl_slack_ms=engines.itl_slack_ms,
             telemetry_lag_s=1.0,

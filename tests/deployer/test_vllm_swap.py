@@ -10,8 +10,10 @@ import pytest
 from evertune.benchmarks.rollout import VLLM, Mode, measure
 from evertune.store import Store
 
-#: 10 s of traffic before the swap; canary steps of 3 s judged on 5 requests an arm.
-SHORT = Mode(before_s=10.0, step_s=3.0, min_requests=5)
+#: 10 s of traffic before the swap; canary steps of 3 s judged on 5 requests an arm, undecided for
+#: up to 15 analyses: at 10% of 4 requests/s a step waits ~12 s for its 5th canary request, and a
+#: full run once rolled back "still undecided after 6 analyses" with 3 canary requests in 24 s.
+SHORT = Mode(before_s=10.0, step_s=3.0, min_requests=5, max_holds=15)
 #: The swap's mechanics under load are under test here, not the canary's judgement (tested on its
 #: own): a fresh engine on a loaded 2-core CI machine once served its first canary requests at
 #: TTFT p90 50 ms vs the stable's 23 ms, and was rightly rolled back at a 25 ms slack; another run
