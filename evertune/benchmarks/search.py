@@ -19,7 +19,9 @@ process (`LocalTrials`), converted on the way exactly as over NATS (`trial_job`,
    where bf16 is native). Nothing here knows which silicon it runs on.
 3. **Scoring** on the grid's medians (the searches' own trials do not grade themselves):
    `search_grid.start_figures` per start, `grid_summary` for the noise floor and the knobs' reach,
-   and `spearman`: the performance model's ranking of the grid's cells against the grid's.
+   and `spearman`: the performance model's ranking of the grid's cells against the grid's, over all
+   cells and within each class of the dtype and execution mode (`spearman_within_class`: the model
+   prices neither, so it predicts an fp32 cell as its bf16 twin; round 0 measures those).
 
 Reference workload (engine-bound on 2 cores): the `small` local model (8 layers, 512 wide), eager
 mode, a 2 GiB KV cache; voice traffic with a shared system prompt as a profile's trace (JSONL), the
@@ -55,6 +57,7 @@ from evertune.benchmarks.search_grid import (
     read_grid,
     rounded,
     spearman,
+    spearman_within,
     start_figures,
     write_grid,
 )
@@ -73,7 +76,13 @@ from evertune.searcher.jobs import JobTemplate, replay_slo, trial_job, trial_res
 from evertune.searcher.model import RatePoint, SearchModel, ThreadedModel
 from evertune.searcher.noise import DEFAULT_MIN_FLOOR
 from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialOrder, TrialResult, run_search
-from evertune.searcher.space import Candidate, SpaceLimits, candidate_space, unpriced_representatives
+from evertune.searcher.space import (
+    Candidate,
+    SpaceLimits,
+    candidate_space,
+    unpriced_class,
+    unpriced_representatives,
+)
 from evertune.searcher.strategy import NoiseRule, Objective, TrialRequest
 from evertune.searcher.summary import knob_changes
 from evertune.settings import load_settings
@@ -95,10 +104,10 @@ GRID = SpaceLimits(
     cpu_dtypes=("bfloat16", "float32"),
     cpu_enforce_eager=(),
 )
-#: The quick run's grid: dtype x prefix caching, 4 configurations.
+#: The quick run's grid: dtype x prefix caching, 4 configurations, replayed at the gate rate alone.
 QUICK_GRID = GRID.model_copy(update={"max_num_seqs": (128,), "max_num_batched_tokens": (2048,)})
 #: Changes when the way the grid is measured changes (a cached grid of another procedure is not reused).
-GRID_PROCEDURE = 3  # 3: repeats interleaved, the small model, keyed by fingerprint
+GRID_PROCEDURE = 4  # 4: no golden answers in grid trials, a 5-second warm-up (3: repeats interleaved)
 #: The searches' noise rule: the searcher's defaults, p50 TTFT objective.
 NOISE = NoiseRule(confirm_pairs=2, min_pairs=3, lower_is_better=True)
 
@@ -134,7 +143,7 @@ def setup_of(quick: bool) -> Setup:
         limits=QUICK_GRID if quick else GRID,
         model_size="small",
         peak_rps=2.0,
-        ladder=(1.0, 1.25) if quick else (1.0, 1.25, 1.5),
+        ladder=(1.25,) if quick else (1.0, 1.25, 1.5),  # quick: the gate rate alone
         headroom=1.25,
         duration_s=15.0 if quick else 20.0,
         warmup_s=3.0,
@@ -326,9 +335,12 @@ async def run(quick: bool) -> Figures:
             }
         predictions, _ = await ThreadedModel(model).rank([(c, HARDWARE_CLASS) for c in space])
     cells = [c for c in space if grid[grid_key(c.spec)].ok]
-    rank = spearman(
-        [predictions[c.key].figures.ttft_p50_ms for c in cells], [grid[grid_key(c.spec)].p50 for c in cells]
-    )
+    pairs = [(predictions[c.key].figures.ttft_p50_ms, grid[grid_key(c.spec)].p50) for c in cells]
+    rank = spearman([p for p, _ in pairs], [m for _, m in pairs])
+    classes: dict[tuple[str | None, bool], list[tuple[float, float]]] = {}
+    for c, pair in zip(cells, pairs, strict=True):
+        classes.setdefault(unpriced_class(c.spec), []).append(pair)
+    rank_within = spearman_within(classes)
     phases = trials.phases_median()
     return {
         "engine": "vLLM-CPU, local small model, eager",
@@ -339,6 +351,7 @@ async def run(quick: bool) -> Figures:
         "isa": list(hardware_fp.features),
         **grid_summary(grid, defaults_key=grid_key(defaults), min_floor=DEFAULT_MIN_FLOOR),
         "spearman": None if math.isnan(rank) else round(rank, 3),
+        "spearman_within_class": None if math.isnan(rank_within) else round(rank_within, 3),
         "searches": searches,
         "mistuned_start": "; ".join(knob_changes(defaults, starts["mistuned"])) or "vLLM defaults",
         "budget": setup.budget,
@@ -455,16 +468,19 @@ async def _grid(
     if stored is not None:
         return stored[0], True, stored[1]
     started = time.monotonic()
+    # Grid trials answer no golden prompts: the SLO gate alone, and not a baseline (whose golden
+    # answers would become a reference nobody reads here).
     template = dataclasses.replace(trials.template, gates=("slo",), search_id="bench-grid")
     # An unmeasured trial first: the first trial of a process measured low (the defaults, measured
-    # first, reached 70% of the goodput they reached later in the same run, twice).
-    warmup = dataclasses.replace(template, ladder=(1.0,), search_id="bench-warmup")
-    await trials.run([_order(space[0], trial_id="warmup", baseline=True)], template=warmup)
+    # first, reached 70% of the goodput they reached later in the same run, twice). A few seconds
+    # of traffic after the engine start are enough to warm the process.
+    warmup = dataclasses.replace(template, ladder=(1.0,), duration_s=5.0, search_id="bench-warmup")
+    await trials.run([_order(space[0], trial_id="warmup", baseline=False)], template=warmup)
     results: dict[str, list[TrialResult]] = {c.key: [] for c in space}
     for round_index in range(repeats):
         shift = round_index % len(space)
         for candidate in [*space[shift:], *space[:shift]]:
-            order = _order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=True)
+            order = _order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=False)
             [result] = await trials.run([order], template=template)
             results[candidate.key].append(result)
     points = {grid_key(c.spec): grid_point(c, results[c.key], base=base, gate_rps=gate_rps) for c in space}

@@ -158,6 +158,24 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     return cov / math.sqrt(vx * vy) if vx and vy else math.nan
 
 
+def spearman_within(classes: Mapping[Any, Sequence[tuple[float, float]]]) -> float:
+    """Spearman's rank correlation of (predicted, measured) pairs within each class, averaged with
+    each class weighted by its size; classes of fewer than two pairs, or constant on either side,
+    do not count. NaN when no class counts.
+
+    For a model that prices no difference between classes (the performance model and the dtype or
+    execution mode): it is judged on the orders it claims, within a class."""
+    weighted: list[tuple[float, int]] = []
+    for pairs in classes.values():
+        if len(pairs) < 2:
+            continue
+        rho = spearman([p for p, _ in pairs], [m for _, m in pairs])
+        if not math.isnan(rho):
+            weighted.append((rho, len(pairs)))
+    total = sum(n for _, n in weighted)
+    return sum(rho * n for rho, n in weighted) / total if total else math.nan
+
+
 def _ranks(values: Sequence[float]) -> list[float]:
     order = sorted(range(len(values)), key=lambda i: values[i])
     ranks = [0.0] * len(values)

@@ -264,8 +264,9 @@ def defaults_seat_key(
     return defaults_key(candidates, base=base, hardware=hardware)
 
 
-def _unpriced(spec: EngineSpec) -> tuple[str | None, bool]:
-    """What the performance model cannot price of a configuration: its dtype and execution mode."""
+def unpriced_class(spec: EngineSpec) -> tuple[str | None, bool]:
+    """What the performance model cannot price of a configuration: its dtype and execution mode.
+    The model's predictions compare configurations of one class only."""
     return spec.dtype, _eager(spec)
 
 
@@ -273,7 +274,7 @@ def unpriced_keys(candidates: Sequence[Candidate], *, base: Candidate) -> list[s
     """Keys of the candidates the performance model cannot price against `base`: another dtype or
     execution mode. The model predicts them exactly as their twins with the base's, so ranking them
     by it would pick one by the tie-break; only a trial tells (see `unpriced_representatives`)."""
-    return [c.key for c in candidates if _unpriced(c.spec) != _unpriced(base.spec)]
+    return [c.key for c in candidates if unpriced_class(c.spec) != unpriced_class(base.spec)]
 
 
 def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
@@ -282,13 +283,13 @@ def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate
     dtype; then for the other execution mode, the base's own knobs in that mode (or, when the space
     lacks one, the first candidate of that dtype or mode). The model's roofline has no figure for
     how fast an ISA runs each dtype, or for what compilation buys; a trial has."""
-    base_dtype, base_eager = _unpriced(base.spec)
+    base_dtype, base_eager = unpriced_class(base.spec)
     dtypes: dict[str | None, None] = dict.fromkeys(c.spec.dtype for c in candidates)
     wanted = [(d, base_eager) for d in dtypes if d != base_dtype]
     wanted += [(base_dtype, e) for e in dict.fromkeys(_eager(c.spec) for c in candidates) if e != base_eager]
     keys: list[str] = []
     for unpriced in wanted:
-        alike = [c for c in candidates if _unpriced(c.spec) == unpriced]
+        alike = [c for c in candidates if unpriced_class(c.spec) == unpriced]
         exact = [c for c in alike if _priced(c.spec) == _priced(base.spec)]
         if alike:
             keys.append((exact or alike)[0].key)

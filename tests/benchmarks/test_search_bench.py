@@ -16,6 +16,7 @@ from evertune.benchmarks.search_grid import (
     grid_summary,
     read_grid,
     spearman,
+    spearman_within,
     start_figures,
     write_grid,
 )
@@ -79,6 +80,21 @@ def test_spearman_ranks_with_ties() -> None:
     assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
     with pytest.raises(ValueError):
         spearman([1], [1])
+
+
+def test_spearman_within_classes_weighs_each_class_by_its_size() -> None:
+    # The AMX grid of 2026-12-04: a model that predicts fp32 cells as their bf16 twins ranks 0.447
+    # over all cells, and exactly within each dtype.
+    bf16 = [(80.0, 76.0), (240.0, 253.0)]
+    fp32 = [(80.0, 295.0), (240.0, 7527.0)]
+    predicted, measured = zip(*(bf16 + fp32), strict=True)
+    assert spearman(predicted, measured) == pytest.approx(0.447, abs=1e-3)
+    assert spearman_within({"bf16": bf16, "fp32": fp32}) == pytest.approx(1.0)
+    wrong = [(1.0, 3.0), (2.0, 2.0), (3.0, 1.0)]
+    assert spearman_within({"right": bf16, "wrong": wrong}) == pytest.approx((2 * 1.0 + 3 * -1.0) / 5)
+    lone = {"one": [(1.0, 2.0)], "flat": [(1.0, 5.0), (1.0, 6.0)]}
+    assert math.isnan(spearman_within(lone))  # a single cell and a constant prediction rank nothing
+    assert spearman_within({**lone, "right": bf16}) == pytest.approx(1.0)
 
 
 def test_the_grid_cache_round_trips_and_refuses_another_space(tmp_path: Path) -> None:
