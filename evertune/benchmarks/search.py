@@ -79,6 +79,7 @@ from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialOrder, 
 from evertune.searcher.space import (
     Candidate,
     SpaceLimits,
+    UnpricedClass,
     candidate_space,
     unpriced_class,
     unpriced_representatives,
@@ -304,14 +305,14 @@ async def run(quick: bool) -> Figures:
             trials, space, base=defaults, cache=cache, gate_rps=gate_rps, repeats=setup.repeats
         )
         # The model's prior is this CPU's stored calibration (else the development machine's fit),
-        # re-calibrated from the trials as the searcher does.
+        # re-calibrated from each search's own trials as the searcher does.
         inputs = await asyncio.to_thread(
             prepare,
             plan,
             PromptTokens(load_tokenizer(model_dir)),
             block_size=block_size_of(defaults, hardware),
         )
-        model = SearchModel(
+        prior = SearchModel(
             inputs=inputs,
             arch=load_arch(model_dir),
             hardware={HARDWARE_CLASS: hardware},
@@ -328,19 +329,17 @@ async def run(quick: bool) -> Figures:
         searches: dict[str, Figures] = {}
         for name, start in starts.items():
             search_started = time.monotonic()
+            model = dataclasses.replace(
+                prior, efficiency=dict(prior.efficiency), live_class=unpriced_class(start), class_speed={}
+            )
             result = await _search(trials, model, setup, start=start, hardware=hardware, name=name)
             searches[name] = {
                 **_search_figures(result, grid, setup=setup, start=start),
+                **await _model_ranking(model, space, grid),
                 "search_s": round(time.monotonic() - search_started, 1),
             }
-        predictions, _ = await ThreadedModel(model).rank([(c, HARDWARE_CLASS) for c in space])
-    cells = [c for c in space if grid[grid_key(c.spec)].ok]
-    pairs = [(predictions[c.key].figures.ttft_p50_ms, grid[grid_key(c.spec)].p50) for c in cells]
-    rank = spearman([p for p, _ in pairs], [m for _, m in pairs])
-    classes: dict[tuple[str | None, bool], list[tuple[float, float]]] = {}
-    for c, pair in zip(cells, pairs, strict=True):
-        classes.setdefault(unpriced_class(c.spec), []).append(pair)
-    rank_within = spearman_within(classes)
+    # The model's ranking of the grid as each search left it; the weaker of the two counts.
+    ranks = [f["spearman"] for f in searches.values() if f["spearman"] is not None]
     phases = trials.phases_median()
     return {
         "engine": "vLLM-CPU, local small model, eager",
@@ -350,8 +349,7 @@ async def run(quick: bool) -> Figures:
         "cpu": hardware_fp.model,
         "isa": list(hardware_fp.features),
         **grid_summary(grid, defaults_key=grid_key(defaults), min_floor=DEFAULT_MIN_FLOOR),
-        "spearman": None if math.isnan(rank) else round(rank, 3),
-        "spearman_within_class": None if math.isnan(rank_within) else round(rank_within, 3),
+        "spearman": min(ranks) if ranks else None,
         "searches": searches,
         "mistuned_start": "; ".join(knob_changes(defaults, starts["mistuned"])) or "vLLM defaults",
         "budget": setup.budget,
@@ -367,6 +365,30 @@ async def run(quick: bool) -> Figures:
         "trial_s_median": rounded(statistics.median(trials.wall_s.values()) if trials.wall_s else None),
         "trial_phases_median_s": phases,
         "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+async def _model_ranking(
+    model: SearchModel, space: Sequence[Candidate], grid: dict[str, GridPoint]
+) -> Figures:
+    """Spearman's rank correlation of `model`'s p50 TTFT predictions of the grid's cells with the
+    grid's medians, over every cell and within each class of dtype and execution mode (the orders
+    the roofline claims without a trial of the class), and which classes trials had priced."""
+    predictions, _ = await ThreadedModel(model).rank([(c, HARDWARE_CLASS) for c in space])
+    cells = [c for c in space if grid[grid_key(c.spec)].ok]
+    pairs = [(predictions[c.key].figures.ttft_p50_ms, grid[grid_key(c.spec)].p50) for c in cells]
+    classes: dict[UnpricedClass, list[tuple[float, float]]] = {}
+    for c, pair in zip(cells, pairs, strict=True):
+        classes.setdefault(unpriced_class(c.spec), []).append(pair)
+    rank = spearman([p for p, _ in pairs], [m for _, m in pairs])
+    within = spearman_within(classes)
+    return {
+        "spearman": None if math.isnan(rank) else round(rank, 3),
+        "spearman_within_class": None if math.isnan(within) else round(within, 3),
+        "class_speed": {
+            f"{dtype or 'auto'} {'eager' if eager else 'compiled'}": round(speed, 3)
+            for (_, (dtype, eager)), speed in model.class_speed.items()
+        },
     }
 
 

@@ -66,6 +66,7 @@ from evertune.searcher.space import (
     candidate_space,
     defaults_key,
     defaults_seat_key,
+    unpriced_class,
     unpriced_keys,
     unpriced_representatives,
 )
@@ -590,6 +591,7 @@ class Searches:
             headroom=s.headroom,
             horizon_s=s.model_horizon_s,
             goodput=objective is not Objective.P50_TTFT,
+            live_class=unpriced_class(candidates[0][0].spec),
         )
         search_plan = SearchPlan(
             search_id=record.search_id,

@@ -27,6 +27,16 @@ that the model's p50 TTFT at each measured rate matches the trials' (least squar
 ratios, golden-section search on log s). One factor is all a handful of trials can pin; it still
 reorders candidates, because queueing is not linear in speed (a faster engine makes high-batch
 candidates feasible that were not).
+
+Knobs the roofline cannot price (`space.unpriced_class`: the dtype and the execution mode on CPU;
+how fast an ISA runs bf16, or what torch.compile buys, is no figure of the hardware profile) are
+priced by measurement instead. When the model knows the live configuration's class (`live_class`),
+the hardware class's factor is fitted on trials of that class only, and each other class that has
+a measured trial gets a factor of its own relative to it (`class_speed`, the same fit over that
+class's trials). Until then a candidate of another class is predicted as its twin in the live class
+and marked `Prediction.unpriced`; afterwards it is priced like any other. On the AMX Xeon one fp32
+trial then prices every fp32 candidate about 4x slower than its bf16 twin; on an AVX2-only CPU the
+sign flips. Nothing here knows which.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from evertune.searcher.space import Candidate
+from evertune.searcher.space import Candidate, UnpricedClass, unpriced_class
 from evertune.searcher.strategy import Figures
 
 from evertune.engines import HardwareProfile
@@ -74,6 +84,10 @@ class Prediction:
 
     figures: Figures  #: headline figures (the strategy's input)
     points: tuple[RatePoint, ...]  #: every rate simulated, ascending
+    #: True: the candidate's dtype or execution mode differs from the live configuration's and no
+    #: trial of that class has been measured, so these are its twin's figures; False: priced;
+    #: None: the model was not told the live configuration's class
+    unpriced: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,9 @@ class Recalibration:
     points: int  #: measured rate points used
     error_before: float  #: median |predicted/measured - 1| of p50 TTFT with the previous factors
     error_after: float  #: the same with the fitted factor
+    #: the dtype and execution mode whose own factor was fitted, relative to the hardware class's;
+    #: None: the hardware class's factor itself
+    knob_class: UnpricedClass | None = None
 
 
 def meets(point: RatePoint, *, slo: Slo, p50_target_ms: float) -> bool:
@@ -150,6 +167,12 @@ class SearchModel:
     horizon_s: float = 120.0  #: seconds of the trace simulated at each rate
     goodput: bool = True  #: climb the ladder above the gate rate (goodput and cost objectives)
     speed: dict[str, float] = field(default_factory=dict)  #: fitted speed factor of each class
+    #: the live configuration's dtype and execution mode (None: not told; every trial then fits the
+    #: hardware class's one factor and nothing is marked unpriced)
+    live_class: UnpricedClass | None = None
+    #: fitted factor of each measured (hardware class, dtype and execution mode) other than the
+    #: live configuration's, relative to the hardware class's factors
+    class_speed: dict[tuple[str, UnpricedClass], float] = field(default_factory=dict)
     simulations: int = 0  #: simulations run so far
 
     def __post_init__(self) -> None:
@@ -204,14 +227,36 @@ class SearchModel:
             errors=s.errors,
         )
 
+    def _knob_class(self, candidate: Candidate) -> UnpricedClass | None:
+        """The candidate's dtype and execution mode when they differ from the live configuration's
+        (None: the same, or the live class unknown)."""
+        knobs = unpriced_class(candidate.spec)
+        return None if self.live_class is None or knobs == self.live_class else knobs
+
+    def _efficiency_of(self, candidate: Candidate, hardware_class: str) -> Efficiency:
+        """The class's factors, times the candidate's dtype-and-mode factor where one was fitted."""
+        eff = self.efficiency[hardware_class]
+        knobs = self._knob_class(candidate)
+        speed = self.class_speed.get((hardware_class, knobs), 1.0) if knobs is not None else 1.0
+        return eff if speed == 1.0 else scaled(eff, speed)
+
+    def unpriced(self, candidate: Candidate, hardware_class: str) -> bool | None:
+        """Whether the candidate's dtype or execution mode is one no trial has priced yet (None:
+        the live class unknown)."""
+        if self.live_class is None:
+            return None
+        knobs = self._knob_class(candidate)
+        return knobs is not None and (hardware_class, knobs) not in self.class_speed
+
     def predict(self, candidate: Candidate, hardware_class: str) -> Prediction:
         """The candidate's predicted figures (see the module doc)."""
-        eff = self.efficiency[hardware_class]
+        eff = self._efficiency_of(candidate, hardware_class)
+        unpriced = self.unpriced(candidate, hardware_class)
         rule = {"slo": self.slo, "p50_target_ms": self.p50_target_ms}
         try:
             gate = self._run(candidate, hardware_class, self.gate_rps, eff)
         except InvalidArgument:  # e.g. no KV block fits: the engine would not start
-            return Prediction(figures=Figures(0.0, math.inf, meets_slo=False), points=())
+            return Prediction(figures=Figures(0.0, math.inf, meets_slo=False), points=(), unpriced=unpriced)
         target = self._run(candidate, hardware_class, self.target_rps, eff)
         points = [target, gate]
         ok = meets(gate, **rule)  # type: ignore[arg-type]
@@ -236,7 +281,7 @@ class SearchModel:
             ttft_p99_ms=gate.ttft_p99_ms,
             attainment=gate.attainment,
         )
-        return Prediction(figures=figures, points=tuple(points))
+        return Prediction(figures=figures, points=tuple(points), unpriced=unpriced)
 
     def rank(self, candidates: Sequence[tuple[Candidate, str]]) -> tuple[dict[str, Prediction], float]:
         """Predictions of (candidate, hardware class) pairs by candidate key, and the wall seconds."""
@@ -246,10 +291,12 @@ class SearchModel:
 
     # --- re-calibration -----------------------------------------------------------------------
     def _log_errors(self, measured: Sequence[Measured], hardware_class: str, speed: float) -> list[float]:
-        eff = scaled(self.efficiency[hardware_class], speed)
+        """log(predicted / measured) p50 TTFT at the target and gate rates of the latest trials, with
+        each trial's factors made `speed` times faster."""
         out: list[float] = []
         keep = (self.target_rps, self.gate_rps)
         for trial in measured[-FIT_TRIALS:]:
+            eff = scaled(self._efficiency_of(trial.candidate, hardware_class), speed)
             for point in trial.points:
                 if not any(math.isclose(point.rate_rps, r, rel_tol=1e-6) for r in keep):
                     continue
@@ -263,36 +310,67 @@ class SearchModel:
                     out.append(math.log(predicted / point.ttft_p50_ms))
         return out
 
+    def _fit(
+        self, measured: Sequence[Measured], hardware_class: str
+    ) -> tuple[float, list[float], list[float]]:
+        """(speed, log errors before, after): the factor that best fits `measured` on top of their
+        current factors (1 when nothing fits better); empty errors when no point could be used."""
+        before = self._log_errors(measured, hardware_class, 1.0)
+        if not before:
+            return 1.0, before, before
+
+        def loss(log_speed: float) -> float:
+            errors = self._log_errors(measured, hardware_class, math.exp(log_speed))
+            return sum(e * e for e in errors) / len(errors) if errors else math.inf
+
+        log_speed = _golden_section(loss, -LOG_SPEED_BOUND, LOG_SPEED_BOUND, FIT_ITERATIONS)
+        after = self._log_errors(measured, hardware_class, math.exp(log_speed))
+        if sum(e * e for e in after) >= sum(e * e for e in before):
+            return 1.0, before, before  # the fit found nothing better: keep the factors
+        return math.exp(log_speed), before, after
+
     def recalibrate(self, measured: Sequence[Measured]) -> list[Recalibration]:
-        """Fit each class's speed factor to its measured trials and keep it (see the module doc)."""
+        """Fit each hardware class's speed factor to its measured trials of the live class (all of
+        them when the live class is unknown), then each other measured dtype-and-mode class's own
+        factor on top of it; keep them (see the module doc)."""
         reports: list[Recalibration] = []
         for hardware_class in sorted({m.hardware_class for m in measured}):
             mine = [m for m in measured if m.hardware_class == hardware_class]
-            before = self._log_errors(mine, hardware_class, 1.0)
-            if not before:
-                continue
-
-            def loss(log_speed: float, mine: Sequence[Measured] = mine, hw: str = hardware_class) -> float:
-                errors = self._log_errors(mine, hw, math.exp(log_speed))
-                return sum(e * e for e in errors) / len(errors) if errors else math.inf
-
-            log_speed = _golden_section(loss, -LOG_SPEED_BOUND, LOG_SPEED_BOUND, FIT_ITERATIONS)
-            after = self._log_errors(mine, hardware_class, math.exp(log_speed))
-            if sum(e * e for e in after) >= sum(e * e for e in before):
-                log_speed, after = 0.0, before  # the fit found nothing better: keep the factors
-            speed = math.exp(log_speed)
-            self.efficiency[hardware_class] = scaled(self.efficiency[hardware_class], speed)
-            self.speed[hardware_class] = self.speed.get(hardware_class, 1.0) * speed
-            reports.append(
-                Recalibration(
-                    hardware_class=hardware_class,
-                    speed=speed,
-                    points=len(before),
-                    error_before=_median_abs(before),
-                    error_after=_median_abs(after),
-                )
-            )
+            by_class: dict[UnpricedClass | None, list[Measured]] = {}
+            for m in mine:
+                by_class.setdefault(self._knob_class(m.candidate), []).append(m)
+            live = by_class.pop(None, [])
+            speed, before, after = self._fit(live, hardware_class)
+            if before:
+                self.efficiency[hardware_class] = scaled(self.efficiency[hardware_class], speed)
+                self.speed[hardware_class] = self.speed.get(hardware_class, 1.0) * speed
+                reports.append(_report(hardware_class, speed, before, after))
+            for knobs, trials in by_class.items():
+                assert knobs is not None
+                speed, before, after = self._fit(trials, hardware_class)
+                if before:
+                    key = (hardware_class, knobs)
+                    self.class_speed[key] = self.class_speed.get(key, 1.0) * speed
+                    reports.append(_report(hardware_class, speed, before, after, knob_class=knobs))
         return reports
+
+
+def _report(
+    hardware_class: str,
+    speed: float,
+    before: Sequence[float],
+    after: Sequence[float],
+    *,
+    knob_class: UnpricedClass | None = None,
+) -> Recalibration:
+    return Recalibration(
+        hardware_class=hardware_class,
+        speed=speed,
+        points=len(before),
+        error_before=_median_abs(before),
+        error_after=_median_abs(after),
+        knob_class=knob_class,
+    )
 
 
 def _median_abs(log_errors: Sequence[float]) -> float:
@@ -325,7 +403,7 @@ def with_speed(model: SearchModel, hardware_class: str, speed: float) -> SearchM
     """A copy of `model` whose class runs `speed` times faster (tests and the benchmark's truth)."""
     efficiency = dict(model.efficiency)
     efficiency[hardware_class] = scaled(efficiency[hardware_class], speed)
-    return replace(model, efficiency=efficiency, speed={}, simulations=0)
+    return replace(model, efficiency=efficiency, speed={}, class_speed=dict(model.class_speed), simulations=0)
 
 
 class ThreadedModel:

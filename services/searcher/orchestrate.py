@@ -128,8 +128,9 @@ class SearchPlan:
     min_gain: float = 0.05  #: a winner beats the baseline's score by this share (no confirmation)
     noise: NoiseRule = NO_CONFIRMATION  #: how a leader is confirmed against the noise
     must_try: tuple[str, ...] = ()  #: candidate keys round 0 measures whatever the model predicts
-    #: candidate keys the model cannot price (another dtype or execution mode): never ranked by
-    #: it, only measured through `must_try`
+    #: candidate keys the model cannot price (another dtype or execution mode): not ranked by it,
+    #: only measured through `must_try`, until a measured trial of their class prices them
+    #: (`Prediction.unpriced` False after a re-calibration)
     unpriced: tuple[str, ...] = ()
     #: key of the candidate that stands for the engine's defaults (`space.defaults_seat_key`; None:
     #: not in the space); round 0 measures it first when the model cannot tell its best from it
@@ -283,7 +284,8 @@ async def run_search(
             if untried:
                 fresh, _ = await model.rank(untried)
                 predictions.update(fresh)
-                search.rerank(_predicted_scores(fresh, by_key, plan.objective))
+                priced = [key for key, p in fresh.items() if p.unpriced is False]
+                search.rerank(_predicted_scores(fresh, by_key, plan.objective), priced=priced)
             await tell()
 
     state.trials_started = search.started

@@ -264,7 +264,11 @@ def defaults_seat_key(
     return defaults_key(candidates, base=base, hardware=hardware)
 
 
-def unpriced_class(spec: EngineSpec) -> tuple[str | None, bool]:
+#: A configuration's dtype (None: the engine's default) and whether it runs eager.
+UnpricedClass = tuple[str | None, bool]
+
+
+def unpriced_class(spec: EngineSpec) -> UnpricedClass:
     """What the performance model cannot price of a configuration: its dtype and execution mode.
     The model's predictions compare configurations of one class only."""
     return spec.dtype, _eager(spec)

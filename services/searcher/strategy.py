@@ -136,7 +136,7 @@ class SuccessiveHalving:
         defaults), in order, beside the model's best candidate as far as the round's budget goes.
         `unpriced`: candidate keys the model's predictions say nothing about (another dtype or
         execution mode: it predicts them as their twins with the live configuration's); they are
-        never ranked, so only `must_try` measures them.
+        not ranked, so only `must_try` measures them, until `rerank` says they are priced.
         `defaults_seat`: the key of the candidate that stands for the engine's defaults
         (`space.defaults_seat_key`: the defaults, or their twin in the live configuration's dtype
         when they run another). When the model predicts its best within the smallest gain a
@@ -306,13 +306,15 @@ class SuccessiveHalving:
         if len(current.measured) == len(current.requests):
             self._close_round(current)
 
-    def rerank(self, predicted: Mapping[str, float]) -> None:
+    def rerank(self, predicted: Mapping[str, float], *, priced: Collection[str] = ()) -> None:
         """New predictions from the re-calibrated model: the best untried candidate, if predicted
         better than the weakest survivor, takes its place (once per call); a lone survivor is
         kept and the challenger joins it, so the next round measures both at one fidelity. A
         survivor is judged by what it measured in the last round (its stale prediction would hold
-        it up); one not measured yet, by its prediction."""
+        it up); one not measured yet, by its prediction. `priced`: unpriced keys the model prices
+        now (a trial of their dtype and execution mode was measured); they are ranked from here on."""
         self._predicted.update(predicted)
+        self._unpriced.difference_update(priced)
         tried = {key for key, _ in self._tried}
         untried = [c for c in self._ranked() if c.key not in tried]
         if not untried or not self._survivors:

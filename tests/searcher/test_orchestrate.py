@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
-from evertune.searcher.model import scaled
+from evertune.searcher.model import Measured, SearchModel, ThreadedModel, scaled
 from evertune.searcher.noise import Verdict
 from evertune.searcher.orchestrate import (
     Gate,
@@ -19,7 +19,15 @@ from evertune.searcher.orchestrate import (
     slo_waived,
     trial_score,
 )
-from evertune.searcher.space import defaults_key
+from evertune.searcher.space import (
+    Candidate,
+    UnpricedClass,
+    candidate_space,
+    defaults_key,
+    unpriced_class,
+    unpriced_keys,
+    unpriced_representatives,
+)
 from evertune.searcher.strategy import Figures, NoiseRule, Objective, score
 from evertune.searcher.summary import Context, explain
 
@@ -27,7 +35,7 @@ from evertune.perfmodel import SimInput
 from evertune.perfmodel.steptime import Efficiency
 from evertune.replay.summary import Slo
 
-from .helpers import CPU, CPU_TRUTH, TruthExecutor, prior, search_model, space
+from .helpers import CPU, CPU_TRUTH, LIMITS, TruthExecutor, base_spec, prior, search_model, space
 
 SLO = Slo(ttft_ms=150, itl_ms=100)
 PEAK = 4.0
@@ -255,3 +263,99 @@ async def test_the_engines_defaults_are_measured_and_reported_beside_the_live_co
     assert f"vLLM's defaults, measured in the same round: p50 TTFT {d.figures.ttft_p50_ms:.0f} vs " in text
     # without a defaults key there is nothing to say about them
     assert "vLLM's defaults" not in explain(result, _context(plan), spec_of={})
+
+
+def _dtype_space(model_dir: Path) -> list[Candidate]:
+    """The helpers' space in bf16 and fp32, eager only (two classes of dtype and mode)."""
+    limits = LIMITS.model_copy(update={"cpu_dtypes": ("bfloat16", "float32"), "cpu_enforce_eager": ()})
+    return candidate_space(base=base_spec(model_dir), hardware=CPU, limits=limits, max_replicas=1)
+
+
+def _fp32_faster(model_dir: Path, voice: list[SimInput], live: UnpricedClass, speed: float) -> SearchModel:
+    """Hardware on which fp32 runs `speed` times faster than the live dtype (an AVX2-only CPU)."""
+    model = search_model(model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK, goodput=False)
+    return replace(model, live_class=live, class_speed={("cpu", ("float32", False)): speed})
+
+
+def test_one_measured_trial_of_a_dtype_prices_every_candidate_of_it(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    cands = _dtype_space(searcher_model_dir)
+    base = cands[0]
+    live = unpriced_class(base.spec)
+    truth = _fp32_faster(searcher_model_dir, voice, live, 3.0)
+    model = replace(
+        search_model(
+            searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK, goodput=False
+        ),
+        live_class=live,
+    )
+    [twin] = [c for c in cands if c.spec == base.spec.model_copy(update={"dtype": "float32"})]
+    other = next(c for c in cands if c.spec.dtype == "float32" and c.spec.enable_prefix_caching)
+    other_live = next(c for c in cands if c.spec == other.spec.model_copy(update={"dtype": base.spec.dtype}))
+    # Before a trial of fp32 the model has no figure for it: its twin's figures, marked unpriced.
+    before = model.predict(other, "cpu")
+    assert before.unpriced is True and model.predict(other_live, "cpu").unpriced is False
+    assert before.figures == model.predict(other_live, "cpu").figures
+
+    measured = [
+        Measured(candidate=c, hardware_class="cpu", points=truth.predict(c, "cpu").points)
+        for c in (base, twin)
+    ]
+    fits = model.recalibrate(measured)
+
+    # The hardware's own factor is fitted on the live dtype alone (the fp32 trial does not drag
+    # it), and fp32 gets a factor of its own from its one trial.
+    [hardware_fit] = [f for f in fits if f.knob_class is None]
+    [dtype_fit] = [f for f in fits if f.knob_class is not None]
+    assert hardware_fit.speed == pytest.approx(1.0, rel=0.02)
+    assert dtype_fit.knob_class == ("float32", False) and dtype_fit.speed == pytest.approx(3.0, rel=0.05)
+    after = model.predict(other, "cpu")
+    assert after.unpriced is False
+    assert after.figures.ttft_p50_ms == pytest.approx(
+        truth.predict(other, "cpu").figures.ttft_p50_ms, rel=0.05
+    )
+    # A model not told the live class fits one factor over both dtypes and marks nothing.
+    blind = search_model(
+        searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK, goodput=False
+    )
+    [blind_fit] = blind.recalibrate(measured)
+    assert blind_fit.knob_class is None and blind_fit.speed > 1.1
+    assert blind.predict(other, "cpu").unpriced is None
+
+
+async def test_a_dtype_measured_faster_in_round_0_is_searched_for_its_best_knobs(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    """fp32 3x faster than the live bf16 (as on an AVX2-only CPU): round 0 measures the fp32 twin
+    of the live configuration (poor knobs: caching off, 256-token steps); once priced, the fp32
+    candidates are ranked, and the winner is the best of the whole space, not that twin."""
+    cands = _dtype_space(searcher_model_dir)
+    live = unpriced_class(cands[0].spec)
+    truth = _fp32_faster(searcher_model_dir, voice, live, 3.0)
+    model = replace(
+        search_model(
+            searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK, goodput=False
+        ),
+        live_class=live,
+    )
+    plan = SearchPlan(
+        search_id="s-dtype",
+        baseline=cands[0],
+        baseline_class="cpu",
+        candidates=[(c, "cpu") for c in cands],
+        budget=8,
+        objective=Objective.P50_TTFT,
+        must_try=tuple(unpriced_representatives(cands, base=cands[0])),
+        unpriced=tuple(unpriced_keys(cands, base=cands[0])),
+    )
+    result = await run_search(plan, model=ThreadedModel(model), execute=TruthExecutor(truth))
+
+    assert result.outcome is Outcome.WINNER and result.winner is not None
+    truth_scores = {
+        c.key: score(truth.predict(c, "cpu").figures, objective=Objective.P50_TTFT, devices=0) for c in cands
+    }
+    twin = plan.must_try[0]
+    assert result.winner.spec.dtype == "float32" and result.winner.key != twin
+    assert truth_scores[result.winner.key] >= max(truth_scores.values()) * 1.02  # p50 scores are negative
+    assert len(result.progress.trials) <= plan.budget
