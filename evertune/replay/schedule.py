@@ -12,6 +12,7 @@ and replayed at `rate=1`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from evertune.errors import InvalidArgument
 from evertune.workloads.plan import PlannedRequest
@@ -31,10 +32,18 @@ def due_offsets(plan: Sequence[PlannedRequest], *, rate: float = 1.0, time_scale
     return [max(0.0, request.at_s) / speed for request in plan]
 
 
-def plan_rps(plan: Sequence[PlannedRequest]) -> float:
+class Timed(Protocol):
+    """Anything planned at a time: a planned request, a trace record."""
+
+    @property
+    def at_s(self) -> float: ...
+
+
+def plan_rps(plan: Sequence[Timed]) -> float:
     """The plan's mean request rate at `rate=1`: requests per second over its span (first to last).
 
-    Use it to turn an absolute rate into `replay`'s multiplier: `rate = rps / plan_rps(plan)`.
+    Use it to turn an absolute rate into `replay`'s multiplier: `rate = rps / plan_rps(plan)`. A
+    trace's records (the same times, before any text is made) have the rate of their plan.
     """
     if len(plan) < 2:
         raise InvalidArgument("a plan needs at least two requests to have a rate")
