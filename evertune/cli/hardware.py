@@ -18,6 +18,7 @@ def show(*, as_json: bool) -> int:
         ("tier", fingerprint.tier),
         ("kind", fingerprint.kind),
         ("cpu", f"{fingerprint.model} ({fingerprint.machine})"),
+        ("signature", fingerprint.signature or "not reported"),
         ("cores", str(fingerprint.cores)),
         ("memory", f"{fingerprint.memory_gib:.1f} GiB"),
         ("isa", " ".join(fingerprint.features) or "none of the tracked features"),

@@ -4,8 +4,10 @@
 tile units and fp32 is several times slower; on an AMD EPYC with AVX2 only, bf16 is widened to fp32
 in software and fp32 is far faster. A `Fingerprint` names the features vLLM's kernels choose by:
 
-- CPU: the model name, the cores this process may use, memory, and the ISA features among
-  `CPU_FEATURES` that the machine has (from `/proc/cpuinfo` flags);
+- CPU: the model name, its family/model/stepping (`signature`: in a VM the model name is often
+  just "AMD EPYC", which a Zen 4 and a Zen 5 host both show with the same flags), the cores this
+  process may use, memory, and the ISA features among `CPU_FEATURES` that the machine has (from
+  `/proc/cpuinfo` flags);
 - GPU: each device's name, compute capability and memory.
 
 Its `tier` is the coarse class a fleet routes by (`cpu-amx`, `cpu-avx512bf16`, `cpu-avx512`,
@@ -64,6 +66,8 @@ class Fingerprint:
     features: tuple[str, ...]  #: the `CPU_FEATURES` the CPU has, in that order
     devices: tuple[Device, ...] = ()  #: accelerators, in index order (empty on a CPU runner)
     machine: str = ""  #: architecture ("x86_64", "aarch64")
+    #: "family F model M stepping S" of an x86 CPU ("" where /proc/cpuinfo does not say)
+    signature: str = ""
 
     @property
     def tier(self) -> str:
@@ -83,6 +87,7 @@ class Fingerprint:
             "features": list(self.features),
             "devices": [[d.name, d.compute_capability, round(d.memory_gib)] for d in self.devices],
             "machine": self.machine,
+            "signature": self.signature,
         }
         blob = json.dumps(identity, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -113,6 +118,7 @@ def cpu_fingerprint(*, cpuinfo: str, cores: int, memory_gib: float, machine: str
     """The fingerprint of a CPU machine from its `/proc/cpuinfo` text (the first processor's entry)."""
     model = ""
     flags: set[str] = set()
+    numbers: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         name, _, value = line.partition(":")
         name = name.strip()
@@ -120,6 +126,13 @@ def cpu_fingerprint(*, cpuinfo: str, cores: int, memory_gib: float, machine: str
             model = value.strip()
         elif name in ("flags", "Features") and not flags:
             flags = set(value.split())
+        elif name in ("cpu family", "model", "stepping") and name not in numbers:
+            numbers[name] = value.strip()
+    signature = (
+        f"family {numbers['cpu family']} model {numbers['model']} stepping {numbers.get('stepping', '?')}"
+        if "cpu family" in numbers and "model" in numbers
+        else ""
+    )
     return Fingerprint(
         kind="cpu",
         model=model or "unknown",
@@ -127,6 +140,7 @@ def cpu_fingerprint(*, cpuinfo: str, cores: int, memory_gib: float, machine: str
         memory_gib=memory_gib,
         features=tuple(f for f in CPU_FEATURES if f in flags),
         machine=machine,
+        signature=signature,
     )
 
 
@@ -142,6 +156,7 @@ def gpu_fingerprint(host: Fingerprint, devices: Sequence[Device]) -> Fingerprint
         features=host.features,
         devices=tuple(devices),
         machine=host.machine,
+        signature=host.signature,
     )
 
 
@@ -225,4 +240,5 @@ def fingerprint_proto(fingerprint: Fingerprint) -> jobs_pb2.HardwareFingerprint:
             for d in fingerprint.devices
         ],
         machine=fingerprint.machine,
+        cpu_signature=fingerprint.signature,
     )

@@ -98,7 +98,7 @@ class HardwareDevice(_message.Message):
     def __init__(self, name: _Optional[str] = ..., compute_capability: _Optional[str] = ..., memory_gib: _Optional[float] = ...) -> None: ...
 
 class HardwareFingerprint(_message.Message):
-    __slots__ = ("id", "tier", "kind", "cpu_model", "cores", "memory_gib", "isa_features", "devices", "machine")
+    __slots__ = ("id", "tier", "kind", "cpu_model", "cores", "memory_gib", "isa_features", "devices", "machine", "cpu_signature")
     ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +108,7 @@ class HardwareFingerprint(_message.Message):
     ISA_FEATURES_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     MACHINE_FIELD_NUMBER: _ClassVar[int]
+    CPU_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     id: str
     tier: str
     kind: str
@@ -117,7 +118,8 @@ class HardwareFingerprint(_message.Message):
     isa_features: _containers.RepeatedScalarFieldContainer[str]
     devices: _containers.RepeatedCompositeFieldContainer[HardwareDevice]
     machine: str
-    def __init__(self, id: _Optional[str] = ..., tier: _Optional[str] = ..., kind: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cores: _Optional[int] = ..., memory_gib: _Optional[float] = ..., isa_features: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[_Union[HardwareDevice, _Mapping]]] = ..., machine: _Optional[str] = ...) -> None: ...
+    cpu_signature: str
+    def __init__(self, id: _Optional[str] = ..., tier: _Optional[str] = ..., kind: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cores: _Optional[int] = ..., memory_gib: _Optional[float] = ..., isa_features: _Optional[_Iterable[str]] = ..., devices: _Optional[_Iterable[_Union[HardwareDevice, _Mapping]]] = ..., machine: _Optional[str] = ..., cpu_signature: _Optional[str] = ...) -> None: ...
 
 class TrialPhases(_message.Message):
     __slots__ = ("engine_start_s", "warmup_s", "golden_s", "replay_s", "engine_stop_s")
