@@ -4,7 +4,10 @@
 A job asks the runner for:
 - the rate ladder: the profile's peak x each multiplier (`JobTemplate.ladder`); the runner adds
   the gate rate (peak x its headroom) and skips rates above the first one that misses the SLO;
-- `duration_per_rate` = the template's duration x the trial's fidelity (1, 2, 4, ...);
+- each rate replayed the template's repeats x the trial's fidelity (1, 2, 4, ...) times, each
+  repeat `duration_per_rate` (the template's duration) of its own text, the figures pooled: a later
+  halving round measures its closer candidates with more repeats, not one longer run (in which an
+  overloaded configuration's queue, and so its TTFT, grows with the run's length);
 - the gates: correctness (against the round-0 baseline trial's golden answers, with the endpoint's
   agreement threshold; a `sim-*` class has no outputs to compare, so it is not asked there), slo,
   stability (which makes the runner replay each rate at least twice);
@@ -89,9 +92,9 @@ def trial_job(order: TrialOrder, template: JobTemplate, *, now: datetime) -> job
         profile_id=template.profile_id,
         rates_rps=sorted({round(template.target_rps * m, 6) for m in template.ladder}),
         target_rate_rps=template.target_rps,
-        duration_per_rate=_duration(template.duration_s * request.fidelity),
+        duration_per_rate=_duration(template.duration_s),
         warmup=_duration(template.warmup_s),
-        repeats=template.repeats,
+        repeats=template.repeats * request.fidelity,
         seed=template.seed,
         slo=template.slo,
         gates=gates,

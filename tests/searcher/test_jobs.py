@@ -55,7 +55,9 @@ def test_a_candidate_job_asks_for_the_ladder_the_gates_and_the_baselines_referen
     now = datetime(2026, 11, 30, tzinfo=UTC)
     job = trial_job(_order(), TEMPLATE, now=now)
     assert list(job.rates_rps) == [4.0, 6.0, 8.0] and job.target_rate_rps == 4.0
-    assert job.duration_per_rate.seconds == 60 and job.warmup.seconds == 5  # fidelity 2
+    # fidelity 2: twice the template's repeats of its duration, not one run twice as long
+    assert job.duration_per_rate.seconds == 30 and job.warmup.seconds == 5
+    assert job.repeats == 2 * TEMPLATE.repeats
     assert [g.name for g in job.gates] == ["correctness", "slo", "stability"]
     assert job.gates[0].reference_uri == "trial:search-1-r0-base" and job.gates[0].threshold == 0.97
     assert job.engine_config.model == "" and job.engine_config.max_num_seqs == 64  # the runner's model
