@@ -5,7 +5,7 @@
 2. Round 0 trials the baseline (the live configuration, always: the winner is judged against it)
    and the model's best `first_round` candidates at fidelity 1 (the runner's shortest trial).
 3. After each round the measured scores decide: the best 1/`eta` of the round's candidates go on
-   to the next round at `eta`x the fidelity (longer replays, more repeats). Between rounds the
+   to the next round at `eta`x the fidelity (more repeats of each rate). Between rounds the
    shell re-calibrates the model from the measured trials and calls `rerank`: a candidate not yet
    tried whose new prediction beats the weakest survivor's measured score replaces it (or, next
    to a lone survivor, joins it).
