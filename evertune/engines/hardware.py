@@ -95,6 +95,7 @@ class HardwareProfile:
     supported_dtypes: frozenset[str]  #: `dtype` values the backend runs ("auto" included)
     supported_quantization: frozenset[str]  #: `--quantization` methods with kernels on it
     block_size_multiple: int  #: KV block sizes must be a multiple of this (attention kernels)
+    default_block_size: int  #: vLLM's default `--block-size` here, tokens per KV block
     default_max_num_seqs: int  #: vLLM's API-server default of `--max-num-seqs` here
     default_max_num_batched_tokens: int  #: vLLM's API-server default of `--max-num-batched-tokens`
     kernels: frozenset[str]  #: kernel sets available: "vllm", and "evertune" (its vLLM plugin) on GPUs
@@ -121,6 +122,7 @@ def _cpu_profile(*, cores: int, memory_gib: float) -> HardwareProfile:
         supported_quantization=CPU_QUANTIZATION,
         # The CPU attention backend declares MultipleOf(32) kernel block sizes.
         block_size_multiple=32,
+        default_block_size=128,
         default_max_num_seqs=128,
         default_max_num_batched_tokens=2048,
         kernels=frozenset({"vllm"}),
@@ -149,6 +151,7 @@ def _accelerator_profile(
         supported_quantization=quantization,
         # FlashAttention / Triton / AITER attention take multiples of 16.
         block_size_multiple=16,
+        default_block_size=16,
         default_max_num_seqs=1024,
         default_max_num_batched_tokens=batched_tokens,
         # evertune's Triton kernels load through its vLLM plugin on CUDA and ROCm (docs/kernels.md).

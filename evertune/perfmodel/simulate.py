@@ -27,16 +27,13 @@ from evertune.replay.summary import Slo, Summary, summarize
 from evertune.workloads.plan import PlannedRequest
 
 GIB = 2**30
-#: KV block size vLLM uses when none is set: 128 on the CPU backend, 16 on GPUs.
-CPU_BLOCK_SIZE = 128
-GPU_BLOCK_SIZE = 16
 #: Share of device memory vLLM takes when no KV space is set (`--gpu-memory-utilization`).
 MEMORY_UTILIZATION = 0.9
 
 
 def block_size_of(spec: EngineSpec, hardware: HardwareProfile) -> int:
-    """The KV block size the engine runs with."""
-    return spec.block_size or (CPU_BLOCK_SIZE if hardware.is_cpu else GPU_BLOCK_SIZE)
+    """The KV block size the engine runs with (unset: vLLM's default there, 128 on CPU, 16 on GPUs)."""
+    return spec.block_size or hardware.default_block_size
 
 
 def resolve(spec: EngineSpec, hardware: HardwareProfile, arch: ModelArch) -> SchedulerConfig:

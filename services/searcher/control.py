@@ -530,20 +530,21 @@ class Searches:
         ).plan
         hardware = {name: get_profile(name) for name in prepared.classes}
         first = prepared.classes[0]
-        inputs = prepare(
-            plan, PromptTokens(load_tokenizer(model_dir)), block_size=block_size_of(base, hardware[first])
-        )
+        tokens = PromptTokens(load_tokenizer(model_dir))
+        inputs = prepare(plan, tokens, block_size=block_size_of(base, hardware[first]))
         candidates: list[tuple[Candidate, str]] = []
         pool_replicas = max(spec.hardware_pool.max_replicas, 1)
         for name in prepared.classes:
             sim = name.startswith("sim-")
             # The performance model prices neither n-gram drafts, a dtype nor the execution mode: a
-            # simulated class would only try them for nothing.
+            # simulated class would only try them for nothing. The block size it prices, but a sim
+            # engine's searches keep the space they had (half the candidates to rank).
             limits = self.limits.model_copy(
                 update={
                     "try_speculative_ngram": self.limits.try_speculative_ngram and not sim,
                     "cpu_dtypes": () if sim else self.limits.cpu_dtypes,
                     "cpu_enforce_eager": () if sim else self.limits.cpu_enforce_eager,
+                    "cpu_block_sizes": () if sim else self.limits.cpu_block_sizes,
                 }
             )
             space = candidate_space(
@@ -556,6 +557,11 @@ class Searches:
                 candidates.append(
                     (c if name == first else dataclasses.replace(c, key=f"{name}:{c.key}"), name)
                 )
+        # The trace hashed at every block size of the space (GPU classes beside a CPU one included).
+        by_block_size = {
+            size: prepare(plan, tokens, block_size=size)
+            for size in sorted({block_size_of(c.spec, hardware[name]) for c, name in candidates})
+        }
         if not candidates or candidates[0][0].spec != base:
             raise FailedPrecondition(
                 f"the live configuration cannot run on {first}: the engines refuse it there"
@@ -592,6 +598,7 @@ class Searches:
             horizon_s=s.model_horizon_s,
             goodput=objective is not Objective.P50_TTFT,
             live_class=unpriced_class(candidates[0][0].spec),
+            inputs_by_block_size=by_block_size,
         )
         search_plan = SearchPlan(
             search_id=record.search_id,

@@ -53,7 +53,7 @@ from evertune.searcher.strategy import Figures
 from evertune.engines import HardwareProfile
 from evertune.errors import InvalidArgument
 from evertune.perfmodel import Efficiency, ModelArch, SimInput, simulate
-from evertune.perfmodel.simulate import workload_rps
+from evertune.perfmodel.simulate import block_size_of, workload_rps
 from evertune.replay.summary import Slo
 
 #: Bounds of log(s) in the speed fit, relative to the prior factors (e^-6 ... e^6).
@@ -173,6 +173,10 @@ class SearchModel:
     #: fitted factor of each measured (hardware class, dtype and execution mode) other than the
     #: live configuration's, relative to the hardware class's factors
     class_speed: dict[tuple[str, UnpricedClass], float] = field(default_factory=dict)
+    #: the same trace prepared at each KV block size the space holds (prefix-cache hits count whole
+    #: blocks, so each size hashes the prompts its own way); empty: every candidate is simulated on
+    #: `inputs`, whatever its block size
+    inputs_by_block_size: Mapping[int, Sequence[SimInput]] = field(default_factory=dict)
     simulations: int = 0  #: simulations run so far
 
     def __post_init__(self) -> None:
@@ -199,20 +203,25 @@ class SearchModel:
         top = self.rates[-1]
         return (*self.rates, *(round(top * m, 9) for m in EXTEND))
 
-    def _window(self, rate_rps: float) -> Sequence[SimInput]:
-        """The trace's first `horizon_s` seconds at `rate_rps` (at least 2 requests)."""
+    def _window(self, rate_rps: float, block_size: int) -> Sequence[SimInput]:
+        """The trace's first `horizon_s` seconds at `rate_rps` (at least 2 requests), hashed in
+        blocks of `block_size` tokens where it was prepared so."""
+        inputs = self.inputs_by_block_size.get(block_size, self.inputs)
+        if self.inputs_by_block_size and block_size not in self.inputs_by_block_size:
+            raise ValueError(f"the trace was not prepared for KV blocks of {block_size} tokens")
         limit = self.horizon_s * rate_rps / self._base_rps
-        first = self.inputs[0].arrival_s
-        cut = [x for x in self.inputs if x.arrival_s - first < limit]
-        return cut if len(cut) >= 2 else self.inputs[:2]
+        first = inputs[0].arrival_s
+        cut = [x for x in inputs if x.arrival_s - first < limit]
+        return cut if len(cut) >= 2 else inputs[:2]
 
     def _run(self, candidate: Candidate, hardware_class: str, rate_rps: float, eff: Efficiency) -> RatePoint:
         self.simulations += 1
         spec = candidate.spec.model_copy(update={"kind": "vllm"})
+        hardware = self.hardware[hardware_class]
         figures = simulate(
-            self._window(rate_rps),
+            self._window(rate_rps, block_size_of(spec, hardware)),
             spec,
-            self.hardware[hardware_class],
+            hardware,
             self.arch,
             efficiency=eff,
             slo=self.slo,

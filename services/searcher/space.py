@@ -69,6 +69,10 @@ class SpaceLimits(BaseModel):
     #: `--enforce-eager` values tried on CPU (True: eager, False: torch.compile, vLLM's default).
     #: Accelerators keep the base's mode.
     cpu_enforce_eager: tuple[bool, ...] = (True, False)
+    #: `--block-size` values tried on CPU besides the base's (vLLM's default there: 128 tokens a
+    #: KV block). Prefix caching reuses whole blocks, so a smaller block reuses more of a voice
+    #: conversation's resent history. Accelerators keep the base's (their default is 16).
+    cpu_block_sizes: tuple[int, ...] = (32,)
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,12 @@ def _hardware_options(
     if hardware.is_cpu:
         dtypes = [base.dtype, *(d for d in limits.cpu_dtypes if d in hardware.supported_dtypes)]
         modes = [_eager(base), *limits.cpu_enforce_eager]
+        blocks = [base.block_size or hardware.default_block_size, *limits.cpu_block_sizes]
         return [
-            {"dtype": d, "enforce_eager": e}
-            for d, e in itertools.product(dict.fromkeys(dtypes), dict.fromkeys(modes))
+            {"dtype": d, "enforce_eager": e, "block_size": b}
+            for d, e, b in itertools.product(
+                dict.fromkeys(dtypes), dict.fromkeys(modes), dict.fromkeys(blocks)
+            )
         ]
     tps = [tp for tp in limits.tensor_parallel_size if tp <= hardware.devices] or [1]
     kernels: list[str | None] = [base.kernels]
@@ -143,6 +150,7 @@ def _engine_default_values(hardware: HardwareProfile) -> dict[str, object]:
         "replicas": 1,
         "tensor_parallel_size": 1,
         "enforce_eager": False,  # torch.compile on CPU, CUDA graphs on accelerators
+        "block_size": hardware.default_block_size,
     }
     if hardware.is_cpu:
         # vLLM-CPU's `--dtype auto` runs fp32 and bf16 checkpoints (evertune's local model is fp32)

