@@ -42,6 +42,7 @@ LIMITS = SpaceLimits(
     quantization=(),
     cpu_dtypes=(),
     cpu_enforce_eager=(),
+    cpu_block_sizes=(),
 )
 #: The profile's peak (requests/s): trials replay it and the gate rate (x 1.25), both well under
 #: what the tiny model serves on one core.
