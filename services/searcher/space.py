@@ -278,8 +278,12 @@ UnpricedClass = tuple[str | None, bool]
 
 def unpriced_class(spec: EngineSpec) -> UnpricedClass:
     """What the performance model cannot price of a configuration: its dtype and execution mode.
-    The model's predictions compare configurations of one class only."""
-    return spec.dtype, _eager(spec)
+    The model's predictions compare configurations of one class only. The dtype is named as it
+    runs: unset and "auto" are bf16 (vLLM-CPU's `auto`; a space varies the dtype on CPU only), so a
+    space built around fp32, whose bf16 candidates say "bfloat16", and one built around vLLM's
+    defaults, whose say nothing, name the same classes."""
+    dtype = CPU_AUTO_DTYPE if spec.dtype in (None, "auto") else spec.dtype
+    return dtype, _eager(spec)
 
 
 def unpriced_keys(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
@@ -296,7 +300,7 @@ def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate
     lacks one, the first candidate of that dtype or mode). The model's roofline has no figure for
     how fast an ISA runs each dtype, or for what compilation buys; a trial has."""
     base_dtype, base_eager = unpriced_class(base.spec)
-    dtypes: dict[str | None, None] = dict.fromkeys(c.spec.dtype for c in candidates)
+    dtypes: dict[str | None, None] = dict.fromkeys(unpriced_class(c.spec)[0] for c in candidates)
     wanted = [(d, base_eager) for d in dtypes if d != base_dtype]
     wanted += [(base_dtype, e) for e in dict.fromkeys(_eager(c.spec) for c in candidates) if e != base_eager]
     keys: list[str] = []

@@ -12,6 +12,7 @@ from evertune.searcher.space import (
     defaults_seat_key,
     engine_defaults,
     is_lossy,
+    unpriced_class,
     unpriced_keys,
     unpriced_representatives,
 )
@@ -250,3 +251,18 @@ def test_cpu_space_tries_a_smaller_kv_block_and_keeps_the_default_unset() -> Non
         c.spec.block_size
         for c in candidate_space(base=BASE, hardware=gpu, limits=SpaceLimits(), max_replicas=1)
     } == {None}
+
+
+def test_a_dtype_class_is_named_as_it_runs_whichever_base_the_space_was_built_around() -> None:
+    """Around vLLM's defaults the bf16 candidates leave the dtype unset; around fp32 they say
+    "bfloat16". A model priced on one space ranks the other's cells (bench search does): the
+    classes must be the same (a mismatch left bf16 cells unpriced and the ranking at 0.447)."""
+    fp32 = BASE.model_copy(update={"dtype": "float32"})
+    around_defaults = candidate_space(base=BASE, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
+    around_fp32 = candidate_space(base=fp32, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
+    assert {unpriced_class(c.spec) for c in around_defaults} == {unpriced_class(c.spec) for c in around_fp32}
+    assert (
+        unpriced_class(BASE)
+        == unpriced_class(BASE.model_copy(update={"dtype": "auto"}))
+        == ("bfloat16", False)
+    )
