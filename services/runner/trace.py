@@ -203,14 +203,28 @@ def open_trace(uri: str, *, sha256: str, model_dir: Path, stored: StoredTrace | 
     if sha256 and sha256_of(path) != sha256:
         raise TraceUnavailable(f"trace {path} does not have the SHA-256 the job names ({sha256[:12]}...)")
     if path.suffix == ".jsonl":  # read once; each run plans only the records it reaches
-        try:
-            records, _ = read_jsonl(path)
-        except WorkloadError as err:
-            raise TraceUnavailable(str(err)) from None
-        if len(records) < 2:
-            raise TraceUnavailable(f"trace {path} has {len(records)} requests (2 needed)")
-        return TraceSource(path=path, records=records, model_dir=model_dir)
+        return _records_source(
+            lambda: read_jsonl(path), label=f"trace {path}", path=path, model_dir=model_dir
+        )
     return TraceSource(path=path, model_dir=model_dir)
+
+
+def _records_source(
+    read: Callable[[], tuple[list[TraceRecord], object]],
+    *,
+    label: str,
+    model_dir: Path,
+    name: str = "",
+    path: Path | None = None,
+) -> TraceSource:
+    """A source over the records `read` returns (at least 2); `label` names the trace in errors."""
+    try:
+        records, _ = read()
+    except WorkloadError as err:
+        raise TraceUnavailable(str(err)) from None
+    if len(records) < 2:
+        raise TraceUnavailable(f"{label} has {len(records)} requests (2 needed)")
+    return TraceSource(path=path, records=records, name=name, model_dir=model_dir)
 
 
 def _stored_source(ref: StoredTraceRef, stored: StoredTrace, *, sha256: str, model_dir: Path) -> TraceSource:
@@ -222,10 +236,9 @@ def _stored_source(ref: StoredTraceRef, stored: StoredTrace, *, sha256: str, mod
         raise TraceUnavailable(
             f"the stored trace {name} does not have the SHA-256 the job names ({sha256[:12]}...)"
         )
-    try:
-        records, _ = parse_jsonl(stored.jsonl.splitlines(), source=f"trace {name}")
-    except WorkloadError as err:
-        raise TraceUnavailable(str(err)) from None
-    if len(records) < 2:
-        raise TraceUnavailable(f"the stored trace {name} has {len(records)} requests (2 needed)")
-    return TraceSource(records=records, name=name, model_dir=model_dir)
+    return _records_source(
+        lambda: parse_jsonl(stored.jsonl.splitlines(), source=f"trace {name}"),
+        label=f"the stored trace {name}",
+        name=name,
+        model_dir=model_dir,
+    )
