@@ -113,7 +113,7 @@ GRID = SpaceLimits(
 #: rate. (Caching off was 3.3-18x slower at p50 in every grid measured here: no search keeps it.)
 QUICK_GRID = GRID.model_copy(update={"max_num_batched_tokens": (2048,), "enable_prefix_caching": (True,)})
 #: Changes when the way the grid is measured changes (a cached grid of another procedure is not reused).
-GRID_PROCEDURE = 4  # 4: no golden answers in grid trials, a 5-second warm-up (3: repeats interleaved)
+GRID_PROCEDURE = 5  # 5: measured replays primed; 4: no golden answers in grid trials, a 5-second warm-up
 #: The searches' noise rule: the searcher's defaults, p50 TTFT objective.
 NOISE = NoiseRule(confirm_pairs=2, min_pairs=3, lower_is_better=True)
 

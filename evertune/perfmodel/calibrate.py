@@ -27,13 +27,9 @@ from evertune.perfmodel.arch import ModelArch
 from evertune.perfmodel.simulate import block_size_of, simulate
 from evertune.perfmodel.steptime import Efficiency
 from evertune.perfmodel.workload import SimInput, synthetic
-from evertune.replay.lag import assess_lag
-from evertune.replay.summary import summarize
 
 #: The measures a point carries.
 MEASURES = ("ttft_ms", "itl_ms")
-#: Seconds between warming requests and what they warm, in predictions (each finishes long before).
-WARM_GAP_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +124,7 @@ def predict(
 ) -> dict[str, float]:
     """The model's median TTFT and inter-token gap (ms) for a point's shape."""
     spec = base.model_copy(update=point.knobs) if point.knobs else base
-    inputs = _shape_inputs(
+    warm, inputs = _shape_inputs(
         point.concurrency,
         point.prompt_tokens,
         point.max_tokens,
@@ -137,10 +133,7 @@ def predict(
         point.name,
         point.prefix_warm,
     )
-    figures = simulate(inputs, spec, hardware, model, efficiency=efficiency)
-    if not point.prefix_warm:
-        return {"ttft_ms": figures.summary.ttft_ms.p50, "itl_ms": figures.summary.itl_ms.p50}
-    summary = summarize(figures.results[1:], slo=None, lag=assess_lag([0.0]))  # the warming one is first
+    summary = simulate(inputs, spec, hardware, model, efficiency=efficiency, warm=warm).summary
     return {"ttft_ms": summary.ttft_ms.p50, "itl_ms": summary.itl_ms.p50}
 
 
@@ -153,9 +146,9 @@ def _shape_inputs(
     prefix_tokens: int,
     tag: str,
     warm: bool = False,
-) -> tuple[SimInput, ...]:
-    """The simulator's inputs of a shape (cached: a fit simulates each shape hundreds of times).
-    With `warm`, one more request with the same prefix comes first, WARM_GAP_S before the rest."""
+) -> tuple[tuple[SimInput, ...], tuple[SimInput, ...]]:
+    """The simulator's inputs of a shape, after the requests that warm it (cached: a fit simulates
+    each shape hundreds of times). With `warm`, one more request with the same prefix warms it."""
     inputs = synthetic(
         count=count + (1 if warm else 0),
         prompt_tokens=prompt_tokens,
@@ -165,8 +158,8 @@ def _shape_inputs(
         tag=tag,
     )
     if not warm:
-        return tuple(inputs)
-    return (inputs[-1], *(replace(x, arrival_s=x.arrival_s + WARM_GAP_S) for x in inputs[:-1]))
+        return (), tuple(inputs)
+    return (inputs[-1],), tuple(inputs[:-1])
 
 
 def residuals(
@@ -377,22 +370,10 @@ def predict_run(
 ) -> dict[str, float]:
     """The model's figures of a measured run (same plan, rate and knobs, the cache warmed by
     `run.warm`), by simulation."""
-    if not run.warm:
-        summary = simulate(
-            run.inputs, run.spec, hardware, model, efficiency=efficiency, rate=run.rate
-        ).summary
-    else:
-        # Arrivals are divided by the rate: the warming requests are placed WARM_GAP_S apart after
-        # that division, and the run starts WARM_GAP_S after the last of them.
-        warm = [
-            replace(w, request_id=f"warm-{i}", arrival_s=i * WARM_GAP_S * run.rate)
-            for i, w in enumerate(run.warm)
-        ]
-        offset = (len(warm) + 1) * WARM_GAP_S * run.rate
-        inputs = [*warm, *(replace(x, arrival_s=x.arrival_s + offset) for x in run.inputs)]
-        figures = simulate(inputs, run.spec, hardware, model, efficiency=efficiency, rate=run.rate)
-        scored = figures.results[len(warm) :]
-        summary = summarize(scored, slo=None, lag=assess_lag([0.0]))
+    warm = [replace(w, request_id=f"warm-{i}") for i, w in enumerate(run.warm)]
+    summary = simulate(
+        run.inputs, run.spec, hardware, model, efficiency=efficiency, rate=run.rate, warm=warm
+    ).summary
     return {
         "ttft_p50_ms": summary.ttft_ms.p50,
         "ttft_p99_ms": summary.ttft_ms.p99,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evertune.engines.config import EngineSpec
 from evertune.engines.hardware import HardwareProfile
@@ -27,6 +27,8 @@ from evertune.replay.summary import Slo, Summary, summarize
 from evertune.workloads.plan import PlannedRequest
 
 GIB = 2**30
+#: Seconds between warming requests and what they warm, in simulated time (each finishes long before).
+WARM_GAP_S = 10.0
 #: Share of device memory vLLM takes when no KV space is set (`--gpu-memory-utilization`).
 MEMORY_UTILIZATION = 0.9
 
@@ -112,12 +114,18 @@ def simulate(
     rate: float = 1.0,
     check_invariants: bool = False,
     fast_forward: bool = True,
+    warm: Sequence[SimInput] = (),
 ) -> SimFigures:
     """Simulate `workload` on one engine of `config` on `hardware` serving `model`; arrivals are
     divided by `rate` (2.0 = twice the load). The workload is `SimInput`s (`workload.prepare`,
     `synthetic`), or a plan of `PlannedRequest`s (voice, trace) with `tokens` to size its prompts.
     `check_invariants` asserts the block pool after every step (slow; tests); `fast_forward=False`
-    runs pure-decode stretches step by step (same results, slower)."""
+    runs pure-decode stretches step by step (same results, slower).
+
+    `warm`: requests the engine served before the workload, whose blocks may still be in its prefix
+    cache (primers, an earlier run): simulated first, one at a time `WARM_GAP_S` apart, the workload
+    `WARM_GAP_S` after the last of them, and not scored (`results`, `summary` and `unfinished` are
+    the workload's alone; their times are on the shifted clock)."""
     if not rate > 0:
         raise InvalidArgument(f"rate must be positive, got {rate}")
     if not workload:
@@ -125,6 +133,11 @@ def simulate(
     started = time.perf_counter()
     sched_config = resolve(config, hardware, model)
     workload = as_inputs(workload, tokens=tokens, block_size=sched_config.block_size)
+    if warm:
+        # Arrivals are divided by the rate: place the warming requests after that division.
+        lead = [replace(w, arrival_s=i * WARM_GAP_S * rate) for i, w in enumerate(warm)]
+        offset = (len(lead) + 1) * WARM_GAP_S * rate
+        workload = [*lead, *(replace(x, arrival_s=x.arrival_s + offset) for x in workload)]
     efficiency = efficiency or Efficiency()
     cost = StepCost.of(model, hardware, efficiency, tp=config.tensor_parallel_size or 1)
     delay = efficiency.request_overhead_s
@@ -141,6 +154,7 @@ def simulate(
     ]
     scheduler = Scheduler(sched_config, check_invariants=check_invariants)
     world = run(World(scheduler=scheduler, cost=cost, fast_forward=fast_forward), requests)
+    workload, requests = workload[len(warm) :], requests[len(warm) :]
     results = tuple(
         _result(item, request, sent_s=item.arrival_s / rate)
         for item, request in zip(workload, requests, strict=True)

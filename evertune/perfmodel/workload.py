@@ -18,7 +18,8 @@ from tokenizers import Tokenizer
 
 from evertune.errors import InvalidArgument
 from evertune.model.tokenizer import BOS, EOS, ROLE_TOKENS
-from evertune.workloads.plan import PlannedRequest
+from evertune.replay.priming import PRIMER_SUFFIX
+from evertune.workloads.plan import PlannedRequest, history
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class SimInput:
     prompt_tokens: int  #: prompt length in tokens
     max_tokens: int  #: tokens to generate
     hashes: tuple[int, ...]  #: chained hashes of the prompt's full blocks
+    #: Leading prompt tokens its conversation's earlier turns sent (`workloads.plan.history`); 0 =
+    #: none (a first turn, a completion, a request outside a conversation)
+    history_tokens: int = 0
 
 
 def block_hashes(ids: Sequence[int], block_size: int) -> tuple[int, ...]:
@@ -69,10 +73,18 @@ class PromptTokens:
 
     def prompt(self, request: PlannedRequest) -> list[int]:
         """Ids of the request's whole prompt, as the engine sees it."""
+        return self.prompt_with_history(request)[0]
+
+    def prompt_with_history(self, request: PlannedRequest) -> tuple[list[int], int]:
+        """Ids of the request's whole prompt, and how many of them lead with its history."""
         if request.api == "completions":
-            return self.text(request.prompt)
+            return self.text(request.prompt), 0
         ids = [self._bos]
-        for message in request.messages:
+        earlier = len(history(request))
+        history_tokens = 0
+        for position, message in enumerate(request.messages):
+            if position == earlier:
+                history_tokens = len(ids) if earlier else 0
             ids.append(self._roles[message.role])
             ids.extend(self._newline)
             ids.extend(self.text(message.content))
@@ -80,14 +92,14 @@ class PromptTokens:
             ids.extend(self._newline)
         ids.append(self._roles["assistant"])
         ids.extend(self._newline)
-        return ids
+        return ids, history_tokens
 
 
 def prepare(plan: Sequence[PlannedRequest], tokens: PromptTokens, *, block_size: int) -> list[SimInput]:
     """The simulator's inputs of a plan, in arrival order (stable for equal times)."""
     out: list[SimInput] = []
     for request in sorted(plan, key=lambda r: r.at_s):
-        ids = tokens.prompt(request)
+        ids, history_tokens = tokens.prompt_with_history(request)
         if not ids:
             raise InvalidArgument(f"request {request.request_id} has an empty prompt")
         out.append(
@@ -98,8 +110,36 @@ def prepare(plan: Sequence[PlannedRequest], tokens: PromptTokens, *, block_size:
                 prompt_tokens=len(ids),
                 max_tokens=request.max_tokens,
                 hashes=block_hashes(ids, block_size),
+                history_tokens=history_tokens,
             )
         )
+    return out
+
+
+def primer_inputs(inputs: Sequence[SimInput], *, block_size: int) -> list[SimInput]:
+    """The simulator's side of `evertune.replay.priming`: for the first input (in arrival order) of
+    each conversation with a history, a request of that history (its blocks, one output token).
+
+    The primer's full blocks are the primed request's first `history_tokens // block_size` (the
+    prompt's leading blocks hash the same whatever follows); the two tokens of the primer's own
+    generation prompt are left out."""
+    seen: set[str] = set()
+    out: list[SimInput] = []
+    for item in sorted(inputs, key=lambda x: x.arrival_s):
+        if not item.conversation_id or item.conversation_id in seen:
+            continue
+        seen.add(item.conversation_id)
+        if item.history_tokens > 0:
+            out.append(
+                SimInput(
+                    request_id=item.request_id + PRIMER_SUFFIX,
+                    conversation_id=item.conversation_id,
+                    arrival_s=0.0,
+                    prompt_tokens=item.history_tokens,
+                    max_tokens=1,
+                    hashes=item.hashes[: item.history_tokens // block_size],
+                )
+            )
     return out
 
 

@@ -25,6 +25,7 @@ import aiohttp
 
 from evertune.errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated, Unavailable
 from evertune.replay.lag import DEFAULT_LAG_THRESHOLD_MS, assess_lag
+from evertune.replay.priming import primers
 from evertune.replay.results import ErrorClass, ReplayRun, RequestResult
 from evertune.replay.schedule import due_offsets
 from evertune.replay.spread import spread
@@ -286,6 +287,33 @@ class _Replay:
             error=f"not sent: in-flight cap {self.max_in_flight} full for {self.timeout_s:g} s",
         )
 
+    async def prime(self, plan: Sequence[PlannedRequest]) -> tuple[int, int]:
+        """Send the plan's primers (`evertune.replay.priming`) at once, within the in-flight cap,
+        each to its conversation's target, and wait for all; (sent, failed). Not measured."""
+        pairs = primers(plan)
+
+        async def one(index: int, primer: PlannedRequest) -> bool:
+            async with self.slots:
+                return await self.settle(primer, url=self.urls[self.assigned[index]])
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(index, primer)) for index, primer in pairs]
+        return len(tasks), sum(1 for t in tasks if not t.result())
+
+    async def settle(self, request: PlannedRequest, *, url: str) -> bool:
+        """Send `request` and read its answer to the end, unmeasured; whether it completed."""
+        body = encode_body(request, model=self.model, ignore_eos=self.ignore_eos)
+        headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
+        stream = _Stream()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self.exchange(
+                    request, url=url, body=body, headers=headers, stream=stream, sent=self.clock()
+                )
+        except (TimeoutError, aiohttp.ClientError, BadChunk):
+            return False
+        return not stream.error_class and stream.done_s is not None
+
     async def send(self, request: PlannedRequest, due: float, *, url: str) -> RequestResult:
         body = encode_body(request, model=self.model, ignore_eos=self.ignore_eos)
         headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
@@ -373,6 +401,7 @@ async def replay(
     ignore_eos: bool = True,
     lag_threshold_ms: float = DEFAULT_LAG_THRESHOLD_MS,
     clock: Clock = time.perf_counter,
+    prime: bool = False,
 ) -> ReplayRun:
     """Replay `plan` open-loop against `target` (an OpenAI-compatible base URL) and measure each request.
 
@@ -387,7 +416,9 @@ async def replay(
     `headers` go with every request (e.g. `Authorization`). `on_sent(request_id)` and
     `on_result(result)` are called as requests leave and finish (keep them quick: they run on the
     loop that measures). Raises `TargetUnreachable` (one line) before the clock starts when the
-    target cannot be reached, `ModelNotServed` when `model` is not served.
+    target cannot be reached, `ModelNotServed` when `model` is not served. With `prime`, each
+    conversation already under way at the plan's start first gets its history sent, unmeasured,
+    before the clock starts (`evertune.replay.priming`: the prefix cache a live engine would hold).
     """
     offsets = due_offsets(plan, rate=rate, time_scale=time_scale)
     if max_in_flight < 1:
@@ -415,6 +446,7 @@ async def replay(
             on_sent=on_sent,
             size=len(plan),
         )
+        primed, prime_failed = await state.prime(plan) if prime else (0, 0)
         started_at = time.time()
         state.start = clock()
         stop = asyncio.Event()
@@ -444,4 +476,6 @@ async def replay(
         lag=lag,
         peak_in_flight=state.peak_in_flight,
         targets=tuple(urls),
+        primed=primed,
+        prime_failed=prime_failed,
     )

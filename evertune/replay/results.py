@@ -77,6 +77,8 @@ class ReplayRun:
     lag: LagReport  #: send lag, loop stalls, cap hits, and whether the client fell behind
     peak_in_flight: int  #: most requests in flight at once
     targets: tuple[str, ...] = ()  #: every base URL replayed against, in order (`target` is the first)
+    primed: int = 0  #: primers sent before the clock started (`replay(prime=True)`), one a conversation
+    prime_failed: int = 0  #: of those, primers that did not complete (their conversations start cold)
 
     @property
     def fell_behind(self) -> bool:

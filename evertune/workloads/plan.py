@@ -32,3 +32,15 @@ class PlannedRequest:
     turn: int = 0  #: 0-based turn within its conversation
     prompt_tokens: int = 0  #: prompt length in tokens when the workload knows it (0 = unknown)
     tags: dict[str, str] = field(default_factory=dict)  #: free labels (agent id, phase), for reports
+
+
+def history(request: PlannedRequest) -> tuple[ChatMessage, ...]:
+    """The messages of a chat turn that its conversation's earlier turns already sent: all but the
+    last (the new user utterance), when the request is a later turn (`turn > 0`); else none.
+
+    An engine serving the conversation live has them in its prefix cache (the previous turn's prompt
+    and its answer); a replay that starts in mid-conversation primes them (`evertune.replay.priming`).
+    """
+    if request.api != "chat" or request.turn == 0 or len(request.messages) < 2:
+        return ()
+    return request.messages[:-1]

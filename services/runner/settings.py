@@ -40,6 +40,11 @@ class RunnerSettings(BaseSettings):
     #: Full voice turns sent one after another before measuring (a tiny first prompt can upset a
     #: bf16 vLLM-CPU engine).
     warmup_turns: int = Field(default=4, ge=0, le=100)
+    #: Before each measured replay, send every conversation already under way at the trace's cut its
+    #: earlier turns, unmeasured (`evertune.replay.priming`): a trial then measures the engine as
+    #: it serves live conversations, not the cold-cache burst of a fresh engine. The searcher's
+    #: model simulates the same (`SearchModel.primed`).
+    prime_conversations: bool = True
     #: Seconds each replayed request may take from send to its last token.
     request_timeout_s: float = Field(default=60.0, gt=0.0)
     #: Factor on the job's target rate at which the "slo" gate is checked (the profile's peak with

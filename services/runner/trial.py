@@ -15,6 +15,10 @@ warm-up goes to each, the golden answers come from the first (replicas are one c
 measured replay spreads over all of them, one conversation per replica in turn
 (`evertune.replay.replay` with several targets), so prefix caching works per replica as it would
 behind a session-affine balancer.
+
+Each measured replay starts primed (`RunnerSettings.prime_conversations`): the conversations under
+way at the trace's cut first get their earlier turns sent, unmeasured, so the engine's prefix cache
+holds what a live engine's would (`evertune.replay.priming`). The warm-up replay is not primed.
 """
 
 from __future__ import annotations
@@ -462,7 +466,11 @@ class TrialRunner:
                     run=f"{rate:.6g}/{repeat}",
                 )
                 result = await replay(
-                    run_plan.plan, target=urls, rate=run_plan.multiplier, timeout_s=s.request_timeout_s
+                    run_plan.plan,
+                    target=urls,
+                    rate=run_plan.multiplier,
+                    timeout_s=s.request_timeout_s,
+                    prime=s.prime_conversations,
                 )
                 await self._alive(engine, f"the replay at {rate:g} rps")
                 runs.append((summarize_run(result, slo=plan.slo), result.results))

@@ -54,6 +54,7 @@ from evertune.engines import HardwareProfile
 from evertune.errors import InvalidArgument
 from evertune.perfmodel import Efficiency, ModelArch, SimInput, simulate
 from evertune.perfmodel.simulate import block_size_of, workload_rps
+from evertune.perfmodel.workload import primer_inputs
 from evertune.replay.summary import Slo
 
 #: Bounds of log(s) in the speed fit, relative to the prior factors (e^-6 ... e^6).
@@ -177,6 +178,10 @@ class SearchModel:
     #: blocks, so each size hashes the prompts its own way); empty: every candidate is simulated on
     #: `inputs`, whatever its block size
     inputs_by_block_size: Mapping[int, Sequence[SimInput]] = field(default_factory=dict)
+    #: the trials prime the conversations under way at the trace's cut (the runner's
+    #: `prime_conversations`, on by default): each simulated window starts with their histories in
+    #: the prefix cache (`perfmodel.workload.primer_inputs`)
+    primed: bool = True
     simulations: int = 0  #: simulations run so far
 
     def __post_init__(self) -> None:
@@ -218,14 +223,17 @@ class SearchModel:
         self.simulations += 1
         spec = candidate.spec.model_copy(update={"kind": "vllm"})
         hardware = self.hardware[hardware_class]
+        block_size = block_size_of(spec, hardware)
+        window = self._window(rate_rps, block_size)
         figures = simulate(
-            self._window(rate_rps, block_size_of(spec, hardware)),
+            window,
             spec,
             hardware,
             self.arch,
             efficiency=eff,
             slo=self.slo,
             rate=rate_rps / self._base_rps,
+            warm=primer_inputs(window, block_size=block_size) if self.primed else (),
         )
         s = figures.summary
         return RatePoint(

@@ -15,9 +15,17 @@ from evertune.model import load_tokenizer
 from evertune.perfmodel.arch import ModelArch
 from evertune.perfmodel.simulate import resolve, sim_goodput, simulate
 from evertune.perfmodel.steptime import Efficiency, StepCost
-from evertune.perfmodel.workload import PromptTokens, block_hashes, prepare, synthetic
+from evertune.perfmodel.workload import (
+    PromptTokens,
+    SimInput,
+    block_hashes,
+    prepare,
+    primer_inputs,
+    synthetic,
+)
 from evertune.replay.summary import Slo
 from evertune.workloads import VoiceWorkload, plan_voice
+from evertune.workloads.plan import history
 
 EFF = Efficiency(
     compute=0.06,
@@ -164,3 +172,40 @@ def test_the_per_token_request_overhead_delays_the_first_token_by_prompt_length(
     assert a.ttft_ms is not None and b.ttft_ms is not None
     assert b.ttft_ms == pytest.approx(a.ttft_ms + 300 * 1e-5 * 1000)
     assert b.itl_ms == pytest.approx(a.itl_ms)
+
+
+def test_a_primed_window_starts_with_each_conversation_history_cached(
+    tiny_model_dir: Path, tiny_arch: ModelArch, cpu: HardwareProfile
+) -> None:
+    plan = plan_voice(VoiceWorkload(duration_s=60, peak_calls_per_s=1.0, seed=3))
+    tokens = PromptTokens(load_tokenizer(tiny_model_dir))
+    inputs = prepare(plan, tokens, block_size=16)
+    by_id = {r.request_id: r for r in plan}
+    first_turns: dict[str, SimInput] = {}
+    for x in inputs:
+        first_turns.setdefault(x.conversation_id, x)
+    under_way = [x for x in first_turns.values() if x.history_tokens]
+    assert len(under_way) >= 3  # voice traffic opens in mid-conversation
+    for x in inputs:
+        request = by_id[x.request_id]
+        if not history(request):
+            assert x.history_tokens == 0
+            continue
+        whole = tokens.prompt(request)
+        alone = tokens.prompt(replace(request, messages=history(request)))
+        assert whole[: x.history_tokens] == alone[: x.history_tokens]
+        assert x.history_tokens < len(alone) <= x.history_tokens + 3  # + the generation prompt
+    primers = primer_inputs(inputs, block_size=16)
+    assert [p.request_id for p in primers] == [x.request_id + "/prime" for x in under_way]
+    for p, x in zip(primers, under_way, strict=True):
+        assert p.max_tokens == 1
+        assert p.hashes == block_hashes(tokens.prompt(by_id[x.request_id])[: x.history_tokens], 16)
+    spec = SPEC.model_copy(update={"block_size": 16})
+    cold = simulate(inputs, spec, cpu, tiny_arch, efficiency=EFF, rate=4.0)
+    primed = simulate(inputs, spec, cpu, tiny_arch, efficiency=EFF, rate=4.0, warm=primers)
+    assert [r.request_id for r in primed.results] == [x.request_id for x in inputs]  # primers unscored
+    assert primed.summary.completed == cold.summary.completed == len(inputs)
+    ttft = {r.request_id: r.ttft_ms for r in cold.results}
+    warm_ttft = {r.request_id: r.ttft_ms for r in primed.results}
+    opening = [x.request_id for x in under_way]
+    assert sum(warm_ttft[i] for i in opening) < 0.8 * sum(ttft[i] for i in opening)

@@ -15,7 +15,9 @@ the test's event loop. Behaviour per request comes from the `X-Fake` header, com
 
 Chunks are due on an absolute schedule (arrival + ttft + i * itl). asyncio.sleep overshoots, so the
 server records what it actually did: per `X-Request-Id`, the time from the handler's start to the
-write of each text chunk. `GET /fixture/truth` returns them: `{id: {"ttft_ms": x, "gaps_ms": [...]}}`.
+write of each text chunk. `GET /fixture/truth` returns them, with the request's wall-clock arrival,
+`max_tokens` and count of chat messages: `{id: {"ttft_ms": x, "gaps_ms": [...], "arrived_at": t,
+"max_tokens": n, "messages": m}}`.
 """
 
 from __future__ import annotations
@@ -74,7 +76,13 @@ async def stream(request: web.Request, api: str) -> web.StreamResponse:
     newline = "\r\n" if settings.get("crlf") else "\n"
     writes: list[float] = []
     gaps_ms: list[float] = []
-    record: dict[str, Any] = {"ttft_ms": None, "gaps_ms": gaps_ms}
+    record: dict[str, Any] = {
+        "ttft_ms": None,
+        "gaps_ms": gaps_ms,
+        "arrived_at": time.time(),
+        "max_tokens": body.get("max_tokens"),
+        "messages": len(body.get("messages", [])),
+    }
     request.app[TRUTH][request_id] = record
 
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
