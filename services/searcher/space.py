@@ -47,10 +47,12 @@ class SpaceLimits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: `--max-num-seqs` values
-    max_num_seqs: tuple[int, ...] = (16, 32, 64, 128, 256)
-    #: `--max-num-batched-tokens` values
-    max_num_batched_tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+    #: `--max-num-seqs` values (a small limit keeps decode steps short on a CPU; 4 is the least
+    #: that still batches a voice endpoint's overlapping turns)
+    max_num_seqs: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256)
+    #: `--max-num-batched-tokens` values (with chunked prefill, the prefill chunk a step may carry:
+    #: a small budget splits a long prompt into short steps that decodes can interleave with)
+    max_num_batched_tokens: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
     #: chunked prefill on/off
     enable_chunked_prefill: tuple[bool, ...] = (True, False)
     #: prefix caching on/off

@@ -48,10 +48,12 @@ def test_cpu_space_respects_vllm_constraints_and_starts_with_the_base() -> None:
         assert not c.lossy and c.devices == 0
         assert refuse_reasons(spec, CPU, path_exists=lambda _p: True) == []
     assert len({c.key for c in space}) == len(space)
-    # 5 seq limits x 5 budgets (every budget >= every limit) x 2 caching, chunked on; plus chunked off
-    # at budget 8192 (5 seq limits x 2 caching); less the base's own configuration (128 sequences,
-    # 2048 tokens, chunking and caching on: vLLM's defaults), which comes first as the base itself
-    assert len(space) == 25 * 2 + 5 * 2
+    # 7 seq limits (4-256) x 6 budgets (256-8192, every budget >= every limit) x 2 caching, chunked
+    # on; plus chunked off at budget 8192 (7 seq limits x 2 caching); the base's own configuration
+    # (128 sequences, 2048 tokens, chunking and caching on: vLLM's defaults) among them, first
+    assert len(space) == 42 * 2 + 7 * 2
+    assert {c.spec.max_num_seqs for c in space} == {4, 8, 16, 32, 64, None, 256}
+    assert min(c.spec.max_num_batched_tokens or 2048 for c in space) == 256
 
 
 def test_an_explicit_base_knob_stays_explicit() -> None:
