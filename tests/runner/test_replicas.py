@@ -17,6 +17,7 @@ from evertune.runner.trial import (
 
 from evertune.engines import EngineSpec, VllmEngine
 from evertune.engines.vllm import split_cores
+from evertune.replay.priming import PRIMER_SUFFIX
 from evertune.v1 import endpoint_pb2
 
 from .helpers import FakeEngine, job, settings
@@ -56,10 +57,14 @@ async def test_a_two_replica_config_spreads_each_rate_over_both_replicas(tmp_pat
     (replicas,) = made
     first, second = (_served(replica) for replica in replicas)
     measured = sum(r.pooled.requests for r in outcome.rates)
-    # Each replica got its own warm-up turn, then a share of the runs; no request was sent twice.
+    # Each replica got its own warm-up turn, then a share of the runs, each run primed (a primer per
+    # conversation under way, on the replica its turns went to); no request was sent twice.
     # (Which conversation goes where is tested with the replay client: tests/replay/test_spread.py.)
     assert first[0] == second[0] and first[0].startswith("v99-")
-    assert len(first) + len(second) == measured + 2
+    primers = [(i, served) for served in (first, second) for i in served if i.endswith(PRIMER_SUFFIX)]
+    assert primers
+    assert all(i.removesuffix(PRIMER_SUFFIX) in served for i, served in primers)
+    assert len(first) + len(second) == measured + 2 + len(primers)
     assert min(len(first), len(second)) >= measured // 4, (len(first), len(second))
     assert not any(replica.running for replica in replicas)
 
