@@ -18,7 +18,7 @@ import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from evertune.engines.config import EngineSpec
 from evertune.engines.hardware import HardwareProfile
@@ -370,9 +370,8 @@ def predict_run(
 ) -> dict[str, float]:
     """The model's figures of a measured run (same plan, rate and knobs, the cache warmed by
     `run.warm`), by simulation."""
-    warm = [replace(w, request_id=f"warm-{i}") for i, w in enumerate(run.warm)]
     summary = simulate(
-        run.inputs, run.spec, hardware, model, efficiency=efficiency, rate=run.rate, warm=warm
+        run.inputs, run.spec, hardware, model, efficiency=efficiency, rate=run.rate, warm=run.warm
     ).summary
     return {
         "ttft_p50_ms": summary.ttft_ms.p50,

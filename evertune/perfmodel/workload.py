@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from evertune.errors import InvalidArgument
 from evertune.model.tokenizer import BOS, EOS, ROLE_TOKENS
-from evertune.replay.priming import PRIMER_SUFFIX
+from evertune.replay.priming import PRIMER_SUFFIX, openers
 from evertune.workloads.plan import PlannedRequest, history
 
 
@@ -83,8 +83,8 @@ class PromptTokens:
         earlier = len(history(request))
         history_tokens = 0
         for position, message in enumerate(request.messages):
-            if position == earlier:
-                history_tokens = len(ids) if earlier else 0
+            if earlier and position == earlier:  # the new utterance starts here
+                history_tokens = len(ids)
             ids.append(self._roles[message.role])
             ids.extend(self._newline)
             ids.extend(self.text(message.content))
@@ -123,24 +123,18 @@ def primer_inputs(inputs: Sequence[SimInput], *, block_size: int) -> list[SimInp
     The primer's full blocks are the primed request's first `history_tokens // block_size` (the
     prompt's leading blocks hash the same whatever follows); the two tokens of the primer's own
     generation prompt are left out."""
-    seen: set[str] = set()
-    out: list[SimInput] = []
-    for item in sorted(inputs, key=lambda x: x.arrival_s):
-        if not item.conversation_id or item.conversation_id in seen:
-            continue
-        seen.add(item.conversation_id)
-        if item.history_tokens > 0:
-            out.append(
-                SimInput(
-                    request_id=item.request_id + PRIMER_SUFFIX,
-                    conversation_id=item.conversation_id,
-                    arrival_s=0.0,
-                    prompt_tokens=item.history_tokens,
-                    max_tokens=1,
-                    hashes=item.hashes[: item.history_tokens // block_size],
-                )
-            )
-    return out
+    return [
+        SimInput(
+            request_id=item.request_id + PRIMER_SUFFIX,
+            conversation_id=item.conversation_id,
+            arrival_s=0.0,
+            prompt_tokens=item.history_tokens,
+            max_tokens=1,
+            hashes=item.hashes[: item.history_tokens // block_size],
+        )
+        for item in (inputs[i] for i in openers(inputs, due=lambda x: x.arrival_s))
+        if item.history_tokens > 0
+    ]
 
 
 def synthetic(

@@ -294,32 +294,21 @@ class _Replay:
 
         async def one(index: int, primer: PlannedRequest) -> bool:
             async with self.slots:
-                return await self.settle(primer, url=self.urls[self.assigned[index]])
+                _, stream = await self.read(primer, url=self.urls[self.assigned[index]], announce=False)
+            return not stream.error_class
 
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(index, primer)) for index, primer in pairs]
         return len(tasks), sum(1 for t in tasks if not t.result())
 
-    async def settle(self, request: PlannedRequest, *, url: str) -> bool:
-        """Send `request` and read its answer to the end, unmeasured; whether it completed."""
-        body = encode_body(request, model=self.model, ignore_eos=self.ignore_eos)
-        headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
-        stream = _Stream()
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                await self.exchange(
-                    request, url=url, body=body, headers=headers, stream=stream, sent=self.clock()
-                )
-        except (TimeoutError, aiohttp.ClientError, BadChunk):
-            return False
-        return not stream.error_class and stream.done_s is not None
-
-    async def send(self, request: PlannedRequest, due: float, *, url: str) -> RequestResult:
+    async def read(self, request: PlannedRequest, *, url: str, announce: bool) -> tuple[float, _Stream]:
+        """Send `request` to `url` and read its answer within `timeout_s`: the clock reading when it
+        left and what its stream showed, any failure classified there. `announce`: call `on_sent`."""
         body = encode_body(request, model=self.model, ignore_eos=self.ignore_eos)
         headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
         stream = _Stream()
         sent = self.clock()
-        if self.on_sent is not None:
+        if announce and self.on_sent is not None:
             self.on_sent(request.request_id)
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -335,6 +324,10 @@ class _Replay:
                 stream.fail(kind, f"{type(err).__name__}: {err}")
         except BadChunk as err:
             stream.fail("stream_broken", str(err))
+        return sent, stream
+
+    async def send(self, request: PlannedRequest, due: float, *, url: str) -> RequestResult:
+        sent, stream = await self.read(request, url=url, announce=True)
         end = stream.done_s if stream.done_s is not None and not stream.error_class else self.clock()
         return RequestResult(
             request_id=request.request_id,

@@ -19,32 +19,51 @@ start inside the plan, and requests without history (completions, first turns), 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from evertune.workloads.plan import PlannedRequest, history
 
 PRIMER_SUFFIX = "/prime"  #: appended to the primed request's id to name its primer
 
 
+class _InConversation(Protocol):
+    @property
+    def conversation_id(self) -> str: ...
+
+
+T = TypeVar("T", bound=_InConversation)
+
+
+def openers(items: Sequence[T], *, due: Callable[[T], float]) -> list[int]:
+    """Indices of the first item of each conversation in due order (ties in sequence order), in that
+    order; items without a conversation open none. The one rule of which requests a replay primes
+    and which the model's primed windows warm (`perfmodel.workload.primer_inputs`)."""
+    seen: set[str] = set()
+    out: list[int] = []
+    for index in sorted(range(len(items)), key=lambda i: due(items[i])):
+        conversation = items[index].conversation_id
+        if conversation and conversation not in seen:
+            seen.add(conversation)
+            out.append(index)
+    return out
+
+
 def primers(plan: Sequence[PlannedRequest]) -> list[tuple[int, PlannedRequest]]:
     """(index in `plan` of the request primed, its primer) for each conversation whose first request
     in due order (`at_s`, ties in plan order) has a history; in that order."""
-    seen: set[str] = set()
-    out: list[tuple[int, PlannedRequest]] = []
-    for index in sorted(range(len(plan)), key=lambda i: plan[i].at_s):
-        request = plan[index]
-        if not request.conversation_id or request.conversation_id in seen:
-            continue
-        seen.add(request.conversation_id)
-        earlier = history(request)
-        if earlier:
-            primer = dataclasses.replace(
-                request,
+    return [
+        (
+            index,
+            dataclasses.replace(
+                plan[index],
                 at_s=0.0,
-                request_id=request.request_id + PRIMER_SUFFIX,
+                request_id=plan[index].request_id + PRIMER_SUFFIX,
                 max_tokens=1,
-                messages=earlier,
+                messages=history(plan[index]),
                 prompt_tokens=0,
-            )
-            out.append((index, primer))
-    return out
+            ),
+        )
+        for index in openers(plan, due=lambda r: r.at_s)
+        if history(plan[index])
+    ]
