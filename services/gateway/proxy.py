@@ -5,6 +5,13 @@ endpoint's route weights, forwards the request (asking a streamed upstream for u
 stream through event by event as it arrives, and times every content chunk at the moment it is
 written to the client. When the request ends (completed, failed, or the client went away) its
 `Observation` becomes a record handed to the publisher: the response path does no telemetry I/O.
+
+What OpenAI clients rely on: every error is an OpenAI error body (`record.error_body`), JSON for
+unknown paths and methods too; a 503 or 429 says when to retry (`Retry-After`); a stream whose
+upstream fails after the 200 headers ends with an error event (`data: {"error": ...}`, which the
+OpenAI SDK raises as `APIError`) and no `[DONE]`, so a cut answer is never taken for a whole one;
+the client's `X-Request-Id` comes back on the reply. `GET /health` answers while the process
+serves; `GET /ready` while it also takes requests (routes loaded, not shutting down).
 """
 
 from __future__ import annotations
@@ -21,7 +28,14 @@ import aiohttp
 from aiohttp import web
 from evertune.gateway.prefix import chat_prompt, completion_prompt
 from evertune.gateway.publisher import Pending
-from evertune.gateway.record import Observation, apply_usage, build_record, error_body, read_payload
+from evertune.gateway.record import (
+    Observation,
+    apply_usage,
+    build_record,
+    client_request_id,
+    error_body,
+    read_payload,
+)
 from evertune.gateway.routing import NoDeployment, RouteBook, choose, upstream_model
 from evertune.gateway.settings import GatewaySettings
 
@@ -44,23 +58,59 @@ DROPPED_HEADERS = frozenset(
 
 Offer = Callable[[Pending], None]
 
+#: Statuses whose answer says when to retry (`Retry-After`, whole seconds).
+RETRY_STATUSES = frozenset({429, 503})
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+    """aiohttp's own errors (unknown path, wrong method, ...) as OpenAI error bodies, not text."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        if err.status == 404:
+            message = f"Invalid URL ({request.method} {request.path})"
+        elif err.status == 405:
+            message = f"{request.method} is not allowed on {request.path}"
+        else:
+            message = err.reason
+        headers = {
+            k: v for k, v in err.headers.items() if k.lower() not in ("content-type", "content-length")
+        }
+        return web.json_response(
+            error_body(message, status=err.status, code=None), status=err.status, headers=headers
+        )
+
 
 class Proxy:
     """The aiohttp application of the gateway and its upstream client session."""
 
     def __init__(
-        self, settings: GatewaySettings, book: RouteBook, offer: Offer, *, rng: random.Random | None = None
+        self,
+        settings: GatewaySettings,
+        book: RouteBook,
+        offer: Offer,
+        *,
+        ready: Callable[[], str | None] = lambda: None,
+        rng: random.Random | None = None,
     ):
+        """`ready`: why the gateway takes no requests now (None: it does), for `GET /ready`."""
         self.settings = settings
         self.book = book
         self.offer = offer
+        self.ready = ready
         self.rng = rng or random.Random()
         self.in_flight = 0
         self._session: aiohttp.ClientSession | None = None
-        self.app = web.Application(client_max_size=settings.max_body_bytes)
+        self.app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[json_errors])
         self.app.router.add_post("/v1/chat/completions", self.chat)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_get("/v1/models", self.models)
+        self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/ready", self.readiness)
         self.app.on_startup.append(self._open)
         self.app.on_cleanup.append(self._close)
 
@@ -78,8 +128,23 @@ class Proxy:
             await self._session.close()
 
     async def models(self, request: web.Request) -> web.Response:
-        data = [{"id": name, "object": "model", "owned_by": "evertune"} for name in self.book.endpoints()]
+        data = [
+            {"id": name, "object": "model", "created": self.book.created(name), "owned_by": "evertune"}
+            for name in self.book.endpoints()
+        ]
         return web.json_response({"object": "list", "data": data})
+
+    async def health(self, request: web.Request) -> web.Response:
+        """Liveness: the process serves HTTP."""
+        return web.json_response({"status": "ok"})
+
+    async def readiness(self, request: web.Request) -> web.Response:
+        """Readiness: 200 while the gateway takes requests, else 503 with the reason."""
+        reason = self.ready()
+        if reason is None:
+            return web.json_response({"status": "ready"})
+        body = error_body(reason, status=503, code="not_ready")
+        return web.json_response(body, status=503, headers={"Retry-After": str(self.settings.retry_after_s)})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._handle(request, telemetry_pb2.API_CHAT)
@@ -88,8 +153,10 @@ class Proxy:
         return await self._handle(request, telemetry_pb2.API_COMPLETIONS)
 
     async def _handle(self, request: web.Request, api: telemetry_pb2.Api) -> web.StreamResponse:
+        request_id = uuid.uuid4().hex
         obs = Observation(
-            request_id=uuid.uuid4().hex,
+            request_id=request_id,
+            reply_id=client_request_id(request.headers.get("X-Request-Id")) or request_id,
             start_time_unix_ns=time.time_ns(),
             received=time.perf_counter(),
             api=api,
@@ -114,12 +181,16 @@ class Proxy:
             obs.ended = obs.ended or time.perf_counter()
             self.offer(Pending(record=build_record(obs), prompt=prompt))
 
-    def _error(self, obs: Observation, status: int, message: str, *, kind: str, code: str) -> web.Response:
+    def _error(self, obs: Observation, status: int, message: str, *, code: str) -> web.Response:
         obs.status = status
         obs.error_class = obs.error_class or code
         obs.ended = time.perf_counter()
-        headers = {"x-request-id": obs.request_id}
-        return web.json_response(error_body(message, kind=kind, code=code), status=status, headers=headers)
+        headers = {"x-request-id": obs.reply_id}
+        if status in RETRY_STATUSES:
+            headers["Retry-After"] = str(self.settings.retry_after_s)
+        return web.json_response(
+            error_body(message, status=status, code=code), status=status, headers=headers
+        )
 
     async def _read_body(self, request: web.Request, obs: Observation) -> dict[str, Any] | web.Response:
         limit = self.settings.max_body_bytes
@@ -128,7 +199,6 @@ class Proxy:
                 obs,
                 413,
                 f"request body over {limit} bytes",
-                kind="invalid_request_error",
                 code="body_too_large",
             )
         try:
@@ -138,19 +208,14 @@ class Proxy:
                 obs,
                 413,
                 f"request body over {limit} bytes",
-                kind="invalid_request_error",
                 code="body_too_large",
             )
         try:
             body = json.loads(raw)
         except ValueError:
-            return self._error(
-                obs, 400, "request body is not valid JSON", kind="invalid_request_error", code="bad_json"
-            )
+            return self._error(obs, 400, "request body is not valid JSON", code="bad_json")
         if not isinstance(body, dict):
-            return self._error(
-                obs, 400, "request body must be a JSON object", kind="invalid_request_error", code="bad_json"
-            )
+            return self._error(obs, 400, "request body must be a JSON object", code="bad_json")
         model = body.get("model")
         obs.stream = body.get("stream") is True
         if not isinstance(model, str) or not model:
@@ -158,7 +223,6 @@ class Proxy:
                 obs,
                 400,
                 "`model` is required: the endpoint name",
-                kind="invalid_request_error",
                 code="missing_model",
             )
         obs.model = model
@@ -170,12 +234,12 @@ class Proxy:
         try:
             table = self.book.table(obs.model)
         except NotFound as err:
-            return self._error(obs, 404, str(err), kind="invalid_request_error", code="model_not_found")
+            return self._error(obs, 404, str(err), code="model_not_found")
         obs.endpoint = table.endpoint
         try:
             route = choose(table, self.rng)
         except NoDeployment as err:
-            return self._error(obs, 503, str(err), kind="service_unavailable", code="no_deployment")
+            return self._error(obs, 503, str(err), code="no_deployment")
         obs.deployment = route.deployment_id
         body["model"] = upstream_model(route, table.endpoint, self.settings.upstream_model)
         wants_usage = False
@@ -197,16 +261,11 @@ class Proxy:
                     return await self._whole(request, upstream, obs)
                 return await self._stream(request, upstream, obs, wants_usage)
         except TimeoutError:
-            return self._error(obs, 504, "upstream timed out", kind="upstream_error", code="upstream_timeout")
+            return self._error(obs, 504, "upstream timed out", code="upstream_timeout")
         except aiohttp.ClientConnectorError:
-            return self._error(
-                obs, 502, "upstream unreachable", kind="upstream_error", code="upstream_connect"
-            )
+            return self._error(obs, 502, "upstream unreachable", code="upstream_connect")
         except (aiohttp.ClientError, ConnectionError) as err:
-            name = type(err).__name__
-            return self._error(
-                obs, 502, f"upstream failed: {name}", kind="upstream_error", code="upstream_error"
-            )
+            return self._error(obs, 502, f"upstream failed: {type(err).__name__}", code="upstream_error")
 
     async def _whole(
         self, request: web.Request, upstream: aiohttp.ClientResponse, obs: Observation
@@ -226,7 +285,7 @@ class Proxy:
         response = web.Response(
             body=data,
             status=upstream.status,
-            headers={"Content-Type": content_type, "x-request-id": obs.request_id},
+            headers={"Content-Type": content_type, "x-request-id": obs.reply_id},
         )
         await response.prepare(request)
         await response.write_eof()
@@ -243,28 +302,31 @@ class Proxy:
             headers={
                 "Content-Type": "text/event-stream",
                 "Cache-Control": "no-cache",
-                "x-request-id": obs.request_id,
+                "x-request-id": obs.reply_id,
             },
         )
         await response.prepare(request)
         obs.status = 200
         decoder = SseDecoder()
-        done = False
+        failure = ""  #: why the upstream's stream ended before `[DONE]`; "" = it did not
         try:
             async for data in upstream.content.iter_any():
                 if await self._relay(response, decoder.feed(data), obs, wants_usage):
-                    done = True
                     break
-            if not done:
-                await self._relay(response, decoder.close(), obs, wants_usage)
-                obs.error_class = obs.error_class or "upstream_incomplete"
+            else:
+                if not await self._relay(response, decoder.close(), obs, wants_usage):
+                    failure = "upstream_incomplete"
         except ConnectionResetError:  # the client went away (aiohttp's reset error is one too)
             obs.client_disconnected = True
             obs.error_class = obs.error_class or "client_disconnect"
         except TimeoutError:
-            obs.error_class = obs.error_class or "upstream_timeout"
+            failure = "upstream_timeout"
         except aiohttp.ClientError:
-            obs.error_class = obs.error_class or "upstream_disconnect"
+            failure = "upstream_disconnect"
+        if obs.error_class == "upstream_stream_error":  # the upstream's own error event went by
+            obs.status = 502
+        if failure:
+            await self._fail_stream(response, obs, failure)
         obs.ended = time.perf_counter()
         if not obs.client_disconnected:
             try:
@@ -273,6 +335,20 @@ class Proxy:
                 obs.client_disconnected = True
         obs.ended = time.perf_counter()
         return response
+
+    async def _fail_stream(self, response: web.StreamResponse, obs: Observation, failure: str) -> None:
+        """End a stream whose upstream failed after the 200 headers with an OpenAI error event, so
+        the client knows its answer is cut (no `[DONE]` follows); recorded as a 502 (504 timeout)."""
+        obs.error_class = obs.error_class or failure
+        obs.status = 504 if failure == "upstream_timeout" else 502
+        if obs.client_disconnected or obs.error_class == "upstream_stream_error":  # already told
+            return
+        message = f"the upstream failed mid-stream ({failure}); the answer is incomplete"
+        event = json.dumps(error_body(message, status=obs.status, code=failure))
+        try:
+            await response.write(b"data: " + event.encode() + b"\n\n")
+        except ConnectionResetError:
+            obs.client_disconnected = True
 
     async def _relay(
         self, response: web.StreamResponse, payloads: list[str], obs: Observation, wants_usage: bool

@@ -20,7 +20,8 @@ MAX_MODEL_CHARS = 200  #: the client's `model` string is cut to this length in a
 class Observation:
     """One request as the gateway saw it; times are `perf_counter` seconds."""
 
-    request_id: str  #: gateway-assigned id, also `x-request-id`
+    request_id: str  #: gateway-assigned id of the record (unique, what telemetry dedupes on)
+    reply_id: str  #: `x-request-id` of the reply: the client's own when it sent one, else `request_id`
     start_time_unix_ns: int  #: wall-clock receipt time, ns since the epoch
     received: float  #: perf_counter at receipt
     api: telemetry_pb2.Api = telemetry_pb2.API_UNSPECIFIED  #: `Api` enum value
@@ -28,7 +29,9 @@ class Observation:
     model: str = ""  #: `model` as the client sent it
     stream: bool = False  #: the client asked for a stream
     deployment: str = ""  #: chosen deployment id
-    status: int = 0  #: HTTP status sent to the client
+    #: HTTP status of the answer: the one sent, or for a stream that failed after its 200 headers
+    #: the status its closing error event carries (502, 504)
+    status: int = 0
     error_class: str = ""  #: short machine-readable error class; "" = success
     upstream_sent: float | None = None  #: perf_counter when the upstream request left
     upstream_first: float | None = None  #: perf_counter when the first content chunk arrived
@@ -128,6 +131,35 @@ def apply_usage(obs: Observation, usage: Any) -> None:
         obs.cached_tokens = max(0, details["cached_tokens"])
 
 
-def error_body(message: str, *, kind: str, code: str) -> dict[str, Any]:
-    """An OpenAI-style error body."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+#: OpenAI's error `type` for the statuses the gateway answers itself (5xx not listed: "server_error").
+ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",  # OpenAI answers an unknown model so, with code "model_not_found"
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error `type` for an HTTP status: "server_error" for every 5xx."""
+    return ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(message: str, *, status: int, code: str | None) -> dict[str, Any]:
+    """An OpenAI-style error body (`type` from the status, `error_type`)."""
+    return {"error": {"message": message, "type": error_type(status), "param": None, "code": code}}
+
+
+#: Longest client `X-Request-Id` the gateway echoes back; a longer or unprintable one is replaced.
+MAX_CLIENT_REQUEST_ID_CHARS = 128
+
+
+def client_request_id(header: str | None) -> str | None:
+    """The client's `X-Request-Id` when it is usable as a reply header (1-128 printable ASCII
+    characters, no spaces); None otherwise (the gateway's own id is used instead)."""
+    if not header or len(header) > MAX_CLIENT_REQUEST_ID_CHARS:
+        return None
+    return header if all("!" <= ch <= "~" for ch in header) else None

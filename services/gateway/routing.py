@@ -8,6 +8,7 @@ request that already chose its route is not affected and new requests use the ne
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
@@ -51,13 +52,26 @@ class RouteBook:
     """The latest route table of every endpoint, as the KV watch delivered them."""
 
     tables: dict[str, endpoint_pb2.RouteTable] = field(default_factory=dict)  #: endpoint -> table
+    #: endpoint -> unix seconds of its first table this gateway saw (the table's write time, or
+    #: the time it arrived when the table has none): `/v1/models`' `created`
+    first_seen: dict[str, int] = field(default_factory=dict)
 
-    def put(self, key: str, value: bytes | None) -> None:
-        """Apply one KV update: a value replaces the endpoint's table, None (a delete) removes it."""
+    def put(self, key: str, value: bytes | None, *, now_s: float | None = None) -> None:
+        """Apply one KV update: a value replaces the endpoint's table, None (a delete) removes it.
+        `now_s`: the wall clock, unix seconds (default: now)."""
         if value is None:
             self.tables.pop(key, None)
-        else:
-            self.tables[key] = parse_table(key, value)
+            self.first_seen.pop(key, None)
+            return
+        table = parse_table(key, value)
+        self.tables[key] = table
+        if key not in self.first_seen:
+            written = table.update_time.seconds if table.HasField("update_time") else 0
+            self.first_seen[key] = written or int(time.time() if now_s is None else now_s)
+
+    def created(self, endpoint: str) -> int:
+        """Unix seconds the gateway dates the endpoint from (`first_seen`; 0 when unknown)."""
+        return self.first_seen.get(endpoint, 0)
 
     def table(self, endpoint: str) -> endpoint_pb2.RouteTable:
         """The endpoint's table; `NotFound` for an endpoint the gateway has no table for."""

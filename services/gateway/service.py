@@ -76,7 +76,7 @@ class GatewayService(Service):
         )
         self.spawn(self.publisher.run(self._http_closed), name="publisher")
         await self._watch_routes(js, ctx.nc)
-        self.proxy = Proxy(settings, self.book, self._offer)
+        self.proxy = Proxy(settings, self.book, self._offer, ready=self._not_ready)
         if settings.metrics:
             self.proxy.app.router.add_get(METRICS_PATH, metrics_handler(self.metrics_registry))
         # In-flight requests get most of the shutdown time; the rest is the publisher's final flush.
@@ -110,6 +110,11 @@ class GatewayService(Service):
         self.metrics.observe(item.record)
         assert self.publisher is not None
         self.publisher.offer(item)
+
+    def _not_ready(self) -> str | None:
+        """Why the gateway takes no requests now (`GET /ready`); None: it takes them. The proxy is
+        built once the route tables are loaded, so only a shutdown makes it not ready."""
+        return "the gateway is shutting down" if self.stopping.is_set() else None
 
     def _spool_files(self) -> list[Path]:
         if self.publisher is None:

@@ -48,5 +48,7 @@ class GatewaySettings(BaseSettings):
     spool_retry_s: float = Field(default=1.0, gt=0)
     #: Spool file of batches that could not be published; empty: `<data-dir>/gateway/spool.bin`.
     spool_path: Path | None = None
+    #: Seconds a 503 (no deployment takes requests, not ready) tells the client to wait before a retry.
+    retry_after_s: int = Field(default=1, ge=0)
     #: Answer Prometheus' `GET /metrics` on the gateway's HTTP port.
     metrics: bool = True

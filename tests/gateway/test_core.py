@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from evertune.gateway.prefix import chain_hashes, chat_prompt, completion_prompt, endpoint_key
 from evertune.gateway.publisher import Pending, Spool, group_batches, hash_prompts, read_spool, subject_of
-from evertune.gateway.record import Observation, build_record, read_payload
+from evertune.gateway.record import Observation, build_record, client_request_id, error_type, read_payload
 from evertune.gateway.routing import NoDeployment, RouteBook, choose, parse_table, upstream_model
 
 from evertune.errors import InvalidArgument, NotFound
@@ -60,6 +60,34 @@ def test_route_book_put_replace_delete() -> None:
     )
 
 
+def test_route_book_dates_an_endpoint_from_its_first_table() -> None:
+    book = RouteBook()
+    written = _table(1)
+    written.update_time.seconds = 1_700_000_000
+    book.put("ep", written.SerializeToString(), now_s=1_800_000_000)
+    book.put("ep", _table(1, 2).SerializeToString(), now_s=1_900_000_000)  # a later change keeps it
+    book.put("undated", _table(1).SerializeToString(), now_s=1_800_000_000.7)
+    assert (book.created("ep"), book.created("undated"), book.created("nope")) == (
+        1_700_000_000,
+        1_800_000_000,
+        0,
+    )
+    book.put("ep", None)
+    book.put("ep", _table(1).SerializeToString(), now_s=2_000_000_000)  # deleted, then made again
+    assert book.created("ep") == 2_000_000_000
+
+
+def test_error_types_and_client_request_ids() -> None:
+    assert [error_type(s) for s in (400, 404, 413, 429, 500, 502, 503, 504)] == [
+        *["invalid_request_error"] * 3,
+        "rate_limit_error",
+        *["server_error"] * 4,
+    ]
+    assert client_request_id("call-7:turn/3") == "call-7:turn/3"
+    assert [client_request_id(v) for v in (None, "", "a b", "é", "x" * 129, "ok\n")] == [None] * 6
+    assert client_request_id("x" * 128) == "x" * 128
+
+
 def test_prefix_chain() -> None:
     key = endpoint_key(b"secret", "ep")
     tokens = list(range(300))
@@ -104,7 +132,9 @@ def test_read_payload() -> None:
 
 
 def test_build_record_times_and_no_text() -> None:
-    obs = Observation(request_id="r", start_time_unix_ns=1, received=10.0, stream=True, model="m" * 500)
+    obs = Observation(
+        request_id="r", reply_id="r", start_time_unix_ns=1, received=10.0, stream=True, model="m" * 500
+    )
     obs.upstream_sent, obs.upstream_first = 10.001, 10.050
     obs.writes = [10.052, 10.062, 10.075]
     obs.ended = 10.080

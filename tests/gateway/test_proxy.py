@@ -8,7 +8,12 @@ import time
 from typing import Any
 
 import aiohttp
+import openai
+import pytest
 from evertune.gateway import GatewayService
+from evertune.gateway.proxy import Proxy
+from evertune.gateway.routing import RouteBook
+from evertune.gateway.settings import GatewaySettings
 from nats.js import JetStreamContext
 from openai import AsyncOpenAI
 
@@ -117,14 +122,122 @@ async def test_openai_sdk_streams_through_the_gateway(
     )
     try:
         models = await client.models.list()
-        assert endpoint in [m.id for m in models.data]
+        (model,) = [m for m in models.data if m.id == endpoint]
+        assert abs(model.created - time.time()) < 600
         stream = await client.chat.completions.create(
             model=endpoint, messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True
         )
         texts = [chunk.choices[0].delta.content async for chunk in stream if chunk.choices]
+        whole = await client.completions.create(
+            model=endpoint, prompt="hi", max_tokens=2, extra_headers={"X-Fake": "ttft_ms=5,whole=1"}
+        )
     finally:
         await client.close()
     assert "".join(t or "" for t in texts) == "t0 t1 t2 t3 "
+    assert whole.choices[0].text == "t0 t1 "
+
+
+@pytest.mark.parametrize(
+    ("fake", "error_class"),
+    [
+        ("drop_after=2", "upstream_disconnect"),  # the connection is cut
+        ("no_done=1", "upstream_incomplete"),  # the stream ends without [DONE]
+        ("error_after=2", "upstream_stream_error"),  # the upstream's own error event
+    ],
+)
+async def test_mid_stream_failure_raises_in_the_sdk_and_counts_as_an_error(
+    gateway: GatewayService, js: JetStreamContext, fake_url: str, fake: str, error_class: str
+) -> None:
+    endpoint = new_endpoint()
+    await put_routes(js, gateway, endpoint, [("dep-cut", fake_url, 10000)])
+    client = AsyncOpenAI(
+        base_url=base_url(gateway) + "/v1", api_key="unused", default_headers={"X-Fake": f"ttft_ms=5,{fake}"}
+    )
+    texts: list[str] = []
+    try:
+        stream = await client.chat.completions.create(
+            model=endpoint, messages=[{"role": "user", "content": "hi"}], max_tokens=6, stream=True
+        )
+        with pytest.raises(openai.APIError, match=r"fixture error|mid-stream"):
+            async for chunk in stream:
+                texts += [c.delta.content or "" for c in chunk.choices]
+    finally:
+        await client.close()
+    if error_class != "upstream_incomplete":
+        assert "".join(texts) == "t0 t1 "  # what came before the failure was passed on
+    (record,) = await read_records(js, f"evertune.telemetry.{endpoint}")
+    assert (record.status_code, record.error_class) == (502, error_class)
+    counted = gateway.metrics_registry.get_sample_value(
+        "evertune_gateway_requests_total",
+        {"endpoint": endpoint, "deployment": "dep-cut", "status_class": "5xx"},
+    )
+    assert counted == 1
+
+
+async def test_the_clients_request_id_comes_back(
+    gateway: GatewayService, js: JetStreamContext, fake_url: str
+) -> None:
+    endpoint = new_endpoint()
+    await put_routes(js, gateway, endpoint, [("dep-a", fake_url, 10000)])
+    good = {"model": endpoint, "prompt": "x", "max_tokens": 1, "stream": True}
+    missing = {"model": "no-such-endpoint", "prompt": "x"}
+    async with aiohttp.ClientSession() as session:
+        for body, sent, kept in [
+            (good, "call-42.turn-3", True),
+            (missing, "call-42.turn-4", True),  # errors too
+            (good, "has a space", False),
+            (good, "x" * 129, False),
+        ]:
+            headers = {"X-Request-Id": sent, "X-Fake": "ttft_ms=1"}
+            async with session.post(
+                base_url(gateway) + "/v1/completions", json=body, headers=headers
+            ) as response:
+                await response.read()
+                got = response.headers["x-request-id"]
+            assert (got == sent) is kept
+            if not kept:
+                assert len(got) == 32 and int(got, 16) >= 0  # the gateway's own id instead
+
+
+async def test_health_ready_and_json_for_unknown_paths_and_methods(gateway: GatewayService) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base_url(gateway) + "/health") as response:
+            assert (response.status, await response.json()) == (200, {"status": "ok"})
+        async with session.get(base_url(gateway) + "/ready") as response:
+            assert (response.status, await response.json()) == (200, {"status": "ready"})
+        async with session.post(base_url(gateway) + "/v1/embeddings", json={}) as response:
+            body = await response.json()
+            assert response.status == 404 and body["error"]["type"] == "invalid_request_error"
+            assert body["error"]["message"] == "Invalid URL (POST /v1/embeddings)"
+        async with session.get(base_url(gateway) + "/v1/chat/completions") as response:
+            body = await response.json()
+            assert response.status == 405 and "POST" in response.headers["Allow"]
+            assert body["error"]["type"] == "invalid_request_error"
+
+
+async def test_not_ready_is_503_with_the_reason() -> None:
+    proxy = Proxy(
+        GatewaySettings(port=0, retry_after_s=3), RouteBook(), lambda _: None, ready=lambda: "draining"
+    )
+    runner = aiohttp.web.AppRunner(proxy.app)
+    await runner.setup()
+    port = free_port()
+    await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/ready") as response,
+        ):
+            body = await response.json()
+            assert (response.status, response.headers["Retry-After"]) == (503, "3")
+            assert body["error"] == {
+                "message": "draining",
+                "type": "server_error",
+                "param": None,
+                "code": "not_ready",
+            }
+    finally:
+        await runner.cleanup()
 
 
 async def _post(
@@ -177,6 +290,11 @@ async def test_no_deployment_is_503(gateway: GatewayService, js: JetStreamContex
         gateway, json.dumps({"model": endpoint, "prompt": "x"}).encode(), "/v1/completions"
     )
     assert status == 503 and body["error"]["code"] == "no_deployment"
+    assert body["error"]["type"] == "server_error"
+    async with aiohttp.ClientSession() as session:
+        data = {"model": endpoint, "prompt": "x"}
+        async with session.post(base_url(gateway) + "/v1/completions", json=data) as response:
+            assert response.headers["Retry-After"] == str(gateway.settings.retry_after_s)
 
 
 async def test_upstream_error_status_passes_through(

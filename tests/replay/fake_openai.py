@@ -12,6 +12,7 @@ the test's event loop. Behaviour per request comes from the `X-Fake` header, com
     no_done      1: end the stream cleanly but without `data: [DONE]`
     error_after  send an in-stream `{"error": ...}` payload after this many text chunks [never]
     crlf         1: end SSE lines with CRLF, and split each event across two writes
+    whole        1: answer one JSON body (a non-streamed completion) after ttft_ms
 
 Chunks are due on an absolute schedule (arrival + ttft + i * itl). asyncio.sleep overshoots, so the
 server records what it actually did: per `X-Request-Id`, the time from the handler's start to the
@@ -70,6 +71,8 @@ async def stream(request: web.Request, api: str) -> web.StreamResponse:
         return web.json_response(error, status=status)
     tokens = int(settings.get("tokens", body.get("max_tokens", 16)))
     ttft_s = settings.get("ttft_ms", 20.0) / 1000.0
+    if settings.get("whole"):
+        return await _whole(api, body, tokens=tokens, delay_s=ttft_s)
     itl_s = settings.get("itl_ms", 5.0) / 1000.0
     drop_after = int(settings.get("drop_after", -1))
     error_after = int(settings.get("error_after", -1))
@@ -122,6 +125,23 @@ async def stream(request: web.Request, api: str) -> web.StreamResponse:
         await send("[DONE]")
     await response.write_eof()
     return response
+
+
+async def _whole(api: str, body: dict[str, Any], *, tokens: int, delay_s: float) -> web.Response:
+    """A non-streamed completion of `tokens` words, after `delay_s`."""
+    await asyncio.sleep(delay_s)
+    text = "".join(f"t{i} " for i in range(tokens))
+    if api == "chat":
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+        kind = "chat.completion"
+    else:
+        choice, kind = {"index": 0, "text": text}, "text_completion"
+    choice["finish_reason"] = "length"
+    usage = {"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": 1 + tokens}
+    model = body.get("model", "")
+    return web.json_response(
+        {"id": "x", "object": kind, "created": 0, "model": model, "choices": [choice], "usage": usage}
+    )
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
