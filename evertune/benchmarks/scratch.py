@@ -21,6 +21,7 @@ class ScratchBus:
     """What a benchmark gets inside `scratch_bus`."""
 
     folder: Path  #: the temporary folder (NATS store under `nats/`); free for the benchmark's own files
+    url: str  #: the server's client URL, for processes the benchmark starts
     nc: Client  #: a connection to the server
     js: JetStreamContext  #: JetStream on it, streams and buckets declared
 
@@ -37,7 +38,7 @@ async def scratch_bus(name: str) -> AsyncIterator[ScratchBus]:
             try:
                 js = nc.jetstream()
                 await declare(js, load_definitions())
-                yield ScratchBus(folder=folder, nc=nc, js=js)
+                yield ScratchBus(folder=folder, url=server.url, nc=nc, js=js)
             finally:
                 await nc.close()
         finally:

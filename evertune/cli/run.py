@@ -28,4 +28,5 @@ def run(name: str) -> int:
         )
         return 0
 
-    return asyncio.run(main())
+    with asyncio.Runner(loop_factory=service.loop_factory()) as runner:
+        return runner.run(main())

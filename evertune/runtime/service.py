@@ -11,7 +11,7 @@ pass it to `DurableConsumer.run`) and returns once its in-flight work is done. N
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -63,6 +63,11 @@ class Service:
     def details(self) -> dict[str, Any]:
         """Service-specific figures for `evertune status` (counters, queue depths)."""
         return {}
+
+    def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop] | None:
+        """The event loop this service runs on when it has a process of its own (`evertune run`);
+        None: asyncio's own. Services that host others' code in their loop keep asyncio's."""
+        return None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def spawn(self, coro: Coroutine[Any, Any, None], *, name: str) -> None:

@@ -50,5 +50,8 @@ class GatewaySettings(BaseSettings):
     spool_path: Path | None = None
     #: Seconds a 503 (no deployment takes requests, not ready) tells the client to wait before a retry.
     retry_after_s: int = Field(default=1, ge=0)
+    #: Event loop of the gateway's own process (`evertune run gateway`): "uvloop" (libuv, when
+    #: installed) or "asyncio". Under `evertune up` the gateway shares the host's asyncio loop.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     #: Answer Prometheus' `GET /metrics` on the gateway's HTTP port.
     metrics: bool = True
