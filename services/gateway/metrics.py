@@ -10,6 +10,7 @@
 | `evertune_gateway_records_published_total` | counter | | records acked by JetStream |
 | `evertune_gateway_records_spooled_total` | counter | | records written to the spool |
 | `evertune_gateway_records_drained_total` | counter | | spooled records published later |
+| `evertune_gateway_records_dropped_total` | counter | | records given up (spool cap, oversized) |
 
 Requests and TTFT are counted when a request's record is handed to the publisher (every request
 gets one, errors included); the publisher's figures are read from its stats at scrape time.
@@ -59,6 +60,11 @@ class _PublisherCollector(Collector):
                 stats.spooled_records,
             ),
             ("evertune_gateway_records_drained", "Spooled records published later", stats.drained_records),
+            (
+                "evertune_gateway_records_dropped",
+                "Telemetry records given up (spool over its cap, a record larger than a message)",
+                stats.dropped_records,
+            ),
         ):
             counter = CounterMetricFamily(name, help_text)
             counter.add_metric([], value)

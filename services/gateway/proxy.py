@@ -167,9 +167,10 @@ class Proxy:
             body = await self._read_body(request, obs)
             if isinstance(body, web.Response):
                 return body
-            prompt = chat_prompt(body.get("messages")) if api == telemetry_pb2.API_CHAT else None
-            if api == telemetry_pb2.API_COMPLETIONS:
-                prompt = completion_prompt(body.get("prompt"))
+            if obs.model in self.book.tables:  # no prompt work for a model that is not served
+                prompt = chat_prompt(body.get("messages")) if api == telemetry_pb2.API_CHAT else None
+                if api == telemetry_pb2.API_COMPLETIONS:
+                    prompt = completion_prompt(body.get("prompt"))
             return await self._forward(request, body, obs)
         except asyncio.CancelledError:
             obs.client_disconnected = True

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import socket
 import struct
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from evertune.gateway.prefix import chain_hashes, endpoint_key
+from nats.errors import MaxPayloadError
 from tokenizers import Tokenizer
 
 from evertune.logging import get_logger
@@ -55,6 +58,9 @@ class PublisherStats:
     published_batches: int = 0  #: batches acked by JetStream
     spooled_records: int = 0  #: records written to the spool
     drained_records: int = 0  #: spooled records published later
+    dropped_records: int = (
+        0  #: records given up: the spool outgrew its cap, or a record alone outgrew a message
+    )
     queue_depth: int = 0  #: records waiting now
     last_error: str = field(default="")  #: the most recent publish failure
 
@@ -91,65 +97,159 @@ def hash_prompts(items: Sequence[Pending], tokenizer: Tokenizer | None, secret: 
         item.prompt = None
 
 
+#: Bytes a batch leaves free under the server's max payload (the Nats-Msg-Id header and framing).
+HEADER_ROOM = 1024
+#: Bytes a record adds to a batch besides its own (field tag and length).
+RECORD_FRAMING = 6
+
+
 def group_batches(
-    records: Sequence[telemetry_pb2.RequestRecord], source: str
+    records: Sequence[telemetry_pb2.RequestRecord], source: str, *, max_bytes: int
 ) -> list[telemetry_pb2.RequestRecordBatch]:
-    """One batch per endpoint, records in the order they ended, each with a fresh batch id."""
+    """Batches per endpoint, records in the order they ended, each with a fresh batch id and at
+    most `max_bytes` serialized (an endpoint's records are split over several batches when they do
+    not fit one; a record larger than `max_bytes` alone gets a batch of its own)."""
     by_endpoint: dict[str, list[telemetry_pb2.RequestRecord]] = {}
     for record in records:
         by_endpoint.setdefault(record.endpoint, []).append(record)
     return [
-        telemetry_pb2.RequestRecordBatch(records=rs, batch_id=uuid.uuid4().hex, source=source)
+        telemetry_pb2.RequestRecordBatch(records=part, batch_id=uuid.uuid4().hex, source=source)
         for rs in by_endpoint.values()
+        for part in _fitting(rs, max_bytes - len(source) - 64)  # 64: the batch id and framing
     ]
 
 
-class Spool:
-    """The append-only file of batches that could not be published."""
+def _fitting(
+    records: Sequence[telemetry_pb2.RequestRecord], room: int
+) -> list[list[telemetry_pb2.RequestRecord]]:
+    """`records` cut into consecutive runs whose serialized sizes sum to at most `room`."""
+    parts: list[list[telemetry_pb2.RequestRecord]] = [[]]
+    used = 0
+    for record in records:
+        size = record.ByteSize() + RECORD_FRAMING
+        if parts[-1] and used + size > room:
+            parts.append([])
+            used = 0
+        parts[-1].append(record)
+        used += size
+    return [part for part in parts if part]
 
-    def __init__(self, path: Path) -> None:
+
+def split_batch(
+    batch: telemetry_pb2.RequestRecordBatch, max_bytes: int
+) -> list[telemetry_pb2.RequestRecordBatch]:
+    """`batch` as pieces of at most `max_bytes` (itself when it fits). Pieces get ids derived from
+    the batch's (`<id>-<n>`), so a piece published twice is still stored once."""
+    if batch.ByteSize() <= max_bytes:
+        return [batch]
+    room = max_bytes - len(batch.source) - len(batch.batch_id) - 64
+    return [
+        telemetry_pb2.RequestRecordBatch(records=part, batch_id=f"{batch.batch_id}-{n}", source=batch.source)
+        for n, part in enumerate(_fitting(batch.records, room))
+    ]
+
+
+#: Entry header of the spool file: the serialized batch's length, 4 bytes big-endian.
+_LENGTH = struct.Struct(">I")
+#: Bytes copied at a time when the spool is rewritten.
+_COPY_CHUNK = 1 << 20
+#: Share of `max_bytes` a spool file is cut back to when it outgrows it (room before the next cut).
+TRIM_TO = 0.75
+
+
+def _entries(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(offset just past the entry, serialized batch) of each whole entry from the file's current
+    position, one at a time; stops at the end or at a torn last entry (a crash mid-write)."""
+    while True:
+        head = f.read(_LENGTH.size)
+        if len(head) < _LENGTH.size:
+            return
+        (size,) = _LENGTH.unpack(head)
+        body = f.read(size)
+        if len(body) < size:
+            return
+        yield f.tell(), body
+
+
+class Spool:
+    """The append-only file of batches that could not be published, and the one being drained.
+
+    Each file holds at most `max_bytes` of whole entries: an append that outgrows it drops the
+    file's oldest entries (down to `TRIM_TO` of it) and says how many records it dropped. Files
+    are read one entry at a time, never whole."""
+
+    def __init__(self, path: Path, *, max_bytes: int) -> None:
         self.path = path
         self.draining = path.with_name(path.name + ".draining")
+        self.max_bytes = max_bytes
         path.parent.mkdir(parents=True, exist_ok=True)
 
-    def append(self, batches: Sequence[telemetry_pb2.RequestRecordBatch]) -> None:
-        data = b"".join(struct.pack(">I", len(b)) + b for b in (x.SerializeToString() for x in batches))
+    def append(self, batches: Sequence[telemetry_pb2.RequestRecordBatch]) -> int:
+        """Write `batches` after the others; the records dropped to stay under `max_bytes`."""
+        data = b"".join(_LENGTH.pack(len(b)) + b for b in (x.SerializeToString() for x in batches))
         with self.path.open("ab") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+            size = f.tell()
+        return self._trim() if size > self.max_bytes else 0
+
+    def _trim(self) -> int:
+        """Drop the oldest entries of the spool file until it holds at most `TRIM_TO` of
+        `max_bytes`; the count of records dropped."""
+        size = self.path.stat().st_size
+        dropped = 0
+        keep_from = 0
+        with self.path.open("rb") as f:
+            for end, body in _entries(f):
+                if size - keep_from <= self.max_bytes * TRIM_TO:
+                    break
+                dropped += len(telemetry_pb2.RequestRecordBatch.FromString(body).records)
+                keep_from = end
+            f.seek(keep_from)
+            tmp = self.path.with_name(self.path.name + ".trim")
+            with tmp.open("wb") as out:
+                while chunk := f.read(_COPY_CHUNK):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, self.path)
+        return dropped
 
     def has_data(self) -> bool:
         return self.draining.exists() or (self.path.exists() and self.path.stat().st_size > 0)
 
-    def take(self) -> list[telemetry_pb2.RequestRecordBatch]:
-        """Move the spool aside and read its batches (a previous interrupted drain comes first)."""
+    def take(self) -> Generator[tuple[int, telemetry_pb2.RequestRecordBatch]]:
+        """Move the spool aside (unless an interrupted drain left one) and read its batches one at a
+        time: (offset just past the batch, batch). Pass the offset reached to `done`."""
         if not self.draining.exists():
             if not self.path.exists():
-                return []
+                return
             self.path.rename(self.draining)
-        return read_spool(self.draining.read_bytes())
+        with self.draining.open("rb") as f:
+            for end, body in _entries(f):
+                yield end, telemetry_pb2.RequestRecordBatch.FromString(body)
 
-    def done(self, rest: Sequence[telemetry_pb2.RequestRecordBatch]) -> None:
-        """The drain ended: put back what was not published, remove the drained file."""
-        if rest:
-            self.append(rest)
-        self.draining.unlink(missing_ok=True)
+    def done(self, offset: int) -> int:
+        """The drain ended at `offset` of the drained file: its entries from there (not published)
+        go back into the spool, copied one at a time, then the drained file is removed. The
+        records dropped to keep the spool under `max_bytes`."""
+        if not self.draining.exists():
+            return 0
+        with self.draining.open("rb") as f, self.path.open("ab") as out:
+            f.seek(offset)
+            for _, body in _entries(f):
+                out.write(_LENGTH.pack(len(body)) + body)
+            out.flush()
+            os.fsync(out.fileno())
+            size = out.tell()
+        self.draining.unlink()
+        return self._trim() if size > self.max_bytes else 0
 
 
 def read_spool(data: bytes) -> list[telemetry_pb2.RequestRecordBatch]:
     """The batches of a spool file's bytes; a torn last entry is skipped."""
-    batches: list[telemetry_pb2.RequestRecordBatch] = []
-    offset = 0
-    while offset + 4 <= len(data):
-        (size,) = struct.unpack_from(">I", data, offset)
-        if offset + 4 + size > len(data):
-            break
-        batch = telemetry_pb2.RequestRecordBatch()
-        batch.ParseFromString(data[offset + 4 : offset + 4 + size])
-        batches.append(batch)
-        offset += 4 + size
-    return batches
+    return [telemetry_pb2.RequestRecordBatch.FromString(body) for _, body in _entries(io.BytesIO(data))]
 
 
 class Publisher:
@@ -167,9 +267,13 @@ class Publisher:
         batch_records: int,
         batch_ms: float,
         retry_s: float,
+        max_batch_bytes: Callable[[], int],
         source: str = "",
     ) -> None:
+        """`max_batch_bytes`: the largest batch the bus takes now (the server's max payload less
+        `HEADER_ROOM`), asked before each batch is cut."""
         self._publish = publish
+        self._max_batch_bytes = max_batch_bytes
         self.spool = spool
         self._tokenizer = tokenizer
         self._secret = secret
@@ -189,8 +293,7 @@ class Publisher:
             self._queue.put_nowait(item)
         except asyncio.QueueFull:
             hash_prompts([item], self._tokenizer, self._secret, self._block)
-            self.spool.append(group_batches([item.record], self._source))
-            self.stats.spooled_records += 1
+            self._spool(group_batches([item.record], self._source, max_bytes=self._max_batch_bytes()))
 
     async def run(self, closed: asyncio.Event) -> None:
         """Publish until `closed` is set (no more offers will come), then flush and return."""
@@ -250,47 +353,76 @@ class Publisher:
 
     async def _send(self, items: list[Pending]) -> None:
         await asyncio.to_thread(hash_prompts, items, self._tokenizer, self._secret, self._block)
-        batches = group_batches([p.record for p in items], self._source)
+        batches = group_batches([p.record for p in items], self._source, max_bytes=self._max_batch_bytes())
         if self._bus_down:
             self._spool(batches)
             return
         for i, batch in enumerate(batches):
-            if not await self._try(batch):
+            published = await self._try(batch)
+            if published is None:
                 self._spool(batches[i:])
                 return
-            self.stats.published_records += len(batch.records)
+            self.stats.published_records += published
 
     def _spool(self, batches: Sequence[telemetry_pb2.RequestRecordBatch]) -> None:
-        self.spool.append(batches)
+        self._dropped(self.spool.append(batches))
         self.stats.spooled_records += sum(len(b.records) for b in batches)
 
-    async def _try(self, batch: telemetry_pb2.RequestRecordBatch) -> bool:
+    def _dropped(self, records: int) -> None:
+        if records:
+            self.stats.dropped_records += records
+            log.warning("telemetry records dropped: the spool is full", records=records)
+
+    async def _try(self, batch: telemetry_pb2.RequestRecordBatch) -> int | None:
+        """Publish `batch` (in pieces that fit the bus, a batch spooled under a larger limit
+        included): the records published, or None when the bus failed and the batch is to be kept.
+        A piece the bus refuses as too large, which `split_batch` leaves only to a single record
+        larger than a message, is dropped and counted: kept, it would hold back every later batch
+        of the spool."""
+        published = 0
+        for piece in split_batch(batch, self._max_batch_bytes()):
+            sent = await self._try_piece(piece)
+            if sent is None:
+                return None
+            published += sent
+        return published
+
+    async def _try_piece(self, batch: telemetry_pb2.RequestRecordBatch) -> int | None:
+        """Publish one batch that should fit: its records published (0: refused as too large, and
+        dropped), or None when the bus failed."""
         endpoint = batch.records[0].endpoint if batch.records else ""
         self._last_try = time.monotonic()
         try:
             await self._publish(subject_of(endpoint), batch)
+        except MaxPayloadError:
+            self.stats.dropped_records += len(batch.records)
+            log.error("telemetry batch larger than a message dropped", records=len(batch.records))
+            return 0
         except Exception as err:  # any failure of the bus: keep the batch, try again later
             self.stats.last_error = f"{type(err).__name__}: {err}"
             if not self._bus_down:
                 log.warning("telemetry publish failed; spooling", error=self.stats.last_error)
             self._bus_down = True
-            return False
+            return None
         if self._bus_down:
             log.info("telemetry publish works again; draining the spool")
         self._bus_down = False
         self.stats.published_batches += 1
-        return True
+        return len(batch.records)
 
     async def drain(self) -> None:
-        """Publish the spool's batches, oldest first; stop at the first failure and keep the rest."""
-        batches = self.spool.take()
-        sent = 0
+        """Publish the spool's batches, oldest first, one at a time; stop at the first failure and
+        keep the rest."""
+        entries = self.spool.take()
+        offset = 0  #: bytes of the drained file published
         try:
-            for batch in batches:
-                if not await self._try(batch):
+            for end, batch in entries:
+                published = await self._try(batch)
+                if published is None:
                     break
-                sent += 1
-                self.stats.drained_records += len(batch.records)
-                self.stats.published_records += len(batch.records)
+                offset = end
+                self.stats.drained_records += published
+                self.stats.published_records += published
         finally:
-            self.spool.done(batches[sent:])
+            entries.close()
+            self._dropped(self.spool.done(offset))

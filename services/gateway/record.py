@@ -13,7 +13,9 @@ from typing import Any
 
 from evertune.v1 import telemetry_pb2
 
-MAX_MODEL_CHARS = 200  #: the client's `model` string is cut to this length in a record
+#: the client's `model` string is cut to this length in a record (kept only when it named an
+#: endpoint: a name that matched none is counted in the metrics, not stored)
+MAX_MODEL_CHARS = 200
 
 
 @dataclass
@@ -56,7 +58,7 @@ def build_record(obs: Observation) -> telemetry_pb2.RequestRecord:
         deployment=obs.deployment,
         start_time_unix_ns=obs.start_time_unix_ns,
         api=obs.api,
-        model=obs.model[:MAX_MODEL_CHARS],
+        model=obs.model[:MAX_MODEL_CHARS] if obs.endpoint else "",  # a client's unknown name is not kept
         stream=obs.stream,
         status_code=obs.status,
         error_class=obs.error_class,

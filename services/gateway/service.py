@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from aiohttp import web
 from evertune.gateway.metrics import GatewayMetrics
 from evertune.gateway.proxy import Proxy
-from evertune.gateway.publisher import Pending, Publisher, Spool
+from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
 from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import GatewaySettings
 from nats.aio.client import Client
@@ -66,7 +66,7 @@ class GatewayService(Service):
         spool_path = settings.spool_path or ctx.shared.data_dir.expanduser() / "gateway" / "spool.bin"
         self.publisher = Publisher(
             send,
-            Spool(spool_path),
+            Spool(spool_path, max_bytes=settings.spool_max_bytes),
             tokenizer=tokenizer,
             secret=settings.prefix_secret.get_secret_value().encode(),
             block_tokens=settings.prefix_block_tokens,
@@ -74,6 +74,7 @@ class GatewayService(Service):
             batch_records=settings.batch_records,
             batch_ms=settings.batch_ms,
             retry_s=settings.spool_retry_s,
+            max_batch_bytes=lambda: ctx.nc.max_payload - HEADER_ROOM,
         )
         self.spawn(self.publisher.run(self._http_closed), name="publisher")
         await self._watch_routes(js, ctx.nc)
@@ -181,6 +182,7 @@ class GatewayService(Service):
                 "published_records": stats.published_records,
                 "spooled_records": stats.spooled_records,
                 "drained_records": stats.drained_records,
+                "dropped_records": stats.dropped_records,
                 "queue_depth": stats.queue_depth,
             }
         return figures

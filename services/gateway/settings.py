@@ -48,6 +48,9 @@ class GatewaySettings(BaseSettings):
     spool_retry_s: float = Field(default=1.0, gt=0)
     #: Spool file of batches that could not be published; empty: `<data-dir>/gateway/spool.bin`.
     spool_path: Path | None = None
+    #: Bytes the spool file holds at most (and the file being drained, so twice this on disk at
+    #: most); past it the oldest records are dropped and counted.
+    spool_max_bytes: int = Field(default=512 * 1024 * 1024, ge=64 * 1024)
     #: Seconds a 503 (no deployment takes requests, not ready) tells the client to wait before a retry.
     retry_after_s: int = Field(default=1, ge=0)
     #: Event loop of the gateway's own process (`evertune run gateway`): "uvloop" (libuv, when

@@ -143,21 +143,24 @@ def test_build_record_times_and_no_text() -> None:
     assert list(record.itl_ms) == pytest.approx([10.0, 13.0], abs=1e-3)
     assert record.e2e_ms == pytest.approx(80.0)
     assert record.upstream_ttft_ms == pytest.approx(49.0)
-    assert len(record.model) == 200
+    assert record.model == ""  # it named no endpoint: not kept
+    obs.endpoint = "m" * 500
+    assert len(build_record(obs).model) == 200
 
 
 def test_spool_round_trip(tmp_path: Path) -> None:
-    spool = Spool(tmp_path / "spool.bin")
+    spool = Spool(tmp_path / "spool.bin", max_bytes=1 << 20)
     records = [telemetry_pb2.RequestRecord(request_id=str(i), endpoint=f"e{i % 2}") for i in range(5)]
-    batches = group_batches(records, "test")
+    batches = group_batches(records, "test", max_bytes=1 << 20)
     assert [len(b.records) for b in batches] == [3, 2]
     spool.append(batches)
     with (tmp_path / "spool.bin").open("ab") as f:
         f.write(b"\x00\x00\x01\x00torn")  # a crash mid-write
     assert spool.has_data()
-    taken = spool.take()
-    assert taken == batches
+    taken = list(spool.take())
+    assert [batch for _, batch in taken] == batches
     spool.append([batches[0]])  # spilled while draining
-    spool.done(taken[1:])
+    assert spool.done(taken[0][0]) == 0  # the first batch was published; the second goes back
     assert sorted(len(b.records) for b in read_spool((tmp_path / "spool.bin").read_bytes())) == [2, 3]
+    assert not spool.draining.exists()
     assert subject_of("") == "evertune.telemetry._unrouted"

@@ -266,6 +266,7 @@ async def test_bad_input_gets_4xx_and_a_record(gateway: GatewayService, js: JetS
     records = await read_records(js, "evertune.telemetry._unrouted", count=len(ids), request_ids=set(ids))
     assert {r.request_id: (r.status_code, r.error_class) for r in records} == ids
     assert all(r.endpoint == "" and r.deployment == "" for r in records)
+    assert all(r.model == "" for r in records)  # a name that matched no endpoint is not stored
 
 
 async def test_upstream_down_is_502_and_recorded(gateway: GatewayService, js: JetStreamContext) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from evertune.gateway.publisher import Pending, Publisher, Spool
+from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
 from nats.js import JetStreamContext
 
 from evertune.bus import connect, declare, load_definitions, publish
@@ -35,7 +35,7 @@ async def test_records_are_spooled_while_nats_is_down_then_drained(tmp_path: Pat
 
         publisher = Publisher(
             send,
-            Spool(tmp_path / "spool.bin"),
+            Spool(tmp_path / "spool.bin", max_bytes=1 << 20),
             tokenizer=None,
             secret=b"s",
             block_tokens=4,
@@ -43,6 +43,7 @@ async def test_records_are_spooled_while_nats_is_down_then_drained(tmp_path: Pat
             batch_records=10,
             batch_ms=5.0,
             retry_s=0.2,
+            max_batch_bytes=lambda: nc.max_payload - HEADER_ROOM,
             source="test",
         )
         closed = asyncio.Event()
