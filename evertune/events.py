@@ -14,8 +14,13 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Final
 
+from google.protobuf.message import DecodeError
+
 from evertune.errors import InvalidArgument
+from evertune.logging import get_logger
 from evertune.v1 import common_pb2, events_pb2
+
+log = get_logger("evertune.events")
 
 #: First two tokens of every event subject.
 SUBJECT_PREFIX: Final = "evertune.events"
@@ -226,3 +231,15 @@ def event_payload(event: events_pb2.Event) -> EventPayload:
 def subject_of(event: events_pb2.Event) -> str:
     """Subject a received or built event belongs on."""
     return event_subject(event_kind(event), event.endpoint)
+
+
+def decode_event(data: bytes, *, subject: str = "") -> events_pb2.Event | None:
+    """The event `data` carries, or None when it does not decode (logged with its subject and
+    size). Readers that cannot terminate a message (ordered consumers: `WatchEvents`, the trial
+    lookup, `events tail`) skip it with this, so one forged or corrupt message on an events
+    subject never ends their stream; durable consumers terminate it as poison instead."""
+    try:
+        return events_pb2.Event.FromString(data)
+    except DecodeError:
+        log.warning("undecodable message on an events subject skipped", subject=subject, size=len(data))
+        return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
@@ -13,7 +14,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from evertune.bus import connect
 from evertune.cli.common import nats_url_for, shared_settings, stop_on_signals
 from evertune.errors import InvalidArgument
-from evertune.events import EventKind, event_filter_subject
+from evertune.events import EventKind, decode_event, event_filter_subject
 from evertune.v1 import events_pb2
 
 
@@ -112,7 +113,10 @@ def tail(
             async def printer() -> None:
                 seen = 0
                 async for msg in sub.messages:
-                    event = events_pb2.Event.FromString(msg.data)
+                    event = decode_event(msg.data, subject=msg.subject)
+                    if event is None:
+                        print(f"skipped an undecodable message on {msg.subject}", file=sys.stderr)
+                        continue
                     line = json.dumps(MessageToDict(event)) if as_json else format_event(event)
                     print(line, flush=True)
                     seen += 1

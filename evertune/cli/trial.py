@@ -28,7 +28,7 @@ from evertune.bus import connect, publish
 from evertune.cli.common import nats_url_for, shared_settings, stop_on_signals
 from evertune.engines import EngineSpec, InvalidEngineConfig, get_profile, knob_refusals
 from evertune.errors import InvalidArgument, Unavailable
-from evertune.events import EventKind, endpoint_token, event_filter_subject
+from evertune.events import EventKind, decode_event, endpoint_token, event_filter_subject
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 #: Gates a hand-submitted trial runs unless told otherwise.
@@ -186,7 +186,9 @@ def trial_run(request: TrialRequest, *, data_dir: Path | None, nats_url: str | N
         result: asyncio.Future[events_pb2.TrialCompleted] = asyncio.get_running_loop().create_future()
 
         async def on_event(msg: Msg) -> None:
-            event = events_pb2.Event.FromString(msg.data)
+            event = decode_event(msg.data, subject=msg.subject)
+            if event is None:
+                return
             if event.kind == EventKind.TRIAL_PROGRESS and event.trial_progress.trial_id == job.trial_id:
                 p = event.trial_progress
                 phase = events_pb2.TrialPhase.Name(p.phase).removeprefix("TRIAL_PHASE_").lower()

@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.errors import FailedPrecondition, NotFound
-from evertune.events import EventKind, event_filter_subject
+from evertune.events import EventKind, decode_event, event_filter_subject
 from evertune.v1 import endpoint_pb2, events_pb2
 
 #: Messages fetched per batch.
@@ -44,8 +44,8 @@ async def find_trial(js: JetStreamContext, *, endpoint: str, trial_id: str) -> T
         pending = (await sub.consumer_info()).num_pending or 0
         while pending > 0:
             for msg in await sub.fetch(min(BATCH, pending), timeout=5.0):
-                event = events_pb2.Event.FromString(msg.data)
-                if event.trial_completed.trial_id == trial_id:
+                event = decode_event(msg.data, subject=msg.subject)
+                if event is not None and event.trial_completed.trial_id == trial_id:
                     found = event.trial_completed
                 pending -= 1
     finally:

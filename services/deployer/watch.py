@@ -17,7 +17,7 @@ from evertune.deployer.validation import WatchFilter
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.events import EventKind, event_filter_subject
+from evertune.events import EventKind, decode_event, event_filter_subject
 from evertune.v1 import events_pb2
 
 TenantOf = Callable[[str], Awaitable[str | None]]
@@ -83,8 +83,8 @@ async def watch(
                 msg = nxt.result()
             except StopAsyncIteration:
                 return
-            event = events_pb2.Event.FromString(msg.data)
-            if not filt.accepts(kind=event.kind, severity=event.severity):
+            event = decode_event(msg.data, subject=msg.subject)
+            if event is None or not filt.accepts(kind=event.kind, severity=event.severity):
                 continue
             if await scope.allows(event):
                 yield event

@@ -20,7 +20,11 @@ How a group of messages reaches the store exactly once:
   So the sink remembers the ids of the messages it inserted (the last `remember_messages`) and
   acks such a message again without inserting its rows (`known_messages_skipped`);
 - an undecodable message is terminated at once (`PoisonMessage`) and reported as a
-  `service.poison_message` event.
+  `service.poison_message` event;
+- a record the table cannot hold (`unfit`: a status code over 65535, a start time outside
+  DateTime64's years) would fail its group's insert on every retry and hold back every later
+  message: it is set aside (counted in `records_set_aside`, logged with its message's stream
+  sequence; the message stays in the stream), and the batch's other records are stored.
 """
 
 from __future__ import annotations
@@ -95,8 +99,28 @@ def timestamp_of(unix_ns: int) -> datetime:
     return _EPOCH + timedelta(microseconds=unix_ns // 1000)
 
 
+#: Largest `status_code` the column holds (UInt16).
+MAX_STATUS_CODE = 65_535
+#: Start times the column holds (DateTime64(6): years 1900 to 2299), ns since the epoch.
+TS_RANGE_NS = (
+    int((datetime(1900, 1, 1, tzinfo=UTC) - _EPOCH).total_seconds()) * 10**9,
+    int((datetime(2299, 12, 31, tzinfo=UTC) - _EPOCH).total_seconds()) * 10**9,
+)
+
+
+def unfit(record: telemetry_pb2.RequestRecord) -> str:
+    """Why the `requests` table cannot hold `record` ("" when it can). One such record would fail
+    its whole group's insert, and the retries never end: it is set aside instead (`rows_of`)."""
+    if record.status_code > MAX_STATUS_CODE:
+        return f"status_code {record.status_code} over {MAX_STATUS_CODE}"
+    if not TS_RANGE_NS[0] <= record.start_time_unix_ns <= TS_RANGE_NS[1]:
+        return f"start_time_unix_ns {record.start_time_unix_ns} outside 1900-2299"
+    return ""
+
+
 def rows_of(batch: telemetry_pb2.RequestRecordBatch) -> list[list[Any]]:
-    """The `requests` rows of a batch, one per record, values in `COLUMNS` order. Never any text."""
+    """The `requests` rows of a batch, one per record the table can hold (`unfit`), values in
+    `COLUMNS` order. Never any text."""
     api_names = API_NAMES
     return [
         [
@@ -120,6 +144,7 @@ def rows_of(batch: telemetry_pb2.RequestRecordBatch) -> list[list[Any]]:
             r.client_disconnected,
         ]
         for r in batch.records
+        if not unfit(r)
     ]
 
 
@@ -179,6 +204,7 @@ class SinkStats:
     retried: int = 0  #: messages nak'ed after a failed insert
     failed_inserts: int = 0  #: insert attempts that failed (each followed by a backoff pause)
     poisoned: int = 0  #: undecodable messages terminated
+    records_set_aside: int = 0  #: records the table cannot hold (`unfit`), logged and not stored
     last_error: str = field(default="")  #: the most recent insert or poison error
 
 
@@ -320,11 +346,29 @@ class TelemetrySink:
             group.skipped += 1
             return
         rows = rows_of(batch)
+        if len(rows) < len(batch.records):
+            self._set_aside(msg, batch)
         if (msg.metadata.num_delivered or 1) > 1:
             group.redelivered.extend(rows)
         else:
             group.rows.extend(rows)
         self.stats.rows_pending += len(rows)
+
+    def _set_aside(self, msg: Msg, batch: telemetry_pb2.RequestRecordBatch) -> None:
+        """Count and log the records of `batch` the table cannot hold; the rest go on. The message
+        stays in the stream (by its sequence) for whoever wants to look at them."""
+        sequence = msg.metadata.sequence.stream if msg.metadata.sequence else 0
+        for record in batch.records:
+            reason = unfit(record)
+            if reason:
+                self.stats.records_set_aside += 1
+                log.warning(
+                    "telemetry record set aside",
+                    endpoint=record.endpoint,
+                    request_id=record.request_id,
+                    reason=reason,
+                    stream_sequence=sequence,
+                )
 
     async def _flush(self, group: _Group) -> float:
         """Insert the group's rows with one insert, then ack: returns 0. On failure nak every message
