@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC
 
 from evertune.deployer.auth import Principal
@@ -56,7 +56,7 @@ async def watch(
     *,
     scope: TenantScope,
     stopping: asyncio.Event,
-) -> AsyncIterator[events_pb2.Event]:
+) -> AsyncGenerator[events_pb2.Event, None]:
     """Yield matching events until `stopping` is set (returns) or the consumer is cancelled."""
     if filt.since is not None:
         config = ConsumerConfig(
