@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import statistics
 import sys
 import time
@@ -116,6 +117,7 @@ async def _gateway(
         "EVERTUNE_GATEWAY_PORT": str(port),
         "EVERTUNE_GATEWAY_EVENT_LOOP": loop,
         "EVERTUNE_GATEWAY_TOKENIZER_DIR": str(tokenizer_dir),
+        "EVERTUNE_GATEWAY_PREFIX_SECRET": secrets.token_hex(32),
     }
     with (folder / "log").open("wb") as log:
         process = await asyncio.create_subprocess_exec(

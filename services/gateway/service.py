@@ -19,13 +19,13 @@ from evertune.gateway.metrics import GatewayMetrics
 from evertune.gateway.proxy import Proxy
 from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
 from evertune.gateway.routing import RouteBook
-from evertune.gateway.settings import GatewaySettings
+from evertune.gateway.settings import DEV_PREFIX_SECRET, GatewaySettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from tokenizers import Tokenizer
 
 from evertune.bus import KvFollower, publish
-from evertune.errors import EvertuneError, Unavailable
+from evertune.errors import EvertuneError, SettingsError, Unavailable
 from evertune.model import ensure_model, load_tokenizer
 from evertune.runtime import Service, ServiceContext
 from evertune.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
@@ -56,6 +56,12 @@ class GatewayService(Service):
 
     async def on_start(self, ctx: ServiceContext) -> None:
         settings = self.settings
+        if ctx.shared.nats_url and settings.prefix_secret.get_secret_value() == DEV_PREFIX_SECRET:
+            raise SettingsError(
+                "invalid setting EVERTUNE_GATEWAY_PREFIX_SECRET: the built-in value is public and serves"
+                " only the embedded single-machine setup; set a secret of your own when the gateway"
+                " joins a NATS of its own (EVERTUNE_NATS_URL)"
+            )
         tokenizer = await asyncio.to_thread(self._tokenizer, ctx.shared.data_dir)
         js = ctx.js
         timeout_s = settings.publish_timeout_s

@@ -8,6 +8,9 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: The public development value of `prefix_secret`.
+DEV_PREFIX_SECRET = "evertune-dev-prefix-secret"
+
 
 class GatewaySettings(BaseSettings):
     """Settings of the gateway service; loaded once at start and passed down."""
@@ -34,8 +37,10 @@ class GatewaySettings(BaseSettings):
     tokenizer_dir: Path | None = None
     #: Tokens per block of the prefix-hash chain (vLLM-CPU's KV block size).
     prefix_block_tokens: int = Field(default=128, ge=1)
-    #: Secret the per-endpoint prefix-hash keys derive from (HMAC(secret, endpoint)).
-    prefix_secret: SecretStr = SecretStr("evertune-dev-prefix-secret")
+    #: Secret the per-endpoint prefix-hash keys derive from (HMAC(secret, endpoint)). The built-in
+    #: value is public: it serves only the embedded single-machine setup (`evertune up` with its
+    #: own NATS); a gateway joining a NATS of its own (`EVERTUNE_NATS_URL`) refuses to start with it.
+    prefix_secret: SecretStr = SecretStr(DEV_PREFIX_SECRET)
     #: Records waiting for the publisher, at most; beyond this a record goes straight to the spool.
     queue_records: int = Field(default=50_000, ge=1)
     #: Records per published batch, at most.

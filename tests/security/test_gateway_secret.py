@@ -1,0 +1,16 @@
+"""A gateway that joins a NATS of its own refuses the public development prefix secret (hole 10 of
+the security issue): with it, anyone could recompute the prefix hashes of guessed prompts."""
+
+from __future__ import annotations
+
+import asyncio
+
+from evertune.nats_server import EmbeddedNats
+from tests.cli.helpers import assert_one_line_error, cli_env, evertune
+
+
+async def test_run_gateway_refuses_the_public_prefix_secret(nats_server: EmbeddedNats) -> None:
+    env = cli_env(EVERTUNE_NATS_URL=nats_server.url, EVERTUNE_GATEWAY_PORT="0")
+    result = await asyncio.to_thread(evertune, "run", "gateway", env=env, timeout=60)
+    assert_one_line_error(result, "EVERTUNE_GATEWAY_PREFIX_SECRET", "built-in value is public")
+    assert result.returncode == 2
