@@ -14,6 +14,8 @@ the next try (exponential, capped, jittered; the random draw is an argument).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -270,3 +272,17 @@ class RetryPolicy:
     def expired(self, created_at: float, now: float) -> bool:
         """Whether an alert decided at `created_at` is too old to deliver at `now`."""
         return now - created_at > self.max_age_s
+
+
+#: Header of the unix time (whole seconds) a signed alert was sent at.
+TIMESTAMP_HEADER = "X-Evertune-Timestamp"
+#: Header of a signed alert's signature: "sha256=" + hex HMAC-SHA256(secret, timestamp "." body).
+SIGNATURE_HEADER = "X-Evertune-Signature"
+
+
+def signature(secret: bytes, *, timestamp: int, body: bytes) -> str:
+    """The `SIGNATURE_HEADER` value of `body` sent at `timestamp`. A receiver recomputes it from the
+    raw body and the timestamp header, compares in constant time, and refuses old timestamps (a
+    replay)."""
+    digest = hmac.new(secret, str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"

@@ -14,6 +14,7 @@ Tasks wait on their queue or the service's stop event; nothing polls.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections import deque
@@ -25,12 +26,15 @@ import aiohttp
 import structlog
 from evertune.sla_monitor.alerts import Decision
 from evertune.sla_monitor.payloads import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
     AlertFacts,
     AlertSeverity,
     ReceiverConfig,
     RetryPolicy,
     alert_facts,
     payload_for,
+    signature,
 )
 
 
@@ -91,7 +95,11 @@ class AlertDispatcher:
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
         log: structlog.stdlib.BoundLogger | None = None,
+        signing_secret: bytes = b"",
     ) -> None:
+        """`signing_secret`: when set, every POST carries `TIMESTAMP_HEADER` and `SIGNATURE_HEADER`
+        (`payloads.signature`), so a receiver can tell evertune's alerts from forged ones."""
+        self.signing_secret = signing_secret
         self.policy = policy
         self.timeout_s = timeout_s
         self.clock = clock
@@ -269,10 +277,18 @@ class AlertDispatcher:
         )
 
     async def _post(self, url: str, body: dict[str, Any]) -> tuple[int | None, str]:
-        """POST `body`; (status, "") on an answer, (None, error) when none came."""
+        """POST `body` (signed when a secret is set; a redirect is an answer, never followed: it
+        could point anywhere); (status, "") on a 2xx, (status, text) on another answer, (None,
+        error) when none came."""
         assert self._session is not None, "AlertDispatcher.start was not called"
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.signing_secret:
+            now = int(time.time())
+            headers[TIMESTAMP_HEADER] = str(now)
+            headers[SIGNATURE_HEADER] = signature(self.signing_secret, timestamp=now, body=data)
         try:
-            async with self._session.post(url, json=body) as resp:
+            async with self._session.post(url, data=data, headers=headers, allow_redirects=False) as resp:
                 text = await resp.text()
                 return resp.status, "" if resp.status < 300 else " ".join(text.split())[:200]
         except (aiohttp.ClientError, TimeoutError) as err:

@@ -235,6 +235,7 @@ class SlaMonitorService(Service):
             timeout_s=settings.receiver_timeout_s,
             queue_size=settings.receiver_queue_size,
             log=self.log,
+            signing_secret=settings.alert_signing_secret.get_secret_value().encode(),
         )
         self.registry = EndpointRegistry()  #: the deployer's endpoints (SLOs, routes)
         self.drift: dict[str, EndpointDrift] = {}  #: drift state per endpoint

@@ -5,7 +5,7 @@ from __future__ import annotations
 from evertune.sla_monitor.burn_rate import DEFAULT_RULES, BurnRateRule
 from evertune.sla_monitor.drift import DriftConfig
 from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy, check_receivers
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -90,6 +90,9 @@ class SlaMonitorSettings(BaseSettings):
     receivers: list[ReceiverConfig] = Field(default_factory=list)
     #: seconds one alert POST may take (connect and answer)
     receiver_timeout_s: float = Field(default=5.0, gt=0)
+    #: secret that signs every alert POST (X-Evertune-Timestamp, X-Evertune-Signature: "sha256=" +
+    #: hex HMAC-SHA256(secret, timestamp "." body)); empty: alerts go unsigned
+    alert_signing_secret: SecretStr = SecretStr("")
     #: an alert not delivered this many seconds after it was decided is dropped
     alert_max_age_s: float = Field(default=3600.0, gt=0)
     #: alerts pending per receiver at most; a full queue drops its oldest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -20,6 +21,7 @@ from evertune.sla_monitor.payloads import (
     alert_facts,
     alertmanager_payload,
     pagerduty_payload,
+    signature,
     webhook_payload,
 )
 from evertune.sla_monitor.receivers import AlertDispatcher
@@ -159,14 +161,17 @@ def test_receivers_setting_is_validated() -> None:
 
 # --- delivery against a local receiver -------------------------------------------------------------
 class Receiver:
-    """A local HTTP receiver answering with a scripted list of codes, then 200."""
+    """A local HTTP receiver answering with a scripted list of codes, then 200 (a 3xx redirects to
+    `/elsewhere`, which counts what reaches it)."""
 
     def __init__(self, port: int, codes: list[int] | None = None, delay_s: float = 0.0) -> None:
         self.port = port
         self.codes = list(codes or [])
         self.delay_s = delay_s
         self.bodies: list[dict[str, Any]] = []  #: bodies answered 2xx
+        self.raw: list[tuple[bytes, dict[str, str]]] = []  #: every request's body and headers
         self.hits = 0  #: requests seen
+        self.redirected = 0  #: requests that followed a redirect to /elsewhere
         self.got = asyncio.Event()
         self._runner: web.AppRunner | None = None
 
@@ -176,6 +181,7 @@ class Receiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         self.hits += 1
+        self.raw.append((await request.read(), dict(request.headers)))
         body = await request.json()
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -183,11 +189,18 @@ class Receiver:
         if code < 300:
             self.bodies.append(body)
             self.got.set()
+        if 300 <= code < 400:
+            return web.Response(status=code, headers={"Location": "/elsewhere"})
         return web.Response(status=code, text=f"code {code}")
+
+    async def _elsewhere(self, request: web.Request) -> web.Response:
+        self.redirected += 1
+        return web.Response(status=200)
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/hook", self._handle)
+        app.router.add_post("/elsewhere", self._elsewhere)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
@@ -223,11 +236,16 @@ async def _running(dispatcher: AlertDispatcher, *receivers: Receiver) -> AsyncIt
 
 
 def _dispatcher(
-    url: str, *, kind: str = "webhook", clock: Callable[[], float] = time.monotonic, **policy: float
+    url: str,
+    *,
+    kind: str = "webhook",
+    clock: Callable[[], float] = time.monotonic,
+    signing_secret: bytes = b"",
+    **policy: float,
 ) -> AlertDispatcher:
     config = ReceiverConfig(kind=kind, url=url, routing_key="rk", name="r")  # type: ignore[arg-type]
     retry = RetryPolicy(**{"base_s": 0.05, "cap_s": 0.2, "max_age_s": 60, **policy})
-    return AlertDispatcher([config], policy=retry, timeout_s=2, clock=clock)
+    return AlertDispatcher([config], policy=retry, timeout_s=2, clock=clock, signing_secret=signing_secret)
 
 
 async def _until(check: Callable[[], bool], timeout_s: float = 5) -> None:
@@ -277,6 +295,33 @@ async def test_bad_request_is_not_retried_and_counted_dropped() -> None:
         await _until(lambda: dispatcher.details()["r"]["delivered"] == 1)
     stats = dispatcher.details()["r"]
     assert rx.hits == 2 and stats["retried"] == 0 and stats["rejected"] == 1 and stats["pending"] == 0
+
+
+async def test_alerts_are_signed_and_redirects_not_followed() -> None:
+    rx = Receiver(free_port(), codes=[307])
+    dispatcher = _dispatcher(rx.url, signing_secret=b"s3cret")
+    async with _running(dispatcher, rx):
+        dispatcher.enqueue(_breach())
+        await _until(lambda: dispatcher.details()["r"]["dropped"] == 1)
+        dispatcher.enqueue(_breach(breach_id="cd" * 16))
+        await _until(lambda: dispatcher.details()["r"]["delivered"] == 1)
+    assert rx.redirected == 0  # the 307 was an answer (dropped), not followed
+    for body, headers in rx.raw:
+        sent_at = int(headers["X-Evertune-Timestamp"])
+        assert abs(sent_at - time.time()) < 60
+        assert hmac.compare_digest(
+            headers["X-Evertune-Signature"], signature(b"s3cret", timestamp=sent_at, body=body)
+        )
+        assert headers["X-Evertune-Signature"] != signature(b"other", timestamp=sent_at, body=body)
+
+
+async def test_alerts_without_a_secret_go_unsigned() -> None:
+    rx = Receiver(free_port())
+    dispatcher = _dispatcher(rx.url)
+    async with _running(dispatcher, rx):
+        dispatcher.enqueue(_breach())
+        await _until(lambda: len(rx.bodies) == 1)
+    assert "X-Evertune-Signature" not in rx.raw[0][1]
 
 
 async def test_receiver_down_then_up_gets_the_alert() -> None:
