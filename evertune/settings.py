@@ -13,7 +13,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from evertune.errors import SettingsError
+from evertune.errors import InvalidArgument, SettingsError
+from evertune.outbound import OutboundPolicy, parse_networks
 
 DEFAULT_DATA_DIR = Path("~/.evertune").expanduser()
 #: URL schemes a NATS server address may have.
@@ -44,6 +45,10 @@ class SharedSettings(BaseSettings):
     nats_replicas: int = Field(default=1, ge=1, le=5)
     #: Seconds to wait for NATS at start before failing.
     connect_timeout_s: float = Field(default=5.0, gt=0, le=120)
+    #: Internal networks (comma-separated CIDRs) alert URLs may reach: loopback, link-local (the
+    #: cloud's metadata service), private and reserved addresses are refused otherwise. Empty: none,
+    #: except loopback for the embedded single-machine setup (no `nats_url`). `evertune.outbound`.
+    alert_allowed_networks: str = ""
 
     @field_validator("nats_url")
     @classmethod
@@ -59,6 +64,19 @@ class SharedSettings(BaseSettings):
         if value and not value.startswith(("chdb://", "http://", "https://")):
             raise ValueError(f"{value!r} must start with chdb://, http:// or https://")
         return value
+
+    @field_validator("alert_allowed_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        try:
+            parse_networks(value)
+        except InvalidArgument as err:
+            raise ValueError(str(err)) from None
+        return value
+
+    def outbound_policy(self) -> OutboundPolicy:
+        """Which internal networks alert URLs may reach (`evertune.outbound`)."""
+        return OutboundPolicy.from_setting(self.alert_allowed_networks, embedded=not self.nats_url)
 
     @property
     def store_url(self) -> str:

@@ -18,6 +18,7 @@ from evertune.deployer.controller import Deployer
 from evertune.deployer.watch import TenantScope, watch
 
 from evertune.logging import bound_ids, get_logger
+from evertune.outbound import OutboundPolicy
 from evertune.runtime import run_unary
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
@@ -32,9 +33,11 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EndpointService"].full_name
 class EndpointApi(pb_grpc.EndpointServiceServicer):
     """gRPC face of the Deployer."""
 
-    def __init__(self, deployer: Deployer, *, stopping: asyncio.Event) -> None:
+    def __init__(self, deployer: Deployer, *, stopping: asyncio.Event, outbound: OutboundPolicy) -> None:
+        """`outbound`: where alert routes' URLs may point (a route to an internal address is refused)."""
         self.deployer = deployer
         self.stopping = stopping
+        self.outbound = outbound
 
     def add_to(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_EndpointServiceServicer_to_server(self, server)  # type: ignore[no-untyped-call]
@@ -46,6 +49,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             who = caller()
             tenant = "" if who.all_tenants else who.tenant
             command = validation.create_command(request, caller_tenant=tenant or "default")
+            validation.check_alert_targets(command.spec, self.outbound)
             with bound_ids(endpoint=command.spec.name, request=command.request_id):
                 endpoint, deployment = await self.deployer.create_endpoint(command, who)
             return pb.CreateEndpointResponse(endpoint=endpoint, deployment=deployment)
@@ -81,6 +85,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             name = validation.endpoint_name(request.name, "name")
             current = await self.deployer.visible_endpoint(name, who)
             command = validation.update_command(request, current=current.spec)
+            validation.check_alert_targets(command.spec, self.outbound)
             return pb.UpdateEndpointResponse(endpoint=await self.deployer.update_endpoint(command, who))
 
         return await run_unary(context, "UpdateEndpoint", work)

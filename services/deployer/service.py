@@ -23,6 +23,7 @@ from nats.aio.msg import Msg
 from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage
 from evertune.errors import InvalidArgument, SettingsError
 from evertune.events import EventKind, event_filter_subject
+from evertune.outbound import OutboundPolicy
 from evertune.runtime import GrpcServer, GrpcService, ServiceContext
 from evertune.v1 import events_pb2
 
@@ -70,6 +71,7 @@ class DeployerService(GrpcService):
         super().__init__(host=settings.grpc_host, port=settings.grpc_port)
         self.settings = settings
         self.engine_factory = engine_factory
+        self._outbound = OutboundPolicy()  #: where alert routes' URLs may point (set at start)
         self.tokens = load_tokens(settings)
         if self.tokens is None and not settings.loopback_only and not settings.allow_unauthenticated:
             raise SettingsError(
@@ -97,10 +99,11 @@ class DeployerService(GrpcService):
 
     def _add_api(self, server: Any) -> None:
         assert self.deployer is not None
-        EndpointApi(self.deployer, stopping=self.stopping).add_to(server)
+        EndpointApi(self.deployer, stopping=self.stopping, outbound=self._outbound).add_to(server)
 
     async def on_start(self, ctx: ServiceContext) -> None:
         settings = self.settings
+        self._outbound = ctx.shared.outbound_policy()
         state = await State.open(ctx.js)
         log_dir = settings.engine_log_dir or ctx.shared.data_dir.expanduser() / "deployer" / "engines"
         reports: list[Deployer] = []

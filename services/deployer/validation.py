@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evertune.engines import EngineSpec, InvalidEngineConfig
 from evertune.errors import InvalidArgument
 from evertune.events import EventKind
+from evertune.outbound import OutboundPolicy
 from evertune.v1 import common_pb2, endpoint_pb2, endpoint_service_pb2
 
 #: Endpoint names: 1-63 of [a-z0-9-], starting with a letter (a NATS token and part of URLs).
@@ -530,6 +531,15 @@ def _alert_route(route: endpoint_pb2.AlertRoute, field: str) -> AlertRouteSpec:
         )
     except ValidationError as err:
         raise _one_line(err, field) from None
+
+
+def check_alert_targets(spec: EndpointDef, outbound: OutboundPolicy, *, field: str = "spec") -> None:
+    """`InvalidArgument` naming the first alert route whose URL points where alerts may not go
+    (an internal address the operator did not allow: `evertune.outbound`)."""
+    for i, route in enumerate(spec.alert_routes):
+        refusal = outbound.refusal(route.url) if route.url else ""
+        if refusal:
+            raise InvalidArgument(f"{field}.alert_routes[{i}].url: {refusal}")
 
 
 def endpoint_spec_proto(spec: EndpointDef) -> endpoint_pb2.EndpointSpec:

@@ -37,6 +37,8 @@ from evertune.sla_monitor.payloads import (
     signature,
 )
 
+from evertune.outbound import GuardedResolver, OutboundPolicy
+
 
 class Spawn(Protocol):
     """A service's `spawn`: runs a coroutine as a named loop for the life of the service."""
@@ -96,10 +98,15 @@ class AlertDispatcher:
         rand: Callable[[], float] = random.random,
         log: structlog.stdlib.BoundLogger | None = None,
         signing_secret: bytes = b"",
+        outbound: OutboundPolicy | None = None,
     ) -> None:
         """`signing_secret`: when set, every POST carries `TIMESTAMP_HEADER` and `SIGNATURE_HEADER`
-        (`payloads.signature`), so a receiver can tell evertune's alerts from forged ones."""
+        (`payloads.signature`), so a receiver can tell evertune's alerts from forged ones.
+        `outbound`: which internal networks an endpoint's own receivers may be on (None: any
+        address, for tests of delivery alone); an alert to a refused one is dropped (`rejected`),
+        never sent. The operator's receivers (`receivers`, from the settings) are trusted."""
         self.signing_secret = signing_secret
+        self.outbound = outbound
         self.policy = policy
         self.timeout_s = timeout_s
         self.clock = clock
@@ -110,7 +117,8 @@ class AlertDispatcher:
         self.queues: list[ReceiverQueue] = []  #: every receiver used so far, in order of first use
         self.logged: dict[str, int] = {}  #: alerts written by each "log" receiver
         self._by_config: dict[ReceiverConfig, ReceiverQueue] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  #: for the operator's receivers
+        self._guarded: aiohttp.ClientSession | None = None  #: for endpoints' receivers (`outbound`)
         self._spawn: Spawn | None = None
         self._stopping: asyncio.Event | None = None
         for r in self.defaults:
@@ -207,7 +215,11 @@ class AlertDispatcher:
     def start(self, spawn: Spawn, stopping: asyncio.Event) -> None:
         """Spawn one delivery task per receiver (and later per receiver first used); they return
         once `stopping` is set."""
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        self._session = aiohttp.ClientSession(timeout=timeout)
+        if self.outbound is not None:  # endpoints' receivers: every address a name resolves to checked
+            connector = aiohttp.TCPConnector(resolver=GuardedResolver(self.outbound))
+            self._guarded = aiohttp.ClientSession(connector=connector, timeout=timeout)
         self._spawn, self._stopping = spawn, stopping
         for q in self.queues:
             spawn(self._deliver_loop(q, stopping), name=f"alerts:{q.config.name}")
@@ -217,6 +229,9 @@ class AlertDispatcher:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._guarded is not None:
+            await self._guarded.close()
+            self._guarded = None
 
     async def _deliver_loop(self, q: ReceiverQueue, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -228,7 +243,12 @@ class AlertDispatcher:
             if self.policy.expired(alert.created_at, self.clock()):
                 self._drop(q, alert, "expired")
                 continue
-            status, error = await self._post(q.config.target, alert.body)
+            guarded = self.outbound is not None and q.config not in self.defaults
+            refusal = self.outbound.refusal(q.config.target) if self.outbound and guarded else ""
+            if refusal:
+                self._drop(q, alert, "rejected", error=refusal)
+                continue
+            status, error = await self._post(q.config.target, alert.body, guarded=guarded)
             alert.attempts += 1
             outcome = self.policy.outcome(status)
             if outcome == "delivered":
@@ -276,11 +296,12 @@ class AlertDispatcher:
             **fields,
         )
 
-    async def _post(self, url: str, body: dict[str, Any]) -> tuple[int | None, str]:
+    async def _post(self, url: str, body: dict[str, Any], *, guarded: bool) -> tuple[int | None, str]:
         """POST `body` (signed when a secret is set; a redirect is an answer, never followed: it
         could point anywhere); (status, "") on a 2xx, (status, text) on another answer, (None,
         error) when none came."""
-        assert self._session is not None, "AlertDispatcher.start was not called"
+        session = self._guarded if guarded else self._session
+        assert session is not None, "AlertDispatcher.start was not called"
         data = json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
         if self.signing_secret:
@@ -288,7 +309,7 @@ class AlertDispatcher:
             headers[TIMESTAMP_HEADER] = str(now)
             headers[SIGNATURE_HEADER] = signature(self.signing_secret, timestamp=now, body=data)
         try:
-            async with self._session.post(url, data=data, headers=headers, allow_redirects=False) as resp:
+            async with session.post(url, data=data, headers=headers, allow_redirects=False) as resp:
                 text = await resp.text()
                 return resp.status, "" if resp.status < 300 else " ".join(text.split())[:200]
         except (aiohttp.ClientError, TimeoutError) as err:

@@ -289,6 +289,7 @@ class SlaMonitorService(Service):
         self._consumer = DurableConsumer(ctx.js, spec, self._on_batch, source=self.name)
         self.spawn(self._consumer.run(self.stopping), name="telemetry")
         self.spawn(self._evaluate_loop(), name="evaluate")
+        self.alerts.outbound = ctx.shared.outbound_policy()
         self.alerts.start(self.spawn, self.stopping)
 
     async def on_stop(self) -> None:
