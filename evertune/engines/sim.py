@@ -24,6 +24,7 @@ from evertune.engines.config import EngineSpec
 from evertune.engines.errors import KnobRefused
 from evertune.engines.hardware import HardwareProfile, detect_local
 from evertune.engines.vllm import BASE_ENV, VllmEngine
+from evertune.engines.vllm_args import engine_environ
 from evertune.nats_server import free_port
 
 #: Module the sim engine runs.
@@ -108,7 +109,7 @@ class SimEngine(VllmEngine):
             argv += ["--served-model-name", self.served_model_name]
         if self.calibration is not None:
             argv += ["--calibration", str(self.calibration)]
-        env = dict(os.environ)
+        env = engine_environ(os.environ)
         env.update(BASE_ENV)
         env.update(self.extra_env)
         return argv, env

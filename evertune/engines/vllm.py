@@ -33,7 +33,7 @@ from evertune.engines.errors import EngineNotRunning, EngineStartFailed
 from evertune.engines.hardware import HardwareProfile, detect_local
 from evertune.engines.metrics import EngineMetrics, fetch_metrics
 from evertune.engines.replicas import start_all, stop_all, wait_all_ready
-from evertune.engines.vllm_args import KNOB_ENV_VARS, server_command, validate
+from evertune.engines.vllm_args import engine_environ, server_command, validate
 from evertune.nats_server import free_port
 
 #: Environment every engine gets unless `extra_env` says otherwise: no hub downloads, no usage stats.
@@ -258,7 +258,7 @@ class VllmEngine(_ServedInBlock):
             port=self.port,
             served_model_name=self.served_model_name,
         )
-        env = {k: v for k, v in os.environ.items() if k not in KNOB_ENV_VARS}
+        env = engine_environ(os.environ)
         env.update(BASE_ENV)
         if self.hardware.is_cpu:
             env.update({k: v for k, v in CPU_ENV.items() if k not in os.environ})

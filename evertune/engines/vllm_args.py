@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from evertune.engines.config import EngineSpec
@@ -25,6 +25,35 @@ KNOB_ENV_VARS: tuple[str, ...] = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_PLUGINS")
 #: vLLM general-plugin name of evertune's kernels (the kernels package registers it under the
 #: `vllm.general_plugins` entry-point group); `VLLM_PLUGINS` makes vLLM load it.
 EVERTUNE_KERNELS_PLUGIN = "evertune_kernels"
+#: evertune settings an engine process keeps (the sim engine finds calibrations under the data dir).
+ENGINE_KEPT_SETTINGS = frozenset({"EVERTUNE_DATA_DIR"})
+#: Parts of a variable name that mark a secret an engine never needs.
+SECRET_NAME_PARTS = (
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "API_KEY",
+    "ACCESS_KEY",
+    "PRIVATE_KEY",
+)
+
+
+def engine_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of evertune's own environment an engine process inherits: no evertune setting but
+    the data dir (API tokens, the ClickHouse URL with its password, the prefix secret, NATS URLs)
+    and nothing whose name marks a secret (`SECRET_NAME_PARTS`: cloud keys, hub tokens), so a
+    model's code, or whoever reads the engine's /proc, learns none of them; nor the knob variables
+    the engine's spec sets itself (`KNOB_ENV_VARS`)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in KNOB_ENV_VARS
+        and (not name.startswith("EVERTUNE_") or name in ENGINE_KEPT_SETTINGS)
+        and not any(part in name.upper() for part in SECRET_NAME_PARTS)
+    }
+
 
 #: Module started as the OpenAI-compatible server (the `vllm` console script looks for a package
 #: named vllm, so evertune starts the module).
