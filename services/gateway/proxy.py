@@ -41,7 +41,7 @@ from evertune.gateway.settings import GatewaySettings
 
 from evertune.errors import NotFound
 from evertune.replay.sse import SseDecoder
-from evertune.v1 import telemetry_pb2
+from evertune.v1 import endpoint_pb2, telemetry_pb2
 
 #: Request headers not forwarded upstream (hop-by-hop, recomputed, or replaced).
 DROPPED_HEADERS = frozenset(
@@ -104,6 +104,7 @@ class Proxy:
         self.ready = ready
         self.rng = rng or random.Random()
         self.in_flight = 0
+        self.endpoint_in_flight: dict[str, int] = {}  #: endpoint -> requests it is serving now
         self._session: aiohttp.ClientSession | None = None
         self.app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[json_errors])
         self.app.router.add_post("/v1/chat/completions", self.chat)
@@ -194,6 +195,7 @@ class Proxy:
         )
 
     async def _read_body(self, request: web.Request, obs: Observation) -> dict[str, Any] | web.Response:
+        """The request's JSON object, or the error answer (too large, too slow, not JSON, no model)."""
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._error(
@@ -203,7 +205,11 @@ class Proxy:
                 code="body_too_large",
             )
         try:
-            raw = await request.read()
+            async with asyncio.timeout(self.settings.body_read_timeout_s):
+                raw = await request.read()
+        except TimeoutError:
+            message = f"request body not received within {self.settings.body_read_timeout_s:g} s"
+            return self._error(obs, 408, message, code="body_timeout")
         except web.HTTPRequestEntityTooLarge:
             return self._error(
                 obs,
@@ -237,6 +243,24 @@ class Proxy:
         except NotFound as err:
             return self._error(obs, 404, str(err), code="model_not_found")
         obs.endpoint = table.endpoint
+        busy = self.endpoint_in_flight.get(table.endpoint, 0)
+        if busy >= self.settings.max_in_flight_per_endpoint:
+            message = f"endpoint {table.endpoint} is at its limit of {busy} requests in flight"
+            return self._error(obs, 429, message, code="concurrency_limit")
+        self.endpoint_in_flight[table.endpoint] = busy + 1
+        try:
+            return await self._route(request, body, obs, table)
+        finally:
+            left = self.endpoint_in_flight[table.endpoint] - 1
+            if left:
+                self.endpoint_in_flight[table.endpoint] = left
+            else:
+                del self.endpoint_in_flight[table.endpoint]
+
+    async def _route(
+        self, request: web.Request, body: dict[str, Any], obs: Observation, table: endpoint_pb2.RouteTable
+    ) -> web.StreamResponse:
+        """Pick a deployment of `table` and relay the request to it."""
         try:
             route = choose(table, self.rng)
         except NoDeployment as err:

@@ -140,6 +140,7 @@ ERROR_TYPES: dict[int, str] = {
     403: "permission_error",
     404: "invalid_request_error",  # OpenAI answers an unknown model so, with code "model_not_found"
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
 }

@@ -23,6 +23,11 @@ class GatewaySettings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     #: Largest request body accepted, in bytes; a larger one is answered 413 and not forwarded.
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Seconds a client has to send its whole request body (then 408: a slow sender cannot hold a
+    #: connection and a request slot open).
+    body_read_timeout_s: float = Field(default=30.0, gt=0)
+    #: Requests one endpoint may have in flight (streams included); beyond it 429 with Retry-After.
+    max_in_flight_per_endpoint: int = Field(default=1000, ge=1)
     #: KV bucket holding one serialized RouteTable per endpoint (key = endpoint name).
     routes_bucket: str = "routes"
     #: What the upstream receives in `model`: "endpoint" (the name the client sent) or
