@@ -79,6 +79,18 @@ class DeployerService(GrpcService):
                 f"EVERTUNE_DEPLOYER_GRPC_HOST={settings.grpc_host} is not loopback "
                 "(set tokens, bind 127.0.0.1, or EVERTUNE_DEPLOYER_ALLOW_UNAUTHENTICATED=true)"
             )
+        plaintext = settings.tls_cert_file is None
+        if (
+            self.tokens is not None
+            and plaintext
+            and not settings.loopback_only
+            and not settings.allow_plaintext_tokens
+        ):
+            raise SettingsError(
+                "invalid setting EVERTUNE_DEPLOYER_TLS_CERT_FILE: tokens would cross the network in "
+                f"plaintext on EVERTUNE_DEPLOYER_GRPC_HOST={settings.grpc_host} (set the TLS files, bind "
+                "127.0.0.1, or EVERTUNE_DEPLOYER_ALLOW_PLAINTEXT_TOKENS=true behind a TLS proxy)"
+            )
         credentials = (
             server_credentials(settings.tls_cert_file, settings.tls_key_file)
             if settings.tls_cert_file is not None and settings.tls_key_file is not None

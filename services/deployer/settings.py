@@ -31,6 +31,9 @@ class DeployerSettings(BaseSettings):
     tokens: SecretStr = SecretStr("")
     #: Serve without tokens on a non-loopback address (never do this outside a closed network).
     allow_unauthenticated: bool = False
+    #: Take tokens over plaintext gRPC on a non-loopback address: only when TLS is terminated in
+    #: front of the deployer (a service mesh, a proxy); otherwise set the TLS files.
+    allow_plaintext_tokens: bool = False
     #: TLS certificate chain (PEM); with `tls_key_file` the server speaks TLS only.
     tls_cert_file: Path | None = None
     #: TLS private key (PEM).
