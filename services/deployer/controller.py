@@ -59,6 +59,7 @@ from evertune.deployer.validation import (
     update_command,
 )
 from evertune.deployer.warmup import warm_up
+from evertune.deployer.winner_check import StoredWinners
 
 from evertune.engines import EngineSpec
 from evertune.errors import (
@@ -126,6 +127,7 @@ class Deployer:
         drain_timeout_s: float,
         policy: RolloutPolicy | None = None,
         telemetry: Telemetry | None = None,
+        winners: StoredWinners | None = None,
         warmup_requests: int = 3,
         telemetry_lag_s: float = 2.0,
         search_max_age_s: float = 3600.0,
@@ -136,6 +138,9 @@ class Deployer:
         self.drain_timeout_s = drain_timeout_s
         self.policy = policy or RolloutPolicy()  #: the deployer's defaults (settings)
         self.telemetry = telemetry
+        #: reads a search's winner back from the store before it is rolled out (None: no store,
+        #: and no search winner is rolled out)
+        self.winners = winners
         self.warmup_requests = warmup_requests
         self.telemetry_lag_s = telemetry_lag_s
         self.search_max_age_s = search_max_age_s
@@ -584,6 +589,13 @@ class Deployer:
                 measured_on=done.winner_hardware_class,
                 pool=pool,
             )
+            return
+        if self.winners is None:
+            log.warning("no store to read the search back from: its winner is not rolled out", **where)
+            return
+        refusal = await self.winners.refusal(endpoint=name, model=endpoint.spec.model, pool=pool, done=done)
+        if refusal:
+            log.warning("search winner not confirmed by the store: not rolled out", **where, reason=refusal)
             return
         age_s = (self.state.clock() - event.time.ToDatetime(tzinfo=self.state.clock().tzinfo)).total_seconds()
         if age_s > self.search_max_age_s:

@@ -17,6 +17,7 @@ from evertune.deployer.server import server_credentials
 from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.state import State
 from evertune.deployer.telemetry import Telemetry
+from evertune.deployer.winner_check import StoredWinners
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
@@ -158,6 +159,7 @@ class DeployerService(GrpcService):
             drain_timeout_s=settings.drain_timeout_s,
             policy=settings.rollout_policy(),
             telemetry=Telemetry(ctx.store) if ctx.store is not None else None,
+            winners=StoredWinners(ctx.store) if ctx.store is not None else None,
             warmup_requests=settings.warmup_requests,
             telemetry_lag_s=settings.telemetry_lag_s,
             search_max_age_s=settings.search_max_age_s,

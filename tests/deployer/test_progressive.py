@@ -5,6 +5,7 @@ and a deployer restarted in the middle of a canary."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import random
 import uuid
@@ -208,18 +209,47 @@ async def test_an_sla_breach_of_the_canary_rolls_it_back(nc: Client, tmp_path: P
 
 
 async def _search_completed(
-    js: JetStreamContext, name: str, *, winner: bool = True, verified: bool = True
+    js: JetStreamContext,
+    name: str,
+    *,
+    winner: bool = True,
+    verified: bool = True,
+    store: Store | None = None,
+    stored_for: str = "",
 ) -> str:
+    """Publish a search.completed about `name`. With `store`, first write the rows the searcher
+    and the runner write before theirs (for endpoint `stored_for`, default `name`): the deployer
+    rolls out only a winner the store confirms."""
     search_id = f"search-{uuid.uuid4().hex[:8]}"
+    trial_id = f"trial-{uuid.uuid4().hex[:8]}"
+    config = D.EngineConfig(engine="vllm", model="tiny-model", max_num_seqs=7)
     payload = events_pb2.SearchCompleted(
         search_id=search_id,
         outcome=events_pb2.SEARCH_OUTCOME_WINNER if winner else events_pb2.SEARCH_OUTCOME_NO_IMPROVEMENT,
-        winner_trial_id="trial-7" if winner else "",
+        winner_trial_id=trial_id if winner else "",
         winner_hardware_class="cpu",
         verified=verified,
     )
     if winner:
-        payload.winner.CopyFrom(D.EngineConfig(engine="vllm", model="tiny-model", max_num_seqs=7))
+        payload.winner.CopyFrom(config)
+    if store is not None:
+        owner = stored_for or name
+        await store.insert(
+            "searches",
+            [[search_id, 1, owner, "winner" if winner else "no_improvement"]],
+            ["search_id", "revision", "endpoint", "outcome"],
+            dedup_token=f"test-{search_id}",
+        )
+        completed = events_pb2.TrialCompleted(
+            search_id=search_id, trial_id=trial_id, engine_config=config, passed=True
+        )
+        report = base64.b64encode(completed.SerializeToString()).decode()
+        await store.insert(
+            "trials",
+            [[trial_id, f"job-{trial_id}", search_id, owner, True, not verified, report]],
+            ["trial_id", "job_id", "search_id", "endpoint", "passed", "simulated", "completed_pb"],
+            dedup_token=f"test-{trial_id}",
+        )
     event = new_event(EventKind.SEARCH_COMPLETED, endpoint=name, source="searcher", payload_message=payload)
     await publish_event(js, event)
     # published twice (a redelivery): rolled out once
@@ -239,10 +269,13 @@ async def test_search_winners_roll_out_under_policy_auto_only(canary_stack: Stac
         ),
         metadata=stack.a,
     )
-    await _search_completed(stack.ctx.js, auto, winner=False)
-    await _search_completed(stack.ctx.js, auto, verified=False)  # modelled only: not rolled out
-    await _search_completed(stack.ctx.js, advisory)
-    search_id = await _search_completed(stack.ctx.js, auto)
+    js = stack.ctx.js
+    await _search_completed(js, auto, winner=False, store=store)
+    await _search_completed(js, auto, verified=False, store=store)  # modelled only: not rolled out
+    await _search_completed(js, advisory, store=store)
+    await _search_completed(js, auto)  # forged: nothing in the store says so
+    await _search_completed(js, auto, store=store, stored_for=advisory)  # the store says: another endpoint's
+    search_id = await _search_completed(js, auto, store=store)
 
     async def winner() -> D.Deployment | None:
         found = [d for d in await deployments(stack, auto) if d.origin == D.DEPLOYMENT_ORIGIN_SEARCH]
@@ -250,7 +283,7 @@ async def test_search_winners_roll_out_under_policy_auto_only(canary_stack: Stac
 
     async with traffic(stack, store, auto, lambda d: 50.0):
         deployment = await eventually(winner, what="the auto endpoint's winner deployed")
-        assert deployment.origin_search_id == search_id and deployment.origin_trial_id == "trial-7"
+        assert deployment.origin_search_id == search_id and deployment.origin_trial_id.startswith("trial-")
         assert deployment.engine_config.max_num_seqs == 7
         expected = {deployment.id: D.DEPLOYMENT_STATE_ACTIVE, auto_first: D.DEPLOYMENT_STATE_RETIRED}
         await eventually(lambda: _states(stack, auto, expected), timeout_s=30, what="the winner promoted")
