@@ -122,9 +122,16 @@ class GrpcService(Service):
         port: int,
         add_servicers: Sequence[Callable[[grpc.aio.Server], None]] = (),
         service_names: Sequence[str] = (),
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         super().__init__()
-        self.grpc = GrpcServer(host=host, port=port, add_servicers=add_servicers, service_names=service_names)
+        self.grpc = GrpcServer(
+            host=host,
+            port=port,
+            add_servicers=add_servicers,
+            service_names=service_names,
+            interceptors=interceptors,
+        )
 
     async def on_start(self, ctx: ServiceContext) -> None:
         await self.grpc.start()

@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator
 
 import grpc
 from evertune.deployer import validation
-from evertune.deployer.auth import caller
 from evertune.deployer.controller import Deployer
 from evertune.deployer.watch import TenantScope, watch
 
 from evertune.logging import bound_ids, get_logger
 from evertune.outbound import OutboundPolicy
 from evertune.runtime import run_unary
+from evertune.runtime.auth import caller
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2

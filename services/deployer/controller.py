@@ -30,7 +30,6 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from evertune.deployer import plan
-from evertune.deployer.auth import Principal
 from evertune.deployer.backend import EngineReport, ServingBackend, Target
 from evertune.deployer.breach import SeenBreach, why_not_the_canary
 from evertune.deployer.canary import Analysis, ArmWindow, Verdict, analyse
@@ -73,6 +72,7 @@ from evertune.errors import (
 from evertune.events import EventKind
 from evertune.logging import bound_ids, get_logger
 from evertune.replay.percentiles import percentile
+from evertune.runtime.auth import Principal
 from evertune.runtime.tasks import cancel_and_wait
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2
 

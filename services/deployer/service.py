@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from evertune.deployer.api import SERVICE_NAME, EndpointApi
-from evertune.deployer.auth import AuthInterceptor, TokenTable, parse_tokens
 from evertune.deployer.backend import ServingBackend
 from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
 from evertune.deployer.backend_local import EngineFactory, LocalBackend, make_engine
@@ -22,10 +21,11 @@ from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
 from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage
-from evertune.errors import InvalidArgument, SettingsError
+from evertune.errors import SettingsError
 from evertune.events import EventKind, event_filter_subject
 from evertune.outbound import OutboundPolicy
 from evertune.runtime import GrpcServer, GrpcService, ServiceContext
+from evertune.runtime.auth import AuthInterceptor, TokenTable, load_tokens
 from evertune.v1 import events_pb2
 
 #: Durable consumer names (deployers sharing one share the work).
@@ -33,26 +33,11 @@ SEARCH_DURABLE = "deployer-search-completed"
 BREACH_DURABLE = "deployer-sla-breach"
 
 
-def load_tokens(settings: DeployerSettings) -> TokenTable | None:
-    """The token table from the token file and the TOKENS setting; None when neither has one.
-
-    A bad file or entry is a one-line SettingsError naming the variable.
-    """
-    tokens: dict[str, str] = {}
-    try:
-        if settings.token_file is not None:
-            try:
-                text = settings.token_file.read_text()
-            except OSError as err:
-                raise SettingsError(
-                    "invalid setting EVERTUNE_DEPLOYER_TOKEN_FILE: "
-                    f"cannot read {settings.token_file}: {err.strerror}"
-                ) from None
-            tokens |= parse_tokens(text, source=str(settings.token_file))
-        tokens |= parse_tokens(settings.tokens.get_secret_value(), source="EVERTUNE_DEPLOYER_TOKENS")
-    except InvalidArgument as err:
-        raise SettingsError(f"invalid deployer tokens: {err}") from None
-    return TokenTable(tokens) if tokens else None
+def deployer_tokens(settings: DeployerSettings) -> TokenTable | None:
+    """The deployer's token table (`evertune.runtime.auth.load_tokens`); None when it has none."""
+    return load_tokens(
+        token_file=settings.token_file, tokens=settings.tokens.get_secret_value(), prefix="EVERTUNE_DEPLOYER"
+    )
 
 
 def _event(msg: Msg) -> events_pb2.Event:
@@ -73,7 +58,7 @@ class DeployerService(GrpcService):
         self.settings = settings
         self.engine_factory = engine_factory
         self._outbound = OutboundPolicy()  #: where alert routes' URLs may point (set at start)
-        self.tokens = load_tokens(settings)
+        self.tokens = deployer_tokens(settings)
         if self.tokens is None and not settings.loopback_only and not settings.allow_unauthenticated:
             raise SettingsError(
                 "invalid setting EVERTUNE_DEPLOYER_TOKEN_FILE: no tokens configured while "

@@ -11,7 +11,7 @@ from evertune.deployer.rollout import RolloutPolicy
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+from evertune.runtime.auth import LOOPBACK_HOSTS
 
 
 class DeployerSettings(BaseSettings):

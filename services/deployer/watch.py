@@ -12,12 +12,12 @@ import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC
 
-from evertune.deployer.auth import Principal
 from evertune.deployer.validation import WatchFilter
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.events import EventKind, decode_event, event_filter_subject
+from evertune.runtime.auth import Principal
 from evertune.v1 import events_pb2
 
 TenantOf = Callable[[str], Awaitable[str | None]]

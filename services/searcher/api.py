@@ -1,6 +1,11 @@
-"""The SearchService servicer: validate, call `Searches`, answer. Errors become gRPC statuses in one
-place (`evertune.runtime.run_unary`): INVALID_ARGUMENT, NOT_FOUND and FAILED_PRECONDITION with
-one-line details naming the field."""
+"""The SearchService servicer: validate, scope to the caller, call `Searches`, answer. Errors become
+gRPC statuses in one place (`evertune.runtime.run_unary`): INVALID_ARGUMENT, NOT_FOUND and
+FAILED_PRECONDITION with one-line details naming the field.
+
+Callers authenticate as the deployer's do (`evertune.runtime.auth`: bearer tokens scoped to a
+tenant). A tenant's token reaches only searches of its own endpoints: another tenant's endpoint or
+search is NOT_FOUND, as an unknown one is (no existence leaks); ListSearches needs an endpoint from
+a tenant's token. An operator's token (tenant `*`), or no tokens on loopback, reaches everything."""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 from evertune.searcher.control import Searches
+from evertune.searcher.records import SearchRecord
 
-from evertune.errors import EvertuneError, InvalidArgument
+from evertune.errors import EvertuneError, InvalidArgument, NotFound
 from evertune.runtime import run_unary
+from evertune.runtime.auth import caller
 from evertune.v1 import events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
@@ -47,10 +54,29 @@ class SearchApi(pb_grpc.SearchServiceServicer):
             raise EvertuneError("the searcher is still starting")
         return self.searches
 
+    async def _visible_endpoint(self, endpoint: str, *, field: str) -> None:
+        """NOT_FOUND unless the caller may reach `endpoint` (an operator reaches every one)."""
+        who = caller()
+        if who.all_tenants:
+            return
+        found = await self._require().endpoint(endpoint) if endpoint else None
+        if found is None or not who.sees(found.spec.tenant):
+            raise NotFound(f"{field}: endpoint {endpoint!r} not found")
+
+    async def _visible_search(self, search_id: str) -> SearchRecord:
+        """The search, NOT_FOUND unless the caller may reach its endpoint."""
+        record = await self._require().get(search_id)
+        try:
+            await self._visible_endpoint(record.search.endpoint, field="search_id")
+        except NotFound:
+            raise NotFound(f"search_id: search {search_id!r} not found") from None
+        return record
+
     async def StartSearch(
         self, request: pb.StartSearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.StartSearchResponse:
         async def work() -> pb.StartSearchResponse:
+            await self._visible_endpoint(request.endpoint, field="endpoint")
             record = await self._require().start(request)
             return pb.StartSearchResponse(search=record.search)
 
@@ -60,7 +86,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
         self, request: pb.GetSearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetSearchResponse:
         async def work() -> pb.GetSearchResponse:
-            return pb.GetSearchResponse(search=(await self._require().get(request.search_id)).search)
+            return pb.GetSearchResponse(search=(await self._visible_search(request.search_id)).search)
 
         return await run_unary(context, "GetSearch", work)
 
@@ -70,6 +96,12 @@ class SearchApi(pb_grpc.SearchServiceServicer):
         async def work() -> pb.ListSearchesResponse:
             if request.page_size > MAX_PAGE:
                 raise InvalidArgument(f"page_size: at most {MAX_PAGE}, got {request.page_size}")
+            if not caller().all_tenants:
+                if not request.endpoint:
+                    raise InvalidArgument(
+                        "endpoint: required with a tenant's token (one endpoint's searches)"
+                    )
+                await self._visible_endpoint(request.endpoint, field="endpoint")
             states = []
             for i, state in enumerate(request.states):
                 if state not in pb.SearchState.values() or state == pb.SEARCH_STATE_UNSPECIFIED:
@@ -94,6 +126,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
                 raise InvalidArgument(f"page_size: at most {MAX_PAGE}, got {request.page_size}")
             offset = page_offset(request.page_token)
             limit = request.page_size or DEFAULT_PAGE
+            await self._visible_search(request.search_id)
             trials, more = await self._require().trials(request.search_id, limit=limit, offset=offset)
             return pb.ListTrialsResponse(trials=trials, next_page_token=f"o{offset + limit}" if more else "")
 
@@ -103,6 +136,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
         self, request: pb.CancelSearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.CancelSearchResponse:
         async def work() -> pb.CancelSearchResponse:
+            await self._visible_search(request.search_id)
             record = await self._require().cancel(request.search_id, request.reason)
             return pb.CancelSearchResponse(search=record.search)
 
@@ -117,8 +151,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
 
     def _check_watch(self, request: pb.WatchSearchRequest) -> Callable[[], Awaitable[Searches]]:
         async def check() -> Searches:
-            searches = self._require()
-            await searches.get(request.search_id)
-            return searches
+            await self._visible_search(request.search_id)
+            return self._require()
 
         return check

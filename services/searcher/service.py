@@ -28,10 +28,11 @@ from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
 from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage
-from evertune.errors import FailedPrecondition, NotFound
+from evertune.errors import FailedPrecondition, NotFound, SettingsError
 from evertune.events import EventKind, event_filter_subject
 from evertune.perfmodel import Efficiency
 from evertune.runtime import GrpcService, ServiceContext
+from evertune.runtime.auth import LOOPBACK_HOSTS, AuthInterceptor, load_tokens
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 
@@ -52,11 +53,27 @@ class SearcherService(GrpcService):
         """`limits` narrows the candidate space and `efficiency` fixes the model's factors per class
         (tests and benchmarks); `durable_prefix` names the consumers."""
         self.api = SearchApi()
+        self.tokens = load_tokens(
+            token_file=settings.token_file,
+            tokens=settings.tokens.get_secret_value(),
+            prefix="EVERTUNE_SEARCHER",
+        )
+        if (
+            self.tokens is None
+            and settings.grpc_host not in LOOPBACK_HOSTS
+            and not settings.allow_unauthenticated
+        ):
+            raise SettingsError(
+                "invalid setting EVERTUNE_SEARCHER_TOKEN_FILE: no tokens configured while "
+                f"EVERTUNE_SEARCHER_GRPC_HOST={settings.grpc_host} is not loopback "
+                "(set tokens, bind 127.0.0.1, or EVERTUNE_SEARCHER_ALLOW_UNAUTHENTICATED=true)"
+            )
         super().__init__(
             host=settings.grpc_host,
             port=settings.grpc_port,
             add_servicers=[self.api.add_to],
             service_names=[SERVICE_NAME],
+            interceptors=[AuthInterceptor(self.tokens)],
         )
         self.api.stopping = self.stopping
         self.settings = settings

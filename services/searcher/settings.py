@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -18,6 +18,13 @@ class SearcherSettings(BaseSettings):
     grpc_host: str = "127.0.0.1"
     #: gRPC port; 0 picks a free one.
     grpc_port: int = Field(default=50052, ge=0, le=65535)
+    #: Token file: one `<token> <tenant>` per line (`*` = every tenant), as the deployer's
+    #: (`evertune.runtime.auth`): a tenant's token sees and starts searches of its endpoints only.
+    token_file: Path | None = None
+    #: Tokens in the same format, entries separated by commas (added to the file's).
+    tokens: SecretStr = SecretStr("")
+    #: Serve without tokens on a non-loopback address (never do this outside a closed network).
+    allow_unauthenticated: bool = False
     #: A profile.ready of fewer requests starts no search: a few requests (a drift alarm's short
     #: window) do not describe a workload worth trials.
     min_profile_requests: int = Field(default=30, ge=1)

@@ -10,7 +10,6 @@ import asyncio
 import json
 import uuid
 
-from evertune.deployer.auth import ALL_TENANTS, Principal
 from evertune.deployer.trials import find_trial
 from evertune.deployer.validation import WatchFilter
 from evertune.deployer.watch import TenantScope, watch
@@ -19,6 +18,7 @@ from nats.js import JetStreamContext
 from evertune.bus import publish, publish_event
 from evertune.events import EventKind, decode_event, event_subject, new_event
 from evertune.nats_server import EmbeddedNats
+from evertune.runtime.auth import ALL_TENANTS, Principal
 from evertune.v1 import endpoint_pb2, events_pb2
 from tests.cli.helpers import evertune
 

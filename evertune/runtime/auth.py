@@ -1,8 +1,10 @@
-"""Bearer-token authentication of the deployer's gRPC API, scoped by tenant.
+"""Bearer-token authentication of evertune's gRPC APIs (the deployer's EndpointService, the
+searcher's SearchService), scoped by tenant, one way for both.
 
-Tokens come from a token file (`EVERTUNE_DEPLOYER_TOKEN_FILE`) and/or the `EVERTUNE_DEPLOYER_TOKENS`
-setting, in one format: entries `<token> <tenant>`, one per line in a file (or separated by commas
-in the setting); blank lines and lines starting with `#` are ignored. The tenant `*` makes an
+Tokens come from a token file (`EVERTUNE_<SERVICE>_TOKEN_FILE`) and/or the
+`EVERTUNE_<SERVICE>_TOKENS` setting (`load_tokens`), in one format: entries `<token> <tenant>`, one
+per line in a file (or separated by commas in the setting); blank lines and lines starting with `#`
+are ignored. The tenant `*` makes an
 operator token that sees every tenant. Tokens are at least 16 characters, without whitespace or
 commas.
 
@@ -18,14 +20,17 @@ import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import grpc
 
-from evertune.errors import InvalidArgument, Unauthenticated
+from evertune.errors import InvalidArgument, SettingsError, Unauthenticated
 
 #: Tenant of an operator token: every tenant.
 ALL_TENANTS: Final = "*"
+#: Addresses that only this machine reaches: the one place a service may run without tokens.
+LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 #: Shortest token accepted.
 MIN_TOKEN_CHARS: Final = 16
 #: Method prefixes served without a token.
@@ -55,7 +60,7 @@ class Principal:
 #: The caller when authentication is off (no tokens configured, loopback only).
 ANONYMOUS_OPERATOR: Final = Principal(tenant=ALL_TENANTS, label="anonymous")
 
-_CALLER: ContextVar[Principal | None] = ContextVar("evertune_deployer_caller", default=None)
+_CALLER: ContextVar[Principal | None] = ContextVar("evertune_grpc_caller", default=None)
 
 
 def caller() -> Principal:
@@ -97,6 +102,26 @@ def parse_tokens(text: str, *, source: str) -> dict[str, str]:
             raise InvalidArgument(f"{source}: entry {number}: the same token is given two tenants")
         tokens[token] = tenant
     return tokens
+
+
+def load_tokens(*, token_file: Path | None, tokens: str, prefix: str) -> TokenTable | None:
+    """The token table of a service from its token file and its TOKENS setting (`prefix` names
+    its variables, e.g. "EVERTUNE_DEPLOYER"); None when neither has one. A file that cannot be read
+    or a bad entry is a one-line SettingsError naming the variable."""
+    found: dict[str, str] = {}
+    try:
+        if token_file is not None:
+            try:
+                text = token_file.read_text()
+            except OSError as err:
+                raise SettingsError(
+                    f"invalid setting {prefix}_TOKEN_FILE: cannot read {token_file}: {err.strerror}"
+                ) from None
+            found |= parse_tokens(text, source=str(token_file))
+        found |= parse_tokens(tokens, source=f"{prefix}_TOKENS")
+    except InvalidArgument as err:
+        raise SettingsError(f"invalid {prefix}_TOKENS or {prefix}_TOKEN_FILE: {err}") from None
+    return TokenTable(found) if found else None
 
 
 class TokenTable:
@@ -188,7 +213,7 @@ def _as(handler: Any, principal: Principal) -> Any:
                 yield item
 
         return handler._replace(unary_stream=unary_stream)
-    raise TypeError("the deployer serves unary and server-streaming methods only")
+    raise TypeError("evertune's APIs serve unary and server-streaming methods only")
 
 
 def _deny(handler: Any, message: str) -> Any:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evertune.deployer.auth import (
+from evertune.deployer.service import deployer_tokens
+
+from evertune.errors import InvalidArgument, SettingsError, Unauthenticated
+from evertune.runtime.auth import (
     ALL_TENANTS,
     ANONYMOUS_OPERATOR,
     TokenTable,
@@ -13,9 +16,6 @@ from evertune.deployer.auth import (
     bearer_token,
     parse_tokens,
 )
-from evertune.deployer.service import load_tokens
-
-from evertune.errors import InvalidArgument, SettingsError, Unauthenticated
 from tests.deployer.conftest import deployer_settings
 
 GOOD = "0123456789abcdef-token"
@@ -60,14 +60,14 @@ def test_authenticate() -> None:
     assert bearer_token([("Authorization", b"bearer  xyz ")]) == "xyz"
 
 
-def test_load_tokens_from_file_and_setting(tmp_path: Path) -> None:
+def test_deployer_tokens_from_file_and_setting(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     path.write_text(f"{GOOD} team-a\n")
-    table = load_tokens(deployer_settings(tmp_path, token_file=path))
+    table = deployer_tokens(deployer_settings(tmp_path, token_file=path))
     assert table is not None and len(table) == 4  # the file's one plus the three of the test settings
     with pytest.raises(SettingsError, match="cannot read"):
-        load_tokens(deployer_settings(tmp_path, token_file=tmp_path / "missing"))
+        deployer_tokens(deployer_settings(tmp_path, token_file=tmp_path / "missing"))
     path.write_text("short x\n")
     with pytest.raises(SettingsError, match="entry 1"):
-        load_tokens(deployer_settings(tmp_path, token_file=path))
-    assert load_tokens(deployer_settings(tmp_path, tokens="")) is None
+        deployer_tokens(deployer_settings(tmp_path, token_file=path))
+    assert deployer_tokens(deployer_settings(tmp_path, tokens="")) is None
