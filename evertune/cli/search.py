@@ -4,7 +4,8 @@ Where the searcher is: `--address`, else `EVERTUNE_SEARCHER_ADDRESS`, else the a
 `evertune up` on the data dir wrote to its runtime file, else 127.0.0.1:50052. `start` waits for
 the search by default, printing a line per trial as it ends (`--no-wait` returns at once).
 `trials` lists a search's finished trials (ListTrials, every page), one line each: the config's
-difference from the baseline trial's, the figures, the gates, passed or not.
+difference from the baseline trial's, the figures, the gates, passed or not. The bearer token:
+`--token`, else `EVERTUNE_TOKEN` (none: no credentials, for a searcher with auth off).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from google.protobuf.json_format import MessageToDict
 
 from evertune.cli.common import OBJECTIVES, grpc_address
 from evertune.errors import EvertuneError
+from evertune.runtime.auth import BearerToken
 from evertune.v1 import events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
@@ -38,6 +41,7 @@ def add_commands(commands: Any) -> None:
 
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--address", default=None, help="searcher host:port")
+        parser.add_argument("--token", default=None, help="bearer token (default $EVERTUNE_TOKEN)")
         parser.add_argument("--data-dir", type=Path, default=None, help="data dir of a local `evertune up`")
         parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -259,7 +263,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     async def main() -> int:
-        async with grpc.aio.insecure_channel(_address(args)) as channel:
+        token = args.token or os.environ.get("EVERTUNE_TOKEN", "")
+        interceptors = [BearerToken(token)] if token else None
+        async with grpc.aio.insecure_channel(_address(args), interceptors=interceptors) as channel:
             stub = pb_grpc.SearchServiceStub(channel)  # type: ignore[no-untyped-call]
             try:
                 return await call(stub)
