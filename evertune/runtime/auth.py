@@ -104,10 +104,12 @@ def parse_tokens(text: str, *, source: str) -> dict[str, str]:
     return tokens
 
 
-def load_tokens(*, token_file: Path | None, tokens: str, prefix: str) -> TokenTable | None:
-    """The token table of a service from its token file and its TOKENS setting (`prefix` names
-    its variables, e.g. "EVERTUNE_DEPLOYER"); None when neither has one. A file that cannot be read
-    or a bad entry is a one-line SettingsError naming the variable."""
+def load_tokens(
+    *, token_file: Path | None, tokens: str, file_setting: str, tokens_setting: str
+) -> TokenTable | None:
+    """A service's token table from its token file and its tokens setting (named by their
+    variables, e.g. "EVERTUNE_DEPLOYER_TOKEN_FILE" and "EVERTUNE_DEPLOYER_TOKENS"); None when
+    neither has one. A file that cannot be read or a bad entry is a one-line SettingsError."""
     found: dict[str, str] = {}
     try:
         if token_file is not None:
@@ -115,12 +117,12 @@ def load_tokens(*, token_file: Path | None, tokens: str, prefix: str) -> TokenTa
                 text = token_file.read_text()
             except OSError as err:
                 raise SettingsError(
-                    f"invalid setting {prefix}_TOKEN_FILE: cannot read {token_file}: {err.strerror}"
+                    f"invalid setting {file_setting}: cannot read {token_file}: {err.strerror}"
                 ) from None
             found |= parse_tokens(text, source=str(token_file))
-        found |= parse_tokens(tokens, source=f"{prefix}_TOKENS")
+        found |= parse_tokens(tokens, source=tokens_setting)
     except InvalidArgument as err:
-        raise SettingsError(f"invalid {prefix}_TOKENS or {prefix}_TOKEN_FILE: {err}") from None
+        raise SettingsError(f"invalid {tokens_setting} or {file_setting}: {err}") from None
     return TokenTable(found) if found else None
 
 

@@ -1339,11 +1339,18 @@ class Deployer:
         new_urls: dict[str, list[str]] | None = None,
     ) -> endpoint_pb2.RouteTable:
         """Rewrite the route table: `weights` maps the current deployment->weight to the new one."""
+        endpoint = await self.state.get_endpoint(name)
+        tenant = endpoint.spec.tenant if endpoint is not None else ""
 
         def change(table: endpoint_pb2.RouteTable) -> endpoint_pb2.RouteTable:
             urls = {**plan.urls_of(table), **(new_urls or {})}
             return plan.route_table(
-                name, weights(plan.weights_of(table)), urls, revision=table.revision, now=self.state.clock()
+                name,
+                weights(plan.weights_of(table)),
+                urls,
+                revision=table.revision,
+                now=self.state.clock(),
+                tenant=tenant or table.tenant,
             )
 
         table = await self.state.change_routes(name, change)

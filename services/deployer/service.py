@@ -36,7 +36,10 @@ BREACH_DURABLE = "deployer-sla-breach"
 def deployer_tokens(settings: DeployerSettings) -> TokenTable | None:
     """The deployer's token table (`evertune.runtime.auth.load_tokens`); None when it has none."""
     return load_tokens(
-        token_file=settings.token_file, tokens=settings.tokens.get_secret_value(), prefix="EVERTUNE_DEPLOYER"
+        token_file=settings.token_file,
+        tokens=settings.tokens.get_secret_value(),
+        file_setting="EVERTUNE_DEPLOYER_TOKEN_FILE",
+        tokens_setting="EVERTUNE_DEPLOYER_TOKENS",
     )
 
 

@@ -12,6 +12,10 @@ upstream fails after the 200 headers ends with an error event (`data: {"error": 
 OpenAI SDK raises as `APIError`) and no `[DONE]`, so a cut answer is never taken for a whole one;
 the client's `X-Request-Id` comes back on the reply. `GET /health` answers while the process
 serves; `GET /ready` while it also takes requests (routes loaded, not shutting down).
+
+With API keys (`keys`): every inference call and `/v1/models` need `Authorization: Bearer <key>`
+(401 otherwise); a key reaches only its tenant's endpoints (another tenant's is answered as an
+unknown model, 404) and `/v1/models` lists only those; `/metrics` needs an operator's key.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -36,11 +40,12 @@ from evertune.gateway.record import (
     error_body,
     read_payload,
 )
-from evertune.gateway.routing import NoDeployment, RouteBook, choose, upstream_model
+from evertune.gateway.routing import NoDeployment, RouteBook, choose, unknown_model, upstream_model
 from evertune.gateway.settings import GatewaySettings
 
-from evertune.errors import NotFound
+from evertune.errors import NotFound, Unauthenticated
 from evertune.replay.sse import SseDecoder
+from evertune.runtime.auth import Principal, TokenTable, authenticate
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 
 #: Request headers not forwarded upstream (hop-by-hop, recomputed, or replaced).
@@ -57,6 +62,7 @@ DROPPED_HEADERS = frozenset(
 )
 
 Offer = Callable[[Pending], None]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Statuses whose answer says when to retry (`Retry-After`, whole seconds).
 RETRY_STATUSES = frozenset({429, 503})
@@ -95,10 +101,13 @@ class Proxy:
         offer: Offer,
         *,
         ready: Callable[[], str | None] = lambda: None,
+        keys: TokenTable | None = None,
         rng: random.Random | None = None,
     ):
-        """`ready`: why the gateway takes no requests now (None: it does), for `GET /ready`."""
+        """`ready`: why the gateway takes no requests now (None: it does), for `GET /ready`.
+        `keys`: the API keys clients must send (None: no authentication)."""
         self.settings = settings
+        self.keys = keys
         self.book = book
         self.offer = offer
         self.ready = ready
@@ -128,10 +137,39 @@ class Proxy:
         if self._session is not None:
             await self._session.close()
 
+    def _caller(self, request: web.Request) -> Principal:
+        """Who sends `request` (everyone is an operator without keys); `Unauthenticated` without a
+        known key."""
+        return authenticate(self.keys, [("authorization", request.headers.get("Authorization", ""))])
+
+    def _unauthenticated(self, err: Unauthenticated) -> web.Response:
+        body = error_body(str(err), status=401, code="invalid_api_key")
+        return web.json_response(body, status=401, headers={"WWW-Authenticate": "Bearer"})
+
+    def operators_only(self, handler: Handler) -> Handler:
+        """`handler` answered only to an operator's key when the gateway has keys (401, 403)."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            try:
+                who = self._caller(request)
+            except Unauthenticated as err:
+                return self._unauthenticated(err)
+            if not who.all_tenants:
+                body = error_body("an operator's key is needed", status=403, code="operators_only")
+                return web.json_response(body, status=403)
+            return await handler(request)
+
+        return guarded
+
     async def models(self, request: web.Request) -> web.Response:
+        try:
+            who = self._caller(request)
+        except Unauthenticated as err:
+            return self._unauthenticated(err)
         data = [
             {"id": name, "object": "model", "created": self.book.created(name), "owned_by": "evertune"}
             for name in self.book.endpoints()
+            if who.sees(self.book.tables[name].tenant)
         ]
         return web.json_response({"object": "list", "data": data})
 
@@ -165,14 +203,20 @@ class Proxy:
         prompt: str | list[int] | None = None
         self.in_flight += 1
         try:
+            try:
+                who = self._caller(request)
+            except Unauthenticated as err:
+                obs.status, obs.error_class, obs.ended = 401, "invalid_api_key", time.perf_counter()
+                return self._unauthenticated(err)
             body = await self._read_body(request, obs)
             if isinstance(body, web.Response):
                 return body
-            if obs.model in self.book.tables:  # no prompt work for a model that is not served
+            table = self.book.tables.get(obs.model)
+            if table is not None and who.sees(table.tenant):  # no prompt work for a model not served
                 prompt = chat_prompt(body.get("messages")) if api == telemetry_pb2.API_CHAT else None
                 if api == telemetry_pb2.API_COMPLETIONS:
                     prompt = completion_prompt(body.get("prompt"))
-            return await self._forward(request, body, obs)
+            return await self._forward(request, body, obs, who)
         except asyncio.CancelledError:
             obs.client_disconnected = True
             obs.error_class = obs.error_class or "client_disconnect"
@@ -236,10 +280,12 @@ class Proxy:
         return body
 
     async def _forward(
-        self, request: web.Request, body: dict[str, Any], obs: Observation
+        self, request: web.Request, body: dict[str, Any], obs: Observation, who: Principal
     ) -> web.StreamResponse:
         try:
             table = self.book.table(obs.model)
+            if not who.sees(table.tenant):  # another tenant's: answered as an unknown one
+                raise NotFound(unknown_model(obs.model))
         except NotFound as err:
             return self._error(obs, 404, str(err), code="model_not_found")
         obs.endpoint = table.endpoint

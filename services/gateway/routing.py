@@ -77,12 +77,17 @@ class RouteBook:
         """The endpoint's table; `NotFound` for an endpoint the gateway has no table for."""
         table = self.tables.get(endpoint)
         if table is None:
-            raise NotFound(f"The model `{endpoint}` does not exist.")
+            raise NotFound(unknown_model(endpoint))
         return table
 
     def endpoints(self) -> list[str]:
         """Names of every endpoint with a table, sorted."""
         return sorted(self.tables)
+
+
+def unknown_model(name: str) -> str:
+    """The answer to a model the caller cannot use: unknown, or another tenant's (the same words)."""
+    return f"The model `{name}` does not exist."
 
 
 def upstream_model(route: endpoint_pb2.Route, endpoint: str, mode: str) -> str:

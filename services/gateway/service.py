@@ -28,6 +28,7 @@ from evertune.bus import KvFollower, publish
 from evertune.errors import EvertuneError, SettingsError, Unavailable
 from evertune.model import ensure_model, load_tokenizer
 from evertune.runtime import Service, ServiceContext
+from evertune.runtime.auth import LOOPBACK_HOSTS, load_tokens
 from evertune.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
 from evertune.v1 import telemetry_pb2
 
@@ -39,6 +40,18 @@ class GatewayService(Service):
     def __init__(self, settings: GatewaySettings) -> None:
         super().__init__()
         self.settings = settings
+        self.keys = load_tokens(
+            token_file=settings.api_key_file,
+            tokens=settings.api_keys.get_secret_value(),
+            file_setting="EVERTUNE_GATEWAY_API_KEY_FILE",
+            tokens_setting="EVERTUNE_GATEWAY_API_KEYS",
+        )
+        if self.keys is None and settings.host not in LOOPBACK_HOSTS and not settings.allow_unauthenticated:
+            raise SettingsError(
+                "invalid setting EVERTUNE_GATEWAY_API_KEY_FILE: no API keys configured while "
+                f"EVERTUNE_GATEWAY_HOST={settings.host} is not loopback "
+                "(set keys, bind 127.0.0.1, or EVERTUNE_GATEWAY_ALLOW_UNAUTHENTICATED=true)"
+            )
         self.book = RouteBook()
         self.publisher: Publisher | None = None
         self.proxy: Proxy | None = None
@@ -84,9 +97,11 @@ class GatewayService(Service):
         )
         self.spawn(self.publisher.run(self._http_closed), name="publisher")
         await self._watch_routes(js, ctx.nc)
-        self.proxy = Proxy(settings, self.book, self._offer, ready=self._not_ready)
+        self.proxy = Proxy(settings, self.book, self._offer, ready=self._not_ready, keys=self.keys)
         if settings.metrics:
-            self.proxy.app.router.add_get(METRICS_PATH, metrics_handler(self.metrics_registry))
+            self.proxy.app.router.add_get(
+                METRICS_PATH, self.proxy.operators_only(metrics_handler(self.metrics_registry))
+            )
         # In-flight requests get most of the shutdown time; the rest is the publisher's final flush.
         self._runner = web.AppRunner(
             self.proxy.app,

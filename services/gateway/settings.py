@@ -23,6 +23,15 @@ class GatewaySettings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     #: Largest request body accepted, in bytes; a larger one is answered 413 and not forwarded.
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: API keys file: one `<key> <tenant>` per line (`*` = an operator's), the format of the
+    #: deployer's tokens. With keys, inference calls need `Authorization: Bearer <key>` and reach
+    #: only their tenant's endpoints; `/metrics` needs an operator's key. No keys: open, on a
+    #: loopback address only.
+    api_key_file: Path | None = None
+    #: API keys in the same format, entries separated by commas (added to the file's).
+    api_keys: SecretStr = SecretStr("")
+    #: Serve without API keys on a non-loopback address (never do this outside a closed network).
+    allow_unauthenticated: bool = False
     #: Seconds a client has to send its whole request body (then 408: a slow sender cannot hold a
     #: connection and a request slot open).
     body_read_timeout_s: float = Field(default=30.0, gt=0)

@@ -56,7 +56,8 @@ class SearcherService(GrpcService):
         self.tokens = load_tokens(
             token_file=settings.token_file,
             tokens=settings.tokens.get_secret_value(),
-            prefix="EVERTUNE_SEARCHER",
+            file_setting="EVERTUNE_SEARCHER_TOKEN_FILE",
+            tokens_setting="EVERTUNE_SEARCHER_TOKENS",
         )
         if (
             self.tokens is None

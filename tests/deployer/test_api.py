@@ -73,7 +73,7 @@ async def test_create_serves_and_writes_the_route_table(stack: Stack) -> None:
     ready = await endpoint_in(stack, name, D.ENDPOINT_STATE_READY)
     assert ready.stable_deployment_id == reply.deployment.id
     table = await routes(stack, name)
-    assert table is not None and len(table.routes) == 1
+    assert table is not None and len(table.routes) == 1 and table.tenant == "tenant-a"
     route = table.routes[0]
     assert route.deployment_id == reply.deployment.id and route.weight == 10_000
     assert await chat(route.upstream_url, name) == "s7 " * 5  # the engine serves the endpoint's name

@@ -24,8 +24,9 @@ def test_route_table_splits_weight_over_replicas_and_keeps_zero_weight_routes() 
         {"dep-new": ["http://a", "http://b", "http://c"], "dep-old": ["http://o"]},
         revision=4,
         now=NOW,
+        tenant="team-a",
     )
-    assert table.endpoint == "e" and table.revision == 4
+    assert table.endpoint == "e" and table.revision == 4 and table.tenant == "team-a"
     assert [(r.deployment_id, r.upstream_url, r.weight) for r in table.routes] == [
         ("dep-new", "http://a", 3334),
         ("dep-new", "http://b", 3333),
