@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from evertune.deployer.winner_check import StoredWinners
 from evertune.searcher.control import Searches
 from evertune.searcher.service import SearcherService
 from nats.aio.client import Client
@@ -92,6 +93,9 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
     assert stored.evidence["baseline"]["fidelity"] == stored.evidence["winner"]["fidelity"]
     # A second profile.ready of the same event starts nothing new (request id = the event's).
     assert (await again.records.by_request(f"profile:{event.id}")).search_id == search_id  # type: ignore[union-attr]
+    # The rows the searcher and the runner stored confirm the event: a deployer would roll it out.
+    winners = StoredWinners(store)
+    assert await winners.refusal(endpoint=endpoint, model="/models/ep", pool="sim-cpu", done=done) == ""
 
 
 async def _until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0) -> None:
