@@ -166,6 +166,17 @@ class HardwarePoolSpec(BaseModel):
         return value
 
 
+AlertKind = Literal["webhook", "log", "alertmanager", "pagerduty"]
+#: AlertRoute.kind on the wire <-> the domain's kind (the one mapping, both ways).
+ALERT_KIND_OF_WIRE: dict[int, AlertKind] = {
+    endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK: "webhook",
+    endpoint_pb2.ALERT_ROUTE_KIND_LOG: "log",
+    endpoint_pb2.ALERT_ROUTE_KIND_ALERTMANAGER: "alertmanager",
+    endpoint_pb2.ALERT_ROUTE_KIND_PAGERDUTY: "pagerduty",
+}
+ALERT_KIND_TO_WIRE: dict[str, int] = {kind: wire for wire, kind in ALERT_KIND_OF_WIRE.items()}
+
+
 class AlertRouteSpec(BaseModel):
     """One alert integration of an endpoint."""
 
@@ -173,10 +184,13 @@ class AlertRouteSpec(BaseModel):
 
     #: Name, unique within the endpoint.
     name: str
-    #: "webhook" (POST to url) or "log".
-    kind: Literal["webhook", "log"]
-    #: http(s) URL for webhooks; empty for log.
+    #: "webhook" (POST to url), "log", "alertmanager" (Alertmanager's API at url) or "pagerduty"
+    #: (PagerDuty Events v2, at url or PagerDuty's own).
+    kind: AlertKind
+    #: http(s) URL for webhook and alertmanager routes (optional for pagerduty); empty for log.
     url: str = ""
+    #: PagerDuty integration (routing) key; pagerduty routes only.
+    routing_key: str = ""
     #: Lowest severity forwarded (a common_pb2.Severity value).
     min_severity: int = common_pb2.SEVERITY_WARNING
     #: Event kinds forwarded (empty = the defaults the sla-monitor documents).
@@ -509,16 +523,24 @@ def rollout_policy_proto(rollout: RolloutOverrides) -> endpoint_pb2.RolloutPolic
 def _alert_route(route: endpoint_pb2.AlertRoute, field: str) -> AlertRouteSpec:
     if not route.name:
         raise InvalidArgument(f"{field}.name: required")
-    if route.kind == endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK:
-        kind: Literal["webhook", "log"] = "webhook"
-        if not route.url.startswith(("http://", "https://")) or len(route.url) > 2048:
-            raise InvalidArgument(f"{field}.url: a webhook needs an http:// or https:// URL")
-    elif route.kind == endpoint_pb2.ALERT_ROUTE_KIND_LOG:
-        kind = "log"
-        if route.url:
-            raise InvalidArgument(f"{field}.url: must be empty for a log route")
-    else:
-        raise InvalidArgument(f"{field}.kind: required (ALERT_ROUTE_KIND_WEBHOOK or ALERT_ROUTE_KIND_LOG)")
+    kind = ALERT_KIND_OF_WIRE.get(route.kind)
+    if kind is None:
+        raise InvalidArgument(
+            f"{field}.kind: required (ALERT_ROUTE_KIND_WEBHOOK, _LOG, _ALERTMANAGER or _PAGERDUTY)"
+        )
+    web_url = route.url.startswith(("http://", "https://")) and len(route.url) <= 2048
+    if kind in ("webhook", "alertmanager") and not web_url:
+        article = "an" if kind == "alertmanager" else "a"
+        raise InvalidArgument(f"{field}.url: {article} {kind} route needs an http:// or https:// URL")
+    if kind == "log" and route.url:
+        raise InvalidArgument(f"{field}.url: must be empty for a log route")
+    if kind == "pagerduty":
+        if not route.routing_key:
+            raise InvalidArgument(f"{field}.routing_key: required for a pagerduty route")
+        if route.url and not web_url:
+            raise InvalidArgument(f"{field}.url: empty (PagerDuty's own) or an http:// or https:// URL")
+    elif route.routing_key:
+        raise InvalidArgument(f"{field}.routing_key: for pagerduty routes only")
     if route.min_severity not in _SEVERITIES:
         raise InvalidArgument(f"{field}.min_severity: unknown value {route.min_severity}")
     try:
@@ -526,6 +548,7 @@ def _alert_route(route: endpoint_pb2.AlertRoute, field: str) -> AlertRouteSpec:
             name=route.name,
             kind=kind,
             url=route.url,
+            routing_key=route.routing_key,
             min_severity=route.min_severity or common_pb2.SEVERITY_WARNING,
             event_kinds=tuple(route.event_kinds),
         )
@@ -563,10 +586,9 @@ def endpoint_spec_proto(spec: EndpointDef) -> endpoint_pb2.EndpointSpec:
         alert_routes=[
             endpoint_pb2.AlertRoute(
                 name=r.name,
-                kind=endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK
-                if r.kind == "webhook"
-                else endpoint_pb2.ALERT_ROUTE_KIND_LOG,
+                kind=ALERT_KIND_TO_WIRE[r.kind],  # type: ignore[arg-type]
                 url=r.url,
+                routing_key=r.routing_key,
                 min_severity=r.min_severity,  # type: ignore[arg-type]
                 event_kinds=list(r.event_kinds),
             )

@@ -99,6 +99,12 @@ def test_fingerprint_depends_on_the_spec_not_the_request_id() -> None:
             lambda s: [s.alert_routes.add(name="x", kind=2) for _ in range(2)],
             "spec.alert_routes[1].name: 'x' is used",
         ),
+        (lambda s: s.alert_routes.add(name="am", kind=3), "spec.alert_routes[0].url: an alertmanager route"),
+        (lambda s: s.alert_routes.add(name="pd", kind=4), "spec.alert_routes[0].routing_key: required"),
+        (
+            lambda s: s.alert_routes.add(name="hook", kind=1, url="https://x", routing_key="k"),
+            "spec.alert_routes[0].routing_key: for pagerduty routes only",
+        ),
     ],
 )
 def test_create_refuses_a_bad_spec_naming_the_field(change: object, message: str) -> None:
@@ -120,6 +126,24 @@ def test_alert_routes_get_a_default_severity() -> None:
     )
     route = create(s).spec.alert_routes[0]
     assert route.kind == "webhook" and route.min_severity == common_pb2.SEVERITY_WARNING
+
+
+def test_alertmanager_and_pagerduty_routes_are_accepted_and_read_back() -> None:
+    """The kinds the proto documents and the sla-monitor sends to (it had refused all but two)."""
+    s = spec("voice-eu")
+    s.alert_routes.add(name="am", kind=endpoint_pb2.ALERT_ROUTE_KIND_ALERTMANAGER, url="https://am.example/")
+    s.alert_routes.add(name="pd", kind=endpoint_pb2.ALERT_ROUTE_KIND_PAGERDUTY, routing_key="R0UTING-KEY")
+    domain = create(s).spec
+    assert [(r.kind, r.url, r.routing_key) for r in domain.alert_routes] == [
+        ("alertmanager", "https://am.example/", ""),
+        ("pagerduty", "", "R0UTING-KEY"),
+    ]
+    wire = v.endpoint_spec_proto(domain)
+    assert [r.kind for r in wire.alert_routes] == [
+        endpoint_pb2.ALERT_ROUTE_KIND_ALERTMANAGER,
+        endpoint_pb2.ALERT_ROUTE_KIND_PAGERDUTY,
+    ]
+    assert wire.alert_routes[1].routing_key == "R0UTING-KEY" and v.endpoint_def(wire) == domain
 
 
 def update(
