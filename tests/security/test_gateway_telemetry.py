@@ -6,7 +6,6 @@ dropping its oldest records, counted."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 from evertune.gateway.publisher import (
@@ -23,6 +22,7 @@ from nats.js import JetStreamContext
 
 from evertune.bus import publish
 from evertune.v1 import telemetry_pb2
+from tests.profiler.helpers import wait_for
 
 #: Prefix hashes of one swollen record: 2,000 x 8 bytes (a 256k-token prompt at 128-token blocks).
 HASHES = 2_000
@@ -51,14 +51,6 @@ def _publisher(js: JetStreamContext, nc: Client, spool: Spool) -> Publisher:
     )
 
 
-async def _until(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    for _ in range(int(timeout_s / 0.05)):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 async def _stored_ids(js: JetStreamContext, subject: str) -> list[str]:
     sub = await js.subscribe(subject, ordered_consumer=True)
     ids: list[str] = []
@@ -83,9 +75,9 @@ async def test_records_more_than_a_message_are_published_in_pieces(
     task = asyncio.create_task(publisher.run(closed))
     for i in range(100):
         publisher.offer(Pending(record=_swollen(i, "swollen-ep")))
-    await _until(lambda: publisher.stats.published_records == 100)
+    await wait_for(lambda: publisher.stats.published_records == 100)
     publisher.offer(Pending(record=telemetry_pb2.RequestRecord(request_id="after", endpoint="swollen-ep")))
-    await _until(lambda: publisher.stats.published_records == 101)
+    await wait_for(lambda: publisher.stats.published_records == 101)
     closed.set()
     await asyncio.wait_for(task, 10.0)
     assert publisher.stats.spooled_records == 0 and publisher.stats.dropped_records == 0
