@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import getpass
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -214,6 +217,9 @@ class VllmEngine(_ServedInBlock):
         self.served_model_name = served_model_name
         self.log_dir = log_dir
         self.extra_env: dict[str, str] = dict(extra_env or {})
+        #: the engine's own temp folder while it runs: vLLM's IPC sockets and rendezvous files go
+        #: there (it leaves them in /tmp otherwise, a few per start), removed when it stops
+        self.scratch: Path | None = None
         self.startup_s: float | None = None  #: seconds from start() to ready, once ready
         self._proc: asyncio.subprocess.Process | None = None
         self._log: IO[bytes] | None = None
@@ -266,6 +272,12 @@ class VllmEngine(_ServedInBlock):
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(core) for core in self.cpu_cores)
         if self.hardware.is_cpu and len(self.cpu_cores) == 1:
             env.update({k: v for k, v in ONE_CORE_ENV.items() if k not in os.environ})
+        if self.scratch is not None:
+            env["TMPDIR"] = env["VLLM_RPC_BASE_PATH"] = str(self.scratch)
+            # torch's compile cache stays where it was (it defaults to a folder of TMPDIR)
+            env.setdefault(
+                "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"torchinductor_{_user()}")
+            )
         env.update(self.extra_env)
         env.update(knob_env)
         return argv, env
@@ -280,6 +292,7 @@ class VllmEngine(_ServedInBlock):
         """Start the server process (returns at once; `wait_ready` waits for it to serve)."""
         if self.running:
             return
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"evertune-engine-{self.port}-"))
         argv, env = self.command()
         self._log = await asyncio.to_thread(self._open_log, argv)
         self._started_at = time.monotonic()
@@ -296,6 +309,7 @@ class VllmEngine(_ServedInBlock):
             )
         except OSError as err:
             self._close_log()
+            self._remove_scratch()
             raise EngineStartFailed(
                 f"cannot run {argv[0]}: {err.strerror or err}", log_file=str(self.log_file)
             ) from None
@@ -378,6 +392,12 @@ class VllmEngine(_ServedInBlock):
             await self._session.close()
             self._session = None
         self._close_log()
+        self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -463,6 +483,14 @@ class EngineGroup(_ServedInBlock):
     async def stop(self, timeout_s: float = 20.0) -> None:
         """Stop every replica (see `VllmEngine.stop`)."""
         await stop_all(self.replicas, timeout_s)
+
+
+def _user() -> str:
+    """The login name torch puts in its default cache folder's name."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def split_cores(cores: Sequence[int], parts: int) -> list[list[int]]:

@@ -26,6 +26,7 @@ from evertune.engines import (
 )
 from evertune.engines.hardware import HardwareProfile, cpu_profile
 from evertune.engines.vllm import process_group_pids, start_failure_cause
+from tests.profiler.helpers import wait_for
 
 CPU = cpu_profile(cores=2, memory_gib=10.0)
 SPEC = EngineSpec(model="/models/none", enforce_eager=True)
@@ -65,6 +66,26 @@ async def test_a_process_that_exits_fails_at_once_with_the_log_tail(tmp_path: Pa
     assert not engine.running
     # the command line heads the log
     assert engine.log_file.read_text().startswith(f"$ {python} -m vllm.entrypoints.openai.api_server --model")
+
+
+async def test_an_engines_temp_files_go_to_its_own_folder_removed_at_stop(tmp_path: Path) -> None:
+    """vLLM leaves its IPC sockets and rendezvous files in the temp folder; each engine gets one of
+    its own (TMPDIR, VLLM_RPC_BASE_PATH), gone when it stops."""
+    python = fake_python(
+        tmp_path,
+        'touch "$TMPDIR/vllm_dist_x" "$VLLM_RPC_BASE_PATH/socket"\n'
+        'echo "$TORCHINDUCTOR_CACHE_DIR" > "$0.inductor"\nsleep 300',
+    )
+    engine = VllmEngine(SPEC, log_dir=tmp_path / "logs", python=python, hardware=CPU)
+    await engine.start()
+    scratch = engine.scratch
+    assert scratch is not None and scratch.is_dir()
+    await wait_for(lambda: (scratch / "socket").exists(), timeout_s=10)
+    assert {p.name for p in scratch.iterdir()} == {"vllm_dist_x", "socket"}
+    inductor = await asyncio.to_thread(Path(python + ".inductor").read_text)
+    assert "torchinductor_" in inductor  # the compile cache stays where it was
+    await engine.stop(timeout_s=5)
+    assert not scratch.exists() and engine.scratch is None
 
 
 async def test_a_hung_start_times_out_and_nothing_of_the_group_is_left(tmp_path: Path) -> None:
