@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import grpc
 
 from evertune.errors import InvalidArgument, SettingsError, Unauthenticated
+from evertune.logging import get_logger
+
+log = get_logger("evertune.runtime.auth")
 
 #: Tenant of an operator token: every tenant.
 ALL_TENANTS: Final = "*"
@@ -106,10 +110,24 @@ def parse_tokens(text: str, *, source: str) -> dict[str, str]:
 
 def load_tokens(
     *, token_file: Path | None, tokens: str, file_setting: str, tokens_setting: str
-) -> TokenTable | None:
-    """A service's token table from its token file and its tokens setting (named by their
-    variables, e.g. "EVERTUNE_DEPLOYER_TOKEN_FILE" and "EVERTUNE_DEPLOYER_TOKENS"); None when
-    neither has one. A file that cannot be read or a bad entry is a one-line SettingsError."""
+) -> TokenSource | None:
+    """A service's tokens from its token file and its tokens setting (named by their variables,
+    e.g. "EVERTUNE_DEPLOYER_TOKEN_FILE" and "EVERTUNE_DEPLOYER_TOKENS"), reloaded when the file
+    changes (`TokenSource`); None when neither has one at start (authentication off). A file that
+    cannot be read or a bad entry is a one-line SettingsError."""
+    table = _read_tokens(
+        token_file=token_file, tokens=tokens, file_setting=file_setting, tokens_setting=tokens_setting
+    )
+    if not len(table):
+        return None
+    return TokenSource(
+        table, token_file=token_file, tokens=tokens, file_setting=file_setting, tokens_setting=tokens_setting
+    )
+
+
+def _read_tokens(
+    *, token_file: Path | None, tokens: str, file_setting: str, tokens_setting: str
+) -> TokenTable:
     found: dict[str, str] = {}
     try:
         if token_file is not None:
@@ -123,7 +141,76 @@ def load_tokens(
         found |= parse_tokens(tokens, source=tokens_setting)
     except InvalidArgument as err:
         raise SettingsError(f"invalid {tokens_setting} or {file_setting}: {err}") from None
-    return TokenTable(found) if found else None
+    return TokenTable(found)
+
+
+class TokenLookup(Protocol):
+    """What authentication needs of a set of tokens."""
+
+    def lookup(self, token: str) -> Principal | None: ...
+
+
+#: Seconds between two looks at a token file's modification time.
+TOKEN_FILE_CHECK_S: Final = 2.0
+
+
+class TokenSource:
+    """A service's tokens, reloaded from its token file when the file changes (looked at on use,
+    at most every `check_s`), so tokens are added, rotated and revoked without a restart. A file
+    that no longer reads or parses leaves the tokens in force (logged); an emptied one refuses
+    every caller: authentication, on at start, never turns itself off."""
+
+    def __init__(
+        self,
+        table: TokenTable,
+        *,
+        token_file: Path | None,
+        tokens: str,
+        file_setting: str,
+        tokens_setting: str,
+        check_s: float = TOKEN_FILE_CHECK_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._table = table
+        self._file = token_file
+        self._names = {"tokens": tokens, "file_setting": file_setting, "tokens_setting": tokens_setting}
+        self._check_s = check_s
+        self._clock = clock
+        self._checked = clock()
+        self._stamp = _stamp(token_file)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def lookup(self, token: str) -> Principal | None:
+        self._refresh()
+        return self._table.lookup(token)
+
+    def _refresh(self) -> None:
+        if self._file is None or self._clock() - self._checked < self._check_s:
+            return
+        self._checked = self._clock()
+        stamp = _stamp(self._file)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            self._table = _read_tokens(token_file=self._file, **self._names)
+        except SettingsError as err:
+            log.error("token file changed but does not load; the tokens in force stay", error=str(err))
+            return
+        log.info("token file reloaded", file=str(self._file), tokens=len(self._table))
+
+
+def _stamp(path: Path | None) -> tuple[int, int] | None:
+    """(modification time ns, size) of a file, None when it cannot be looked at."""
+    if path is None:
+        return None
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
 
 
 class TokenTable:
@@ -156,7 +243,7 @@ def bearer_token(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
     return None
 
 
-def authenticate(tokens: TokenTable | None, metadata: Iterable[tuple[str, Any]] | None) -> Principal:
+def authenticate(tokens: TokenLookup | None, metadata: Iterable[tuple[str, Any]] | None) -> Principal:
     """The caller for this metadata; `tokens=None` means authentication is off. Pure."""
     if tokens is None:
         return ANONYMOUS_OPERATOR
@@ -179,7 +266,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     authentication off: every call is the anonymous operator.
     """
 
-    def __init__(self, tokens: TokenTable | None) -> None:
+    def __init__(self, tokens: TokenLookup | None) -> None:
         self._tokens = tokens
 
     async def intercept_service(

@@ -25,7 +25,7 @@ from evertune.errors import SettingsError
 from evertune.events import EventKind, event_filter_subject
 from evertune.outbound import OutboundPolicy
 from evertune.runtime import GrpcServer, GrpcService, ServiceContext
-from evertune.runtime.auth import AuthInterceptor, TokenTable, load_tokens
+from evertune.runtime.auth import AuthInterceptor, TokenSource, load_tokens
 from evertune.v1 import events_pb2
 
 #: Durable consumer names (deployers sharing one share the work).
@@ -33,7 +33,7 @@ SEARCH_DURABLE = "deployer-search-completed"
 BREACH_DURABLE = "deployer-sla-breach"
 
 
-def deployer_tokens(settings: DeployerSettings) -> TokenTable | None:
+def deployer_tokens(settings: DeployerSettings) -> TokenSource | None:
     """The deployer's token table (`evertune.runtime.auth.load_tokens`); None when it has none."""
     return load_tokens(
         token_file=settings.token_file,

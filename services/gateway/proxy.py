@@ -45,7 +45,7 @@ from evertune.gateway.settings import GatewaySettings
 
 from evertune.errors import NotFound, Unauthenticated
 from evertune.replay.sse import SseDecoder
-from evertune.runtime.auth import Principal, TokenTable, authenticate
+from evertune.runtime.auth import Principal, TokenLookup, authenticate
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 
 #: Request headers not forwarded upstream (hop-by-hop, recomputed, or replaced).
@@ -101,7 +101,7 @@ class Proxy:
         offer: Offer,
         *,
         ready: Callable[[], str | None] = lambda: None,
-        keys: TokenTable | None = None,
+        keys: TokenLookup | None = None,
         rng: random.Random | None = None,
     ):
         """`ready`: why the gateway takes no requests now (None: it does), for `GET /ready`.

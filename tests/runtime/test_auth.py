@@ -11,6 +11,7 @@ from evertune.errors import InvalidArgument, SettingsError, Unauthenticated
 from evertune.runtime.auth import (
     ALL_TENANTS,
     ANONYMOUS_OPERATOR,
+    TokenSource,
     TokenTable,
     authenticate,
     bearer_token,
@@ -71,3 +72,32 @@ def test_deployer_tokens_from_file_and_setting(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="entry 1"):
         deployer_tokens(deployer_settings(tmp_path, token_file=path))
     assert deployer_tokens(deployer_settings(tmp_path, tokens="")) is None
+
+
+def test_a_token_file_is_reloaded_when_it_changes(tmp_path: Path) -> None:
+    """Tokens rotate without a restart; a broken file keeps the tokens in force; an emptied one
+    refuses everyone (authentication never turns itself off)."""
+    path = tmp_path / "tokens"
+    path.write_text(f"{GOOD} team-a\n")
+    now = [0.0]
+    source = TokenSource(
+        TokenTable({GOOD: "team-a"}),
+        token_file=path,
+        tokens="",
+        file_setting="EVERTUNE_X_TOKEN_FILE",
+        tokens_setting="EVERTUNE_X_TOKENS",
+        clock=lambda: now[0],
+    )
+    rotated = "fedcba9876543210-rotated"
+    path.write_text(f"{rotated} team-b\n# rotated\n")
+    now[0] = 1.0  # within the check interval: not looked at yet
+    assert source.lookup(GOOD) is not None and source.lookup(rotated) is None
+    now[0] = 3.0
+    found = source.lookup(rotated)
+    assert found is not None and found.tenant == "team-b" and source.lookup(GOOD) is None
+    path.write_text("short x\n")  # does not parse
+    now[0] = 6.0
+    assert source.lookup(rotated) is not None
+    path.write_text("")
+    now[0] = 9.0
+    assert source.lookup(rotated) is None and len(source) == 0
