@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 from evertune.deployer import validation
 from evertune.deployer.controller import Deployer
+from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.watch import TenantScope, watch
 
 from evertune.logging import bound_ids, get_logger
@@ -33,11 +34,20 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EndpointService"].full_name
 class EndpointApi(pb_grpc.EndpointServiceServicer):
     """gRPC face of the Deployer."""
 
-    def __init__(self, deployer: Deployer, *, stopping: asyncio.Event, outbound: OutboundPolicy) -> None:
-        """`outbound`: where alert routes' URLs may point (a route to an internal address is refused)."""
+    def __init__(
+        self,
+        deployer: Deployer,
+        *,
+        stopping: asyncio.Event,
+        outbound: OutboundPolicy,
+        model_roots: ModelRoots | None = None,
+    ) -> None:
+        """`outbound`: where alert routes' URLs may point (a route to an internal address is refused).
+        `model_roots`: the folders each tenant's models must lie in (None: any model)."""
         self.deployer = deployer
         self.stopping = stopping
         self.outbound = outbound
+        self.model_roots = model_roots
 
     def add_to(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_EndpointServiceServicer_to_server(self, server)  # type: ignore[no-untyped-call]
@@ -50,6 +60,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             tenant = "" if who.all_tenants else who.tenant
             command = validation.create_command(request, caller_tenant=tenant or "default")
             validation.check_alert_targets(command.spec, self.outbound)
+            validation.check_models(command.spec, self.model_roots)
             with bound_ids(endpoint=command.spec.name, request=command.request_id):
                 endpoint, deployment = await self.deployer.create_endpoint(command, who)
             return pb.CreateEndpointResponse(endpoint=endpoint, deployment=deployment)
@@ -86,6 +97,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             current = await self.deployer.visible_endpoint(name, who)
             command = validation.update_command(request, current=current.spec)
             validation.check_alert_targets(command.spec, self.outbound)
+            validation.check_models(command.spec, self.model_roots)
             return pb.UpdateEndpointResponse(endpoint=await self.deployer.update_endpoint(command, who))
 
         return await run_unary(context, "UpdateEndpoint", work)
@@ -122,6 +134,10 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             name = validation.endpoint_name(request.endpoint, "endpoint")
             endpoint = await self.deployer.visible_endpoint(name, who)
             command = validation.promote_command(request, default_model=endpoint.spec.model)
+            if command.engine is not None:
+                validation.check_engine_models(
+                    command.engine, self.model_roots, tenant=endpoint.spec.tenant, field="engine_config"
+                )
             with bound_ids(endpoint=name, request=command.request_id):
                 return pb.PromoteResponse(deployment=await self.deployer.promote(command, who))
 

@@ -12,6 +12,7 @@ from evertune.deployer.backend import ServingBackend
 from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
 from evertune.deployer.backend_local import EngineFactory, LocalBackend, make_engine
 from evertune.deployer.controller import Deployer
+from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.server import server_credentials
 from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.state import State
@@ -21,7 +22,7 @@ from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
 from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage
-from evertune.errors import SettingsError
+from evertune.errors import InvalidArgument, SettingsError
 from evertune.events import EventKind, event_filter_subject
 from evertune.outbound import OutboundPolicy
 from evertune.runtime import GrpcServer, GrpcService, ServiceContext
@@ -62,6 +63,10 @@ class DeployerService(GrpcService):
         self.engine_factory = engine_factory
         self._outbound = OutboundPolicy()  #: where alert routes' URLs may point (set at start)
         self.tokens = deployer_tokens(settings)
+        try:
+            self.model_roots = ModelRoots.parse(settings.model_roots, allow_hub=settings.allow_hub_models)
+        except InvalidArgument as err:
+            raise SettingsError(f"invalid setting EVERTUNE_DEPLOYER_MODEL_ROOTS: {err}") from None
         if self.tokens is None and not settings.loopback_only and not settings.allow_unauthenticated:
             raise SettingsError(
                 "invalid setting EVERTUNE_DEPLOYER_TOKEN_FILE: no tokens configured while "
@@ -100,7 +105,9 @@ class DeployerService(GrpcService):
 
     def _add_api(self, server: Any) -> None:
         assert self.deployer is not None
-        EndpointApi(self.deployer, stopping=self.stopping, outbound=self._outbound).add_to(server)
+        EndpointApi(
+            self.deployer, stopping=self.stopping, outbound=self._outbound, model_roots=self.model_roots
+        ).add_to(server)
 
     async def on_start(self, ctx: ServiceContext) -> None:
         settings = self.settings
@@ -158,6 +165,11 @@ class DeployerService(GrpcService):
                 "deployer API without authentication: no tokens configured",
                 host=settings.grpc_host,
                 loopback_only=settings.loopback_only,
+            )
+        elif self.model_roots is None:
+            self.log.warning(
+                "tenants without model roots: any tenant may serve any model path "
+                "(set EVERTUNE_DEPLOYER_MODEL_ROOTS)"
             )
         await self.deployer.resume()
         try:

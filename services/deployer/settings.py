@@ -31,6 +31,11 @@ class DeployerSettings(BaseSettings):
     tokens: SecretStr = SecretStr("")
     #: Serve without tokens on a non-loopback address (never do this outside a closed network).
     allow_unauthenticated: bool = False
+    #: Folders each tenant's models must lie in, JSON {"tenant": ["/folder", ...], "*": [...]}
+    #: (`model_roots.py`); empty: any model (the single-machine default).
+    model_roots: str = ""
+    #: Serve hub ids (not local paths) as models when `model_roots` is set.
+    allow_hub_models: bool = False
     #: Take tokens over plaintext gRPC on a non-loopback address: only when TLS is terminated in
     #: front of the deployer (a service mesh, a proxy); otherwise set the TLS files.
     allow_plaintext_tokens: bool = False

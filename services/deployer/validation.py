@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
 
+from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.rollout import FULL_WEIGHT, RolloutOverrides
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -554,6 +555,33 @@ def _alert_route(route: endpoint_pb2.AlertRoute, field: str) -> AlertRouteSpec:
         )
     except ValidationError as err:
         raise _one_line(err, field) from None
+
+
+def check_models(spec: EndpointDef, roots: ModelRoots | None, *, field: str = "spec") -> None:
+    """`InvalidArgument` when the endpoint's model (or its first engine's, or a speculative
+    draft's) lies outside the folders its tenant may serve (`model_roots.py`); no rule: nothing."""
+    if roots is None:
+        return
+    refusal = roots.refusal(spec.model, tenant=spec.tenant)
+    if refusal:
+        raise InvalidArgument(f"{field}.model: {refusal}")
+    check_engine_models(
+        spec.initial_engine, roots, tenant=spec.tenant, field=f"{field}.initial_engine_config"
+    )
+
+
+def check_engine_models(engine: EngineSpec, roots: ModelRoots | None, *, tenant: str, field: str) -> None:
+    """`InvalidArgument` naming the engine config's model or draft model outside `tenant`'s folders."""
+    if roots is None:
+        return
+    for name, model in (("model", engine.model), ("speculative.draft_model", _draft(engine))):
+        refusal = roots.refusal(model, tenant=tenant) if model else ""
+        if refusal:
+            raise InvalidArgument(f"{field}.{name}: {refusal}")
+
+
+def _draft(engine: EngineSpec) -> str:
+    return engine.speculative.draft_model or "" if engine.speculative is not None else ""
 
 
 def check_alert_targets(spec: EndpointDef, outbound: OutboundPolicy, *, field: str = "spec") -> None:
