@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from evertune.engines import EngineSpec, HardwareProfile, server_command
+from evertune.engines.vllm import BASE_ENV
 from evertune.errors import InvalidArgument, Unavailable
 
 Manifest = dict[str, Any]
@@ -79,6 +80,11 @@ class KubernetesTarget(BaseModel):
     termination_grace_s: int = Field(default=120, ge=1)
     #: Seconds a new pod may take to load the model before Kubernetes restarts it.
     startup_timeout_s: int = Field(default=1800, ge=10)
+    #: User id the vLLM pods run as (with runAsNonRoot); None: the image's own user. The image
+    #: must then work as that user (a writable HOME or cache folder).
+    run_as_user: int | None = Field(default=None, ge=1)
+    #: Let pods download a model named by a hub id (evertune sets the hub's offline mode otherwise).
+    allow_hub_downloads: bool = False
     #: CPU cores and memory (GiB) requested per replica on a CPU hardware class.
     cpu_cores: int = Field(default=8, ge=1)
     cpu_memory_gib: int = Field(default=32, ge=1)
@@ -147,6 +153,8 @@ def _container(
         port=SERVER_PORT,
         served_model_name=endpoint,
     )
+    if not target.allow_hub_downloads:  # nothing is downloaded: the model is a mounted path
+        env = {**BASE_ENV, **env}
     probe = {"httpGet": {"path": "/health", "port": SERVER_PORT}}
     mounts: list[dict[str, Any]] = [{"name": "shm", "mountPath": "/dev/shm"}]
     if target.model_volume_claim:
@@ -166,7 +174,18 @@ def _container(
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 2},
         "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 6},
         "volumeMounts": mounts,
+        # No privilege a model's code could use: no new privileges, no capabilities.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
+
+
+def _pod_security(target: KubernetesTarget) -> dict[str, Any]:
+    """The pods' securityContext: the runtime's default seccomp profile, and a non-root user when
+    the target names one."""
+    security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if target.run_as_user is not None:
+        security |= {"runAsNonRoot": True, "runAsUser": target.run_as_user, "runAsGroup": target.run_as_user}
+    return security
 
 
 def deployment_manifests(
@@ -201,6 +220,8 @@ def deployment_manifests(
                 "metadata": {"labels": labels},
                 "spec": {
                     "terminationGracePeriodSeconds": target.termination_grace_s,
+                    "securityContext": _pod_security(target),
+                    "automountServiceAccountToken": False,
                     "containers": [_container(spec, endpoint=endpoint, hardware=hardware, target=target)],
                     "volumes": volumes,
                 },

@@ -129,6 +129,10 @@ class DeployerSettings(BaseSettings):
     #: CPU cores and memory (GiB) per replica on a CPU hardware class.
     kubernetes_cpu_cores: int = Field(default=8, ge=1)
     kubernetes_cpu_memory_gib: int = Field(default=32, ge=1)
+    #: User id the vLLM pods run as, non-root (empty: the image's own user).
+    kubernetes_run_as_user: int | None = Field(default=None, ge=1)
+    #: Let pods download hub models (the hub's offline mode is set otherwise).
+    kubernetes_allow_hub_downloads: bool = False
 
     @field_validator("rollout_steps")
     @classmethod
@@ -175,6 +179,8 @@ class DeployerSettings(BaseSettings):
             startup_timeout_s=self.kubernetes_startup_timeout_s,
             cpu_cores=self.kubernetes_cpu_cores,
             cpu_memory_gib=self.kubernetes_cpu_memory_gib,
+            run_as_user=self.kubernetes_run_as_user,
+            allow_hub_downloads=self.kubernetes_allow_hub_downloads,
         )
 
     @field_validator("tls_key_file")
