@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC
 
 import grpc
 from evertune.deployer import validation
 from evertune.deployer.controller import Deployer
 from evertune.deployer.model_roots import ModelRoots
-from evertune.deployer.watch import TenantScope, watch
+from evertune.deployer.watch import Incarnation, TenantScope, watch
 
 from evertune.logging import bound_ids, get_logger
 from evertune.outbound import OutboundPolicy
@@ -166,10 +167,12 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
 
         filt = await run_unary(context, "WatchEvents", start)
 
-        async def tenant_of(endpoint: str) -> str | None:
+        async def incarnation_of(endpoint: str) -> Incarnation | None:
             stored = await self.deployer.state.get_endpoint(endpoint)
-            return stored.spec.tenant if stored is not None else None
+            if stored is None:
+                return None
+            return Incarnation(tenant=stored.spec.tenant, created=stored.create_time.ToDatetime(tzinfo=UTC))
 
-        scope = TenantScope(who, tenant_of)
+        scope = TenantScope(who, incarnation_of)
         async for event in watch(self.deployer.state.js, filt, scope=scope, stopping=self.stopping):
             yield event

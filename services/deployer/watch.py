@@ -3,6 +3,12 @@
 One ordered (ephemeral) consumer per call, on `evertune.events.<kind|*.*>.<endpoint|*>`; kinds
 beyond one and the severity floor are filtered here. A caller scoped to a tenant watching every
 endpoint sees only its tenant's endpoints' events (no system events).
+
+Names are reused: tenant B deletes "foo", tenant A creates "foo". So an event belongs to the
+endpoint incarnation that existed when it happened: a scoped caller sees it only when the endpoint
+of that name now is its tenant's AND was created no later than the event (A never reads B's
+history), and the owner is read again whenever an event is newer than the last look (B's open
+watch stops at A's first event, whatever kinds it filters).
 """
 
 from __future__ import annotations
@@ -10,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from datetime import UTC
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from evertune.deployer.validation import WatchFilter
 from nats.js import JetStreamContext
@@ -20,7 +27,21 @@ from evertune.events import EventKind, decode_event, event_filter_subject
 from evertune.runtime.auth import Principal
 from evertune.v1 import events_pb2
 
-TenantOf = Callable[[str], Awaitable[str | None]]
+
+@dataclass(frozen=True)
+class Incarnation:
+    """The endpoint of a name as stored now."""
+
+    tenant: str  #: its owner
+    created: datetime  #: when it was created (UTC)
+
+
+#: The endpoint stored under a name now, None when there is none.
+IncarnationOf = Callable[[str], Awaitable[Incarnation | None]]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def subject_for(filt: WatchFilter) -> str:
@@ -30,12 +51,18 @@ def subject_for(filt: WatchFilter) -> str:
 
 
 class TenantScope:
-    """Whether an event belongs to the caller's tenant (endpoint owners cached per call)."""
+    """Whether an event belongs to the caller's tenant (see the module docstring): by the endpoint
+    incarnation the event happened under, looked up again when an event is newer than the last
+    look."""
 
-    def __init__(self, caller: Principal, tenant_of: TenantOf) -> None:
+    def __init__(
+        self, caller: Principal, incarnation_of: IncarnationOf, *, clock: Callable[[], datetime] = _utcnow
+    ) -> None:
         self.caller = caller
-        self._tenant_of = tenant_of
-        self._owners: dict[str, str | None] = {}
+        self._incarnation_of = incarnation_of
+        self._clock = clock
+        #: name -> (what was stored, when it was looked at)
+        self._looked: dict[str, tuple[Incarnation | None, datetime]] = {}
 
     async def allows(self, event: events_pb2.Event) -> bool:
         if self.caller.all_tenants:
@@ -44,10 +71,13 @@ class TenantScope:
             return False
         if event.WhichOneof("payload") == "endpoint_deleted":
             return self.caller.sees(event.endpoint_deleted.tenant)
-        if event.endpoint not in self._owners or self._owners[event.endpoint] is None:
-            self._owners[event.endpoint] = await self._tenant_of(event.endpoint)
-        owner = self._owners[event.endpoint]
-        return owner is not None and self.caller.sees(owner)
+        happened = event.time.ToDatetime(tzinfo=UTC)
+        looked = self._looked.get(event.endpoint)
+        if looked is None or happened >= looked[1]:
+            looked = (await self._incarnation_of(event.endpoint), self._clock())
+            self._looked[event.endpoint] = looked
+        current = looked[0]
+        return current is not None and self.caller.sees(current.tenant) and happened >= current.created
 
 
 async def watch(

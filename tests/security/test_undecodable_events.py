@@ -12,7 +12,7 @@ import uuid
 
 from evertune.deployer.trials import find_trial
 from evertune.deployer.validation import WatchFilter
-from evertune.deployer.watch import TenantScope, watch
+from evertune.deployer.watch import Incarnation, TenantScope, watch
 from nats.js import JetStreamContext
 
 from evertune.bus import publish, publish_event
@@ -54,7 +54,7 @@ async def test_trial_lookup_skips_a_forged_message(js: JetStreamContext) -> None
 async def test_watch_events_goes_on_past_a_forged_message(js: JetStreamContext) -> None:
     endpoint = f"forged-{uuid.uuid4().hex[:8]}"
     stopping = asyncio.Event()
-    scope = TenantScope(Principal(tenant=ALL_TENANTS, label="operator"), lambda _: _owner())
+    scope = TenantScope(Principal(tenant=ALL_TENANTS, label="operator"), lambda _: _incarnation())
     filt = WatchFilter(endpoint=endpoint, kinds=frozenset(), min_severity=0, since=None)
     events = watch(js, filt, scope=scope, stopping=stopping)
     first = asyncio.ensure_future(events.__anext__())
@@ -69,8 +69,8 @@ async def test_watch_events_goes_on_past_a_forged_message(js: JetStreamContext) 
         await events.aclose()
 
 
-async def _owner() -> str | None:
-    return "tenant-a"
+async def _incarnation() -> Incarnation | None:
+    return None  # an operator's watch never asks
 
 
 async def test_events_tail_prints_past_a_forged_message(
