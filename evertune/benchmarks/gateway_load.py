@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-#: Requests sent one after another before the schedule starts (connections opened, code warm).
+#: Requests sent together before the schedule starts (connections opened, code warm).
 WARM_REQUESTS = 20
 
 
@@ -97,8 +97,8 @@ async def _client(url: str, model: str, rate: float, duration_s: float) -> dict[
         {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}
     ).encode()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        for _ in range(WARM_REQUESTS):
-            await _one(session, url, body, time.perf_counter())
+        warm = time.perf_counter()  # all at once: a stream lasts the upstream's whole answer
+        await asyncio.gather(*(_one(session, url, body, warm) for _ in range(WARM_REQUESTS)))
         start = time.perf_counter() + 0.05
         count = max(1, int(rate * duration_s))
         tasks = []
