@@ -43,7 +43,7 @@ from evertune.gateway.record import (
 from evertune.gateway.routing import NoDeployment, RouteBook, choose, unknown_model, upstream_model
 from evertune.gateway.settings import GatewaySettings
 
-from evertune.errors import NotFound, Unauthenticated
+from evertune.errors import Unauthenticated
 from evertune.replay.sse import SseDecoder
 from evertune.runtime.auth import Principal, TokenLookup, authenticate
 from evertune.v1 import endpoint_pb2, telemetry_pb2
@@ -212,11 +212,13 @@ class Proxy:
             if isinstance(body, web.Response):
                 return body
             table = self.book.tables.get(obs.model)
-            if table is not None and who.sees(table.tenant):  # no prompt work for a model not served
-                prompt = chat_prompt(body.get("messages")) if api == telemetry_pb2.API_CHAT else None
-                if api == telemetry_pb2.API_COMPLETIONS:
-                    prompt = completion_prompt(body.get("prompt"))
-            return await self._forward(request, body, obs, who)
+            if table is None or not who.sees(table.tenant):  # another tenant's: answered as unknown
+                return self._error(obs, 404, unknown_model(obs.model), code="model_not_found")
+            # Prompt work only for a model this caller is served.
+            prompt = chat_prompt(body.get("messages")) if api == telemetry_pb2.API_CHAT else None
+            if api == telemetry_pb2.API_COMPLETIONS:
+                prompt = completion_prompt(body.get("prompt"))
+            return await self._forward(request, body, obs, table)
         except asyncio.CancelledError:
             obs.client_disconnected = True
             obs.error_class = obs.error_class or "client_disconnect"
@@ -280,14 +282,13 @@ class Proxy:
         return body
 
     async def _forward(
-        self, request: web.Request, body: dict[str, Any], obs: Observation, who: Principal
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        obs: Observation,
+        table: endpoint_pb2.RouteTable,
     ) -> web.StreamResponse:
-        try:
-            table = self.book.table(obs.model)
-            if not who.sees(table.tenant):  # another tenant's: answered as an unknown one
-                raise NotFound(unknown_model(obs.model))
-        except NotFound as err:
-            return self._error(obs, 404, str(err), code="model_not_found")
+        """Send the request along `table` (the caller's endpoint), under the endpoint's cap."""
         obs.endpoint = table.endpoint
         busy = self.endpoint_in_flight.get(table.endpoint, 0)
         if busy >= self.settings.max_in_flight_per_endpoint:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
-from evertune.errors import InvalidArgument, NotFound, Unavailable
+from evertune.errors import InvalidArgument, Unavailable
 from evertune.v1 import endpoint_pb2
 
 
@@ -72,13 +72,6 @@ class RouteBook:
     def created(self, endpoint: str) -> int:
         """Unix seconds the gateway dates the endpoint from (`first_seen`; 0 when unknown)."""
         return self.first_seen.get(endpoint, 0)
-
-    def table(self, endpoint: str) -> endpoint_pb2.RouteTable:
-        """The endpoint's table; `NotFound` for an endpoint the gateway has no table for."""
-        table = self.tables.get(endpoint)
-        if table is None:
-            raise NotFound(unknown_model(endpoint))
-        return table
 
     def endpoints(self) -> list[str]:
         """Names of every endpoint with a table, sorted."""

@@ -12,7 +12,7 @@ from evertune.gateway.publisher import Pending, Spool, group_batches, hash_promp
 from evertune.gateway.record import Observation, build_record, client_request_id, error_type, read_payload
 from evertune.gateway.routing import NoDeployment, RouteBook, choose, parse_table, upstream_model
 
-from evertune.errors import InvalidArgument, NotFound
+from evertune.errors import InvalidArgument
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 
 
@@ -44,13 +44,12 @@ def test_choose_without_weight_is_no_deployment() -> None:
 def test_route_book_put_replace_delete() -> None:
     book = RouteBook()
     book.put("ep", _table(1).SerializeToString())
-    first = book.table("ep")
+    first = book.tables["ep"]
     book.put("ep", _table(1, 2).SerializeToString())
-    assert len(first.routes) == 1 and len(book.table("ep").routes) == 2  # a chosen table is not changed
+    assert len(first.routes) == 1 and len(book.tables["ep"].routes) == 2  # a chosen table is not changed
     assert book.endpoints() == ["ep"]
     book.put("ep", None)
-    with pytest.raises(NotFound):
-        book.table("ep")
+    assert "ep" not in book.tables
     with pytest.raises(InvalidArgument):
         parse_table("bad", b"\xff\xff\xff")
     assert parse_table("named-by-key", b"").endpoint == "named-by-key"
