@@ -10,20 +10,16 @@ single-machine setup (`evertune up` with its own NATS) allows loopback when noth
 demo receivers work.
 
 Checked twice: when a route is created (`OutboundPolicy.refusal`, the URL as written, no DNS) and
-when an alert is sent (`GuardedResolver`: every address a name resolves to, so a name that
+when an alert is sent (the sla-monitor's `GuardedResolver`: every address a name resolves to, so a name that
 resolves to an internal address later is refused too; literal addresses are checked by
-`refusal`, which aiohttp does not resolve).
+`refusal`, which aiohttp does not resolve). Pure: no I/O, no aiohttp, so settings can import it.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
-
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 
 from evertune.errors import InvalidArgument
 
@@ -103,24 +99,3 @@ class OutboundPolicy:
                 " EVERTUNE_ALERT_ALLOWED_NETWORKS allows them"
             )
         return ""
-
-
-class GuardedResolver(AbstractResolver):
-    """aiohttp's resolver, less the addresses `policy` refuses: a name that resolves only to those
-    fails the connection (an OSError, which the dispatcher retries and finally drops)."""
-
-    def __init__(self, policy: OutboundPolicy) -> None:
-        self.policy = policy
-        self._resolver = DefaultResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self._resolver.resolve(host, port, family)
-        kept = [r for r in results if not self.policy.refuses(ipaddress.ip_address(r["host"]))]
-        if not kept:
-            raise OSError(f"{host} resolves only to internal addresses alerts may not reach")
-        return kept
-
-    async def close(self) -> None:
-        await self._resolver.close()

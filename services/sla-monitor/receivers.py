@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 from evertune.sla_monitor.alerts import Decision
+from evertune.sla_monitor.guarded_resolver import GuardedResolver
 from evertune.sla_monitor.payloads import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -37,7 +38,7 @@ from evertune.sla_monitor.payloads import (
     signature,
 )
 
-from evertune.outbound import GuardedResolver, OutboundPolicy
+from evertune.outbound import OutboundPolicy
 
 
 class Spawn(Protocol):

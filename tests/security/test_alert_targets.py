@@ -11,11 +11,12 @@ import pytest
 from evertune.deployer import validation
 from evertune.sla_monitor.alerts import AlertKey, Breach, Incident
 from evertune.sla_monitor.burn_rate import BurnRateRule, RuleEvaluation, WindowBurn
+from evertune.sla_monitor.guarded_resolver import GuardedResolver
 from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy
 
 from evertune.errors import InvalidArgument, SettingsError
 from evertune.nats_server import free_port
-from evertune.outbound import GuardedResolver, OutboundPolicy, parse_networks
+from evertune.outbound import OutboundPolicy, parse_networks
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2
 from tests.sla_monitor.test_receivers import Receiver, _running, _until
