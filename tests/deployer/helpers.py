@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
+from evertune.deployer.kubernetes import KubernetesTarget, Rendered, deployment_manifests
 
-from evertune.engines import EngineSpec, EngineStartFailed, HardwareProfile
+from evertune.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile
 from evertune.nats_server import free_port
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2
@@ -248,3 +249,14 @@ def request_row(
 
 async def insert_requests(store: Store, rows: list[tuple[object, ...]]) -> None:
     await store.insert("requests", rows, REQUEST_COLUMNS, dedup_token=uuid.uuid4().hex)
+
+
+def gpu_rendered(target: KubernetesTarget, **knobs: object) -> Rendered:
+    """The manifests of a llama-8b deployment of endpoint "voice" on an H200, with `knobs`."""
+    return deployment_manifests(
+        endpoint="voice",
+        deployment_id="dep-0a1b2c3d4e5f",
+        spec=EngineSpec(model="/models/llama-8b", **knobs),  # type: ignore[arg-type]
+        hardware=get_profile("h200"),
+        target=target,
+    )

@@ -29,20 +29,14 @@ from evertune.deployer.kubernetes import (
 from evertune.engines import EngineSpec, get_profile
 from evertune.engines.hardware import cpu_profile
 from evertune.errors import InvalidArgument
+from tests.deployer.helpers import gpu_rendered
 
 TARGET = KubernetesTarget(namespace="serving", model_volume_claim="models", hostname="llm.example.com")
 VERSION = TARGET.kubernetes_version
 
 
 def _gpu_rendered(**knobs: Any) -> Any:
-    spec = EngineSpec(model="/models/llama-8b", **knobs)
-    return deployment_manifests(
-        endpoint="voice",
-        deployment_id="dep-0a1b2c3d4e5f",
-        spec=spec,
-        hardware=get_profile("h200"),
-        target=TARGET,
-    )
+    return gpu_rendered(TARGET, **knobs)
 
 
 def test_gpu_deployment_and_service_are_valid_and_carry_the_knobs() -> None:

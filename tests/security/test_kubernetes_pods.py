@@ -5,19 +5,13 @@ a non-root user when the target names one. Checked against the Kubernetes schema
 
 from __future__ import annotations
 
-from evertune.deployer.kubernetes import KubernetesTarget, deployment_manifests, validate_manifest
+from evertune.deployer.kubernetes import KubernetesTarget, validate_manifest
 
-from evertune.engines import EngineSpec, get_profile
+from tests.deployer.helpers import gpu_rendered
 
 
 def _pod(target: KubernetesTarget) -> dict:  # type: ignore[type-arg]
-    rendered = deployment_manifests(
-        endpoint="voice",
-        deployment_id="dep-0a1b2c3d4e5f",
-        spec=EngineSpec(model="/models/llama-8b"),
-        hardware=get_profile("h200"),
-        target=target,
-    )
+    rendered = gpu_rendered(target)
     validate_manifest(rendered.deployment, kubernetes_version=target.kubernetes_version)
     pod: dict = rendered.deployment["spec"]["template"]["spec"]  # type: ignore[type-arg]
     return pod
