@@ -25,15 +25,14 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from evertune.deployer import plan
+from evertune.deployer import decisions, plan
 from evertune.deployer.backend import EngineReport, ServingBackend, Target
 from evertune.deployer.breach import SeenBreach, why_not_the_canary
 from evertune.deployer.canary import Analysis, ArmWindow, Verdict, analyse
-from evertune.deployer.plan import FULL_WEIGHT
 from evertune.deployer.rollout import (
     Action,
     ActionKind,
@@ -442,7 +441,7 @@ class Deployer:
         await self._cancel_work(name)
         async with self._lock(name):
             deployments = await self.state.list_deployments(name)
-            await self._write_routes(name, lambda weights: dict.fromkeys(weights, 0))
+            await self._write_routes(name, plan.SilenceAll())
             live = [d for d in deployments if d.state in plan.LIVE_STATES]
             await asyncio.gather(*(self._drain(name, d.id, final=D.DEPLOYMENT_STATE_RETIRED) for d in live))
             for deployment in live:
@@ -555,8 +554,8 @@ class Deployer:
     # -- search winners and breaches (the consumers call these) --------------------------------
 
     async def on_search_completed(self, event: events_pb2.Event) -> None:
-        """Roll out a search's verified winner under SEARCH_POLICY_AUTO (idempotent on the
-        search id); log and do nothing otherwise (ADVISORY, OFF, no winner, stale, busy)."""
+        """Roll out a search's winner when `decisions.search_winner` says so and the store confirms
+        the search (idempotent on the search id); log why not otherwise."""
         name = event.endpoint
         done = event.search_completed
         where = {"endpoint": name, "search": done.search_id}
@@ -564,55 +563,31 @@ class Deployer:
         if endpoint is None:
             log.info("search.completed for no endpoint of ours; ignored", **where)
             return
-        if done.outcome != events_pb2.SEARCH_OUTCOME_WINNER or not done.HasField("winner"):
-            log.info("search ended without a winner; nothing to roll out", **where, outcome=done.outcome)
-            return
-        policy = endpoint.spec.search_policy
-        if policy == D.SEARCH_POLICY_ADVISORY:
-            log.info(
-                "search winner under policy advisory: not rolled out", **where, trial=done.winner_trial_id
-            )
-            return
-        if policy != D.SEARCH_POLICY_AUTO:
-            log.info("search winner for an endpoint whose policy is not auto; ignored", **where)
-            return
-        pool = endpoint.spec.hardware_pool.hardware_class
-        # A sim-* pool serves the performance model itself: its "hardware" is the model, so a
-        # winner measured there is as verified as it can be. Real pools need a real trial.
-        if not done.verified and not pool.startswith("sim-"):
-            log.warning("search winner not verified on real hardware: not rolled out", **where)
-            return
-        if done.winner_hardware_class and done.winner_hardware_class != pool:
-            log.warning(
-                "search winner measured on other hardware: not rolled out",
-                **where,
-                measured_on=done.winner_hardware_class,
-                pool=pool,
-            )
-            return
-        if self.winners is None:
-            log.warning("no store to read the search back from: its winner is not rolled out", **where)
-            return
-        refusal = await self.winners.refusal(endpoint=name, model=endpoint.spec.model, pool=pool, done=done)
-        if refusal:
-            log.warning("search winner not confirmed by the store: not rolled out", **where, reason=refusal)
-            return
-        age_s = (self.state.clock() - event.time.ToDatetime(tzinfo=self.state.clock().tzinfo)).total_seconds()
-        if age_s > self.search_max_age_s:
-            log.info("search.completed too old to roll out", **where, age_s=round(age_s))
-            return
-        engine = EngineSpec.from_proto(done.winner, default_model=endpoint.spec.model)
         stable = (
             await self.state.get_deployment(name, endpoint.stable_deployment_id)
             if endpoint.stable_deployment_id
             else None
         )
-        if (
-            stable is not None
-            and EngineSpec.from_proto(stable.engine_config, default_model=endpoint.spec.model) == engine
-        ):
-            # A search that started before the last promotion can end with the configuration now live.
-            log.info("search winner is the stable configuration already; nothing to roll out", **where)
+        model = endpoint.spec.model
+        stable_engine = EngineSpec.from_proto(stable.engine_config, default_model=model) if stable else None
+        verdict = decisions.search_winner(
+            event,
+            endpoint=endpoint,
+            stable_engine=stable_engine,
+            now=self.state.clock(),
+            max_age_s=self.search_max_age_s,
+        )
+        if verdict.engine is None:
+            say = log.warning if verdict.warning else log.info
+            say("search winner not rolled out", **where, reason=verdict.reason)
+            return
+        pool = endpoint.spec.hardware_pool.hardware_class
+        if self.winners is None:
+            log.warning("no store to read the search back from: its winner is not rolled out", **where)
+            return
+        refusal = await self.winners.refusal(endpoint=name, model=model, pool=pool, done=done)
+        if refusal:
+            log.warning("search winner not confirmed by the store: not rolled out", **where, reason=refusal)
             return
         key = request_key(tenant=endpoint.spec.tenant, rpc="search", request_id=done.search_id)
         record = RequestRecord(
@@ -621,7 +596,12 @@ class Deployer:
         try:
             self._check_can_roll_out(endpoint)
             self.backend.check(
-                Target(deployment_id=record.deployment_id, endpoint=name, engine=engine, hardware_class=pool)
+                Target(
+                    deployment_id=record.deployment_id,
+                    endpoint=name,
+                    engine=verdict.engine,
+                    hardware_class=pool,
+                )
             )
             if await self.state.claim_request(key, record) is not None:
                 log.info("search winner already rolled out (redelivered)", **where)
@@ -629,7 +609,7 @@ class Deployer:
             deployment = await self._begin(
                 endpoint,
                 record.deployment_id,
-                engine,
+                verdict.engine,
                 origin=D.DEPLOYMENT_ORIGIN_SEARCH,
                 trigger=events_pb2.DEPLOY_TRIGGER_SEARCH,
                 trial_id=done.winner_trial_id,
@@ -755,9 +735,9 @@ class Deployer:
     async def _promoted(self, name: str, deployment: endpoint_pb2.Deployment, previous: str) -> None:
         """Record that `deployment` took all traffic: ACTIVE, the endpoint's stable, the mutex
         released, deploy.promoted."""
-        await self._set_deployment(name, deployment.id, state=D.DEPLOYMENT_STATE_ACTIVE, weight=FULL_WEIGHT)
+        await self._set_deployment(name, deployment.id, state=D.DEPLOYMENT_STATE_ACTIVE)
         if previous:
-            await self._set_deployment(name, previous, state=D.DEPLOYMENT_STATE_DRAINING, weight=0)
+            await self._set_deployment(name, previous, state=D.DEPLOYMENT_STATE_DRAINING)
         await self._set_endpoint_state(name, D.ENDPOINT_STATE_READY, "", stable=deployment.id)
         await self.state.end_rollout(name, deployment.id)
         promoted = events_pb2.DeployPromoted(
@@ -772,13 +752,9 @@ class Deployer:
 
     async def _switch_traffic(self, name: str, *, new: str, old: str, urls: list[str]) -> None:
         """All weight to `new` at once; `old` stays listed at weight 0 while it drains."""
-
-        def weights(current: dict[str, int]) -> dict[str, int]:
-            return {**dict.fromkeys(current, 0), new: FULL_WEIGHT}
-
-        await self._write_routes(name, weights, new_urls={new: urls})
+        await self._write_routes(name, plan.AllTo(new), new_urls={new: urls})
         if old:
-            await self._set_deployment(name, old, state=D.DEPLOYMENT_STATE_DRAINING, weight=0)
+            await self._set_deployment(name, old, state=D.DEPLOYMENT_STATE_DRAINING)
 
     # -- the canary -------------------------------------------------------------------------------
 
@@ -824,7 +800,10 @@ class Deployer:
                         step_started_s=step_started_s,
                         failures=rollout.failures,
                     )
-                    await self._canary_weight(name, canary_id, stable_id, action.weight, urls)
+                    split = plan.CanarySplit(
+                        stable_id=stable_id, canary_id=canary_id, canary_weight=action.weight
+                    )
+                    await self._write_routes(name, split, new_urls={canary_id: urls})
                     log.info("canary step", endpoint=name, step=action.step, weight=action.weight)
                 elif action.kind is ActionKind.HOLD:
                     if analysis is not None and analysis.verdict is Verdict.ROLL_BACK:
@@ -868,21 +847,6 @@ class Deployer:
         finally:
             if self._canaries.get(name) is signal:
                 del self._canaries[name]
-
-    async def _canary_weight(
-        self, name: str, canary_id: str, stable_id: str, weight: int, urls: list[str]
-    ) -> None:
-        """The canary at `weight`, the stable at the rest (other deployments keep their 0)."""
-
-        def weights(current: dict[str, int]) -> dict[str, int]:
-            out = {k: 0 for k in current}
-            out[stable_id] = FULL_WEIGHT - weight
-            out[canary_id] = weight
-            return out
-
-        await self._write_routes(name, weights, new_urls={canary_id: urls})
-        await self._set_deployment(name, canary_id, weight=weight)
-        await self._set_deployment(name, stable_id, weight=FULL_WEIGHT - weight)
 
     async def _analyse(
         self,
@@ -990,10 +954,9 @@ class Deployer:
             if record is None or record.deployment_id != canary_id:
                 return
             await self._write_routes(
-                name, lambda w: {**dict.fromkeys(w, 0), stable_id: FULL_WEIGHT, canary_id: 0}
+                name, plan.CanarySplit(stable_id=stable_id, canary_id=canary_id, canary_weight=0)
             )
-            await self._set_deployment(name, stable_id, weight=FULL_WEIGHT)
-            await self._set_deployment(name, canary_id, weight=0, message=action.reason)
+            await self._set_deployment(name, canary_id, message=action.reason)
             await self.state.end_rollout(name, canary_id)
             await self.state.emit(
                 EventKind.DEPLOY_ROLLED_BACK,
@@ -1019,10 +982,8 @@ class Deployer:
         await self.backend.stop(deployment.id)
         table = await self.state.get_routes(name)
         if table is not None and deployment.id in plan.weights_of(table):
-            await self._write_routes(name, _without(deployment.id))
-        await self._set_deployment(
-            name, deployment.id, state=D.DEPLOYMENT_STATE_FAILED, weight=0, message=why
-        )
+            await self._write_routes(name, plan.Without(deployment.id))
+        await self._set_deployment(name, deployment.id, state=D.DEPLOYMENT_STATE_FAILED, message=why)
         await self.state.end_rollout(name, deployment.id)
         if not endpoint.stable_deployment_id:
             await self._set_endpoint_state(name, D.ENDPOINT_STATE_FAILED, f"first deployment failed: {why}")
@@ -1047,8 +1008,8 @@ class Deployer:
         if task is not None:
             self._draining[deployment_id] = task
             task.add_done_callback(lambda _: self._draining.pop(deployment_id, None))
-        await self._set_deployment(name, deployment_id, state=D.DEPLOYMENT_STATE_DRAINING, weight=0)
-        await self._write_routes(name, lambda w: {**w, deployment_id: 0} if deployment_id in w else w)
+        await self._set_deployment(name, deployment_id, state=D.DEPLOYMENT_STATE_DRAINING)
+        await self._write_routes(name, plan.Silence(deployment_id))
         loop = asyncio.get_running_loop()
         started = loop.time()
         while True:
@@ -1057,13 +1018,16 @@ class Deployer:
                 break
             await asyncio.sleep(DRAIN_POLL_S)
         await self.backend.stop(deployment_id)
-        await self._write_routes(name, _without(deployment_id))
-        await self._set_deployment(name, deployment_id, state=final, weight=0, upstream_url="")
+        await self._write_routes(name, plan.Without(deployment_id))
+        await self._set_deployment(name, deployment_id, state=final, upstream_url="")
         log.info("deployment drained and stopped", endpoint=name, deployment=deployment_id)
 
     # -- rollback -----------------------------------------------------------------------------
 
     async def rollback(self, command: RollbackCommand, caller: Principal) -> endpoint_pb2.Deployment:
+        """Traffic back to an earlier deployment (`plan.plan_rollback` chooses it; idempotent on
+        the request id); the steps are `decisions.rollback_steps`'. Returns the deployment that
+        serves: the target, or the new deployment that brings a stopped target's config back."""
         endpoint = await self.visible_endpoint(command.endpoint, caller)
         name = command.endpoint
         if endpoint.state == D.ENDPOINT_STATE_DELETING:
@@ -1072,13 +1036,13 @@ class Deployer:
         if await self.state.requests.get(key) is not None:
             return await self._repeat(key, command.fingerprint, name, rpc="rollback")
         deployments = await self.state.list_deployments(name)
-        decision = plan.plan_rollback(
+        chosen = plan.plan_rollback(
             stable_id=endpoint.stable_deployment_id,
             deployments=deployments,
             to_deployment_id=command.to_deployment_id,
         )
-        restore = decision.restore
-        restart = decision.restart
+        restore = chosen.restore
+        restart = chosen.restart
         if not restart:  # a draining target: stop its drain, and restart it if it got stopped
             drain = self._draining.get(restore.id)
             if drain is not None:
@@ -1090,87 +1054,16 @@ class Deployer:
         )
         if await self.state.claim_request(key, record) is not None:
             return await self._repeat(key, command.fingerprint, name, rpc="rollback")
-        # Abort a rollout in progress: its deployment leaves service at once.
-        in_progress = plan.rollout_in_progress(deployments)
-        if in_progress is not None:
-            await self._cancel_work(name)
-            taking_traffic = in_progress.state == D.DEPLOYMENT_STATE_CANARY
-            if restore.id == endpoint.stable_deployment_id:  # the canary's share goes back to it
-                await self._write_routes(
-                    name, lambda w: {k: FULL_WEIGHT if k == restore.id else 0 for k in w}
-                )
-                await self._set_deployment(name, restore.id, weight=FULL_WEIGHT)
-            else:
-                await self._write_routes(
-                    name, lambda w: {**w, in_progress.id: 0} if in_progress.id in w else w
-                )
-            if taking_traffic:  # its streams in flight finish, then it stops (ROLLED_BACK)
-                await self._set_deployment(name, in_progress.id, weight=0, message=command.reason)
-                self._spawn(
-                    name,
-                    self._drain(name, in_progress.id, final=D.DEPLOYMENT_STATE_ROLLED_BACK),
-                    name="drain",
-                )
-            else:
-                await self.backend.stop(in_progress.id)
-                await self._write_routes(name, _without(in_progress.id))
-                await self._set_deployment(
-                    name,
-                    in_progress.id,
-                    state=D.DEPLOYMENT_STATE_ROLLED_BACK,
-                    weight=0,
-                    message=command.reason,
-                )
-            await self.state.end_rollout(name, in_progress.id)
-            if restore.id == endpoint.stable_deployment_id:
-                await self._emit_rolled_back(name, in_progress.id, restore.id, command.reason)
-                return restore
-        stable = endpoint.stable_deployment_id
-        if restart:
-            engine = EngineSpec.from_proto(restore.engine_config, default_model=endpoint.spec.model)
-            deployment = self._new_deployment(
-                name,
-                result_id,
-                engine,
-                origin=D.DEPLOYMENT_ORIGIN_ROLLBACK,
-                now=self.state.clock(),
-                previous=stable,
-                message=command.reason or f"rollback to the configuration of {restore.id}",
-            )
-            await self.state.begin_rollout(
-                name,
-                deployment.id,
-                RolloutRecord(
-                    deployment_id=deployment.id,
-                    skip_canary=True,  # a way back is taken at once, not by canary
-                    trigger=events_pb2.DEPLOY_TRIGGER_API,
-                    replaced_final=D.DEPLOYMENT_STATE_ROLLED_BACK,
-                ),
-            )
-            await self.state.create_deployment(deployment)
-            if restore.state == D.DEPLOYMENT_STATE_DRAINING:  # its drain was cancelled above: finish it
-                self._spawn(
-                    name, self._drain(name, restore.id, final=D.DEPLOYMENT_STATE_RETIRED), name="drain"
-                )
-            await self._emit_started(deployment, trigger=events_pb2.DEPLOY_TRIGGER_API)
-            await self._emit_rolled_back(name, stable, deployment.id, command.reason)
-            self._spawn(name, self._roll_out(name, deployment.id), name="rollback")
-            return deployment
-        # The target still runs (it is draining): traffic back to it at once.
-        async with self._lock(name):
-            urls = [u for u in restore.upstream_url.split(",") if u]
-            await self._switch_traffic(name, new=restore.id, old="", urls=urls)
-            restored = await self._set_deployment(
-                name, restore.id, state=D.DEPLOYMENT_STATE_ACTIVE, weight=FULL_WEIGHT, message=""
-            )
-            await self._set_endpoint_state(name, D.ENDPOINT_STATE_READY, "", stable=restore.id)
-        await self._emit_rolled_back(name, stable, restore.id, command.reason)
-        for leaving in decision.take_out:
-            if in_progress is None or leaving != in_progress.id:
-                self._spawn(
-                    name, self._drain(name, leaving, final=D.DEPLOYMENT_STATE_ROLLED_BACK), name="drain"
-                )
-        return restored
+        steps = decisions.rollback_steps(
+            chosen,
+            stable_id=endpoint.stable_deployment_id,
+            in_progress=plan.rollout_in_progress(deployments),
+            restart=restart,
+            result_id=result_id,
+            reason=command.reason,
+        )
+        touched = await self._carry_out(endpoint, steps)
+        return touched.get(result_id, restore)
 
     async def _emit_rolled_back(self, name: str, taken_out: str, restored: str, reason: str) -> None:
         await self.state.emit(
@@ -1187,41 +1080,18 @@ class Deployer:
     # -- engine reports -------------------------------------------------------------------------
 
     async def on_engine_report(self, report: EngineReport) -> None:
-        """Record what the backend saw: an exit degrades the endpoint, a restart restores it, a
-        give-up fails the deployment (and takes it out of the route table)."""
-        deployment_id = report.deployment_id
-        name = report.endpoint
-        endpoint = await self.state.get_endpoint(name)
+        """Record what the backend saw (`decisions.engine_report_steps`): an exit degrades the
+        endpoint, a restart restores it, a give-up fails the deployment (or its canary loop)."""
+        endpoint = await self.state.get_endpoint(report.endpoint)
         if endpoint is None:
             return
-        is_stable = endpoint.stable_deployment_id == deployment_id
-        signal = self._canaries.get(name)
-        if report.what == "gave_up" and signal is not None and signal.deployment_id == deployment_id:
-            signal.failure = f"the canary's engine failed: {report.detail}"
-            signal.event.set()  # the canary loop rolls it back
-            return
-        if report.what == "exited":
-            await self._set_deployment(name, deployment_id, message=report.detail)
-            if is_stable:
-                await self._set_endpoint_state(
-                    name, D.ENDPOINT_STATE_DEGRADED, f"{deployment_id}: {report.detail}"
-                )
-        elif report.what == "restarted":
-            await self._set_deployment(name, deployment_id, message="")
-            if is_stable:
-                await self._set_endpoint_state(name, D.ENDPOINT_STATE_READY, "")
-        else:
-            await self._write_routes(name, lambda w: {**w, deployment_id: 0} if deployment_id in w else w)
-            await self._set_deployment(
-                name, deployment_id, state=D.DEPLOYMENT_STATE_FAILED, weight=0, message=report.detail
-            )
-            await self.backend.stop(deployment_id)
-            if is_stable:
-                await self._set_endpoint_state(
-                    name,
-                    D.ENDPOINT_STATE_DEGRADED,
-                    f"stable deployment {deployment_id} failed: {report.detail}; Promote or Rollback",
-                )
+        signal = self._canaries.get(report.endpoint)
+        steps = decisions.engine_report_steps(
+            report,
+            stable_id=endpoint.stable_deployment_id,
+            canary_here=signal.deployment_id if signal is not None else "",
+        )
+        await self._carry_out(endpoint, steps)
 
     # -- resume after a restart -----------------------------------------------------------------
 
@@ -1257,18 +1127,17 @@ class Deployer:
                 record = await self.state.get_rollout(name)
                 stable_id = (record.stable_id if record else "") or endpoint.stable_deployment_id
                 if record is None or record.deployment_id != deployment.id or not stable_id:
-                    await self._write_routes(name, _without(deployment.id))
+                    await self._write_routes(name, plan.Without(deployment.id))
                     await self._set_deployment(
                         name,
                         deployment.id,
                         state=D.DEPLOYMENT_STATE_ROLLED_BACK,
-                        weight=0,
                         message="its rollout record was gone when the deployer restarted",
                     )
                     return
-                await self._write_routes(
-                    name, lambda w: {**w, stable_id: FULL_WEIGHT, deployment.id: 0} if w else w
-                )
+                # No traffic to it until its engines serve again.
+                change = plan.CanarySplit(stable_id=stable_id, canary_id=deployment.id, canary_weight=0)
+                await self._write_routes(name, change)
                 urls = await self._start_engines(endpoint, deployment)
                 if urls is None:
                     return
@@ -1299,12 +1168,80 @@ class Deployer:
                 return
             await self._write_routes(
                 name,
-                lambda w: {**w, deployment.id: w.get(deployment.id, deployment.weight)},
+                plan.Rejoin(deployment.id, weight=deployment.weight),
                 new_urls={deployment.id: urls},
             )
             await self._set_deployment(name, deployment.id, upstream_url=",".join(urls), message="")
             if endpoint.stable_deployment_id == deployment.id:
                 await self._set_endpoint_state(name, D.ENDPOINT_STATE_READY, "")
+
+    # -- carrying decisions out ---------------------------------------------------------------------
+
+    async def _carry_out(
+        self, endpoint: endpoint_pb2.Endpoint, steps: list[decisions.Step]
+    ) -> dict[str, endpoint_pb2.Deployment]:
+        """Do `steps` in order; the deployments they wrote, by id, as last written."""
+        name = endpoint.spec.name
+        touched: dict[str, endpoint_pb2.Deployment] = {}
+        for step in steps:
+            match step:
+                case decisions.Reroute(change=change, urls=urls):
+                    await self._write_routes(name, change, new_urls=urls)
+                case decisions.Mark(deployment_id=deployment_id, state=state, message=message):
+                    touched[deployment_id] = await self._set_deployment(
+                        name, deployment_id, state=state, message=message
+                    )
+                case decisions.MarkEndpoint(state=state, message=message, stable_id=stable_id):
+                    await self._set_endpoint_state(name, state, message, stable=stable_id)
+                case decisions.StopEngines(deployment_id=deployment_id):
+                    await self.backend.stop(deployment_id)
+                case decisions.Drain(deployment_id=deployment_id, final=final):
+                    self._spawn(name, self._drain(name, deployment_id, final=final), name="drain")
+                case decisions.EndRollout(deployment_id=deployment_id):
+                    await self.state.end_rollout(name, deployment_id)
+                case decisions.CancelWork():
+                    await self._cancel_work(name)
+                case decisions.TellCanary(failure=failure):
+                    signal = self._canaries.get(name)
+                    if signal is not None:
+                        signal.failure = failure
+                        signal.event.set()  # the canary loop rolls it back
+                case decisions.Relaunch():
+                    touched[step.deployment_id] = await self._relaunch(endpoint, step)
+                case decisions.AnnounceStarted(deployment_id=deployment_id):
+                    await self._emit_started(touched[deployment_id], trigger=events_pb2.DEPLOY_TRIGGER_API)
+                case decisions.AnnounceRolledBack(taken_out=taken_out, restored=restored, reason=reason):
+                    await self._emit_rolled_back(name, taken_out, restored, reason)
+                case decisions.RollOut(deployment_id=deployment_id):
+                    self._spawn(name, self._roll_out(name, deployment_id), name="rollout")
+                case decisions.Locked(steps=inner):
+                    async with self._lock(name):
+                        touched.update(await self._carry_out(endpoint, list(inner)))
+        return touched
+
+    async def _relaunch(
+        self, endpoint: endpoint_pb2.Endpoint, step: decisions.Relaunch
+    ) -> endpoint_pb2.Deployment:
+        """A new deployment with a stopped one's configuration, its rollout record, stored."""
+        name = endpoint.spec.name
+        deployment = self._new_deployment(
+            name,
+            step.deployment_id,
+            EngineSpec.from_proto(step.engine_config, default_model=endpoint.spec.model),
+            origin=D.DEPLOYMENT_ORIGIN_ROLLBACK,
+            now=self.state.clock(),
+            previous=step.previous_id,
+            message=step.message,
+        )
+        rollout = RolloutRecord(
+            deployment_id=deployment.id,
+            skip_canary=True,  # a way back is taken at once, not by canary
+            trigger=events_pb2.DEPLOY_TRIGGER_API,
+            replaced_final=D.DEPLOYMENT_STATE_ROLLED_BACK,
+        )
+        await self.state.begin_rollout(name, deployment.id, rollout)
+        await self.state.create_deployment(deployment)
+        return deployment
 
     # -- small writers --------------------------------------------------------------------------
 
@@ -1314,15 +1251,17 @@ class Deployer:
         deployment_id: str,
         *,
         state: int | None = None,
-        weight: int | None = None,
         upstream_url: str | None = None,
         message: str | None = None,
     ) -> endpoint_pb2.Deployment:
+        """Change a deployment's record. Its weight is not set here: `_write_routes` mirrors the
+        route table into it, and a deployment set to a stopped state weighs 0."""
+
         def change(deployment: endpoint_pb2.Deployment) -> endpoint_pb2.Deployment:
             if state is not None:
                 deployment.state = state  # type: ignore[assignment]
-            if weight is not None:
-                deployment.weight = weight
+                if state in plan.STOPPED_STATES:
+                    deployment.weight = 0
             if upstream_url is not None:
                 deployment.upstream_url = upstream_url
             if message is not None:
@@ -1334,19 +1273,27 @@ class Deployer:
     async def _write_routes(
         self,
         name: str,
-        weights: Callable[[dict[str, int]], dict[str, int]],
+        weights: plan.WeightChange,
         *,
         new_urls: dict[str, list[str]] | None = None,
     ) -> endpoint_pb2.RouteTable:
-        """Rewrite the route table: `weights` maps the current deployment->weight to the new one."""
+        """Rewrite the route table by `weights` (deployment -> weight now, to next), apply it, and
+        mirror each deployment's new weight into its record: the table is the one owner of the
+        weights; the records (what ListDeployments shows) follow it."""
         endpoint = await self.state.get_endpoint(name)
         tenant = endpoint.spec.tenant if endpoint is not None else ""
+        before: dict[str, int] = {}
+        after: dict[str, int] = {}
 
         def change(table: endpoint_pb2.RouteTable) -> endpoint_pb2.RouteTable:
+            before.clear()
+            before.update(plan.weights_of(table))
+            after.clear()
+            after.update(weights(before))
             urls = {**plan.urls_of(table), **(new_urls or {})}
             return plan.route_table(
                 name,
-                weights(plan.weights_of(table)),
+                after,
                 urls,
                 revision=table.revision,
                 now=self.state.clock(),
@@ -1355,16 +1302,19 @@ class Deployer:
 
         table = await self.state.change_routes(name, change)
         await self.backend.apply_routes(table)
+        for deployment_id in sorted(before.keys() | after.keys()):
+            await self._mirror_weight(name, deployment_id, after.get(deployment_id, 0))
         return table
 
+    async def _mirror_weight(self, name: str, deployment_id: str, weight: int) -> None:
+        """Set a deployment record's weight to its route table's (gone with the endpoint: nothing)."""
 
-def _without(deployment_id: str) -> Callable[[dict[str, int]], dict[str, int]]:
-    """A route-weights change that drops one deployment."""
+        def change(deployment: endpoint_pb2.Deployment) -> endpoint_pb2.Deployment:
+            deployment.weight = weight
+            return deployment
 
-    def change(weights: dict[str, int]) -> dict[str, int]:
-        return {k: v for k, v in weights.items() if k != deployment_id}
-
-    return change
+        with contextlib.suppress(NotFound):
+            await self.state.change_deployment(name, deployment_id, change)
 
 
 def _p99(values: list[float] | Any) -> float:

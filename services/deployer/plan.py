@@ -76,6 +76,93 @@ def weights_of(table: endpoint_pb2.RouteTable) -> dict[str, int]:
     return out
 
 
+def _checked(weights: dict[str, int], *, full: bool) -> dict[str, int]:
+    """`weights`, after asserting each is within [0, FULL_WEIGHT] and their sum is FULL_WEIGHT
+    (`full`) or at most that (a change that takes a deployment out of service)."""
+    total = sum(weights.values())
+    assert all(0 <= w <= FULL_WEIGHT for w in weights.values()), weights
+    assert total == FULL_WEIGHT if full else total <= FULL_WEIGHT, weights
+    return weights
+
+
+class WeightChange:
+    """A change of an endpoint's route weights: deployment -> weight now, to deployment -> weight
+    next. Each kind is a frozen dataclass, so a decision that holds one compares equal in tests."""
+
+    def __call__(self, now: Mapping[str, int]) -> dict[str, int]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class AllTo(WeightChange):
+    """All traffic to one deployment at once; every other listed one stays at 0 (it drains)."""
+
+    deployment_id: str  #: the deployment that takes FULL_WEIGHT
+
+    def __call__(self, now: Mapping[str, int]) -> dict[str, int]:
+        return _checked({**dict.fromkeys(now, 0), self.deployment_id: FULL_WEIGHT}, full=True)
+
+
+@dataclass(frozen=True)
+class CanarySplit(WeightChange):
+    """The canary at `canary_weight`, the stable at the rest, every other listed one at 0 (a
+    canary weight of 0 is the way back to the stable)."""
+
+    stable_id: str  #: the deployment compared with
+    canary_id: str  #: the deployment rolling out
+    canary_weight: int  #: its share, basis points of FULL_WEIGHT
+
+    def __call__(self, now: Mapping[str, int]) -> dict[str, int]:
+        weights = {
+            **dict.fromkeys(now, 0),
+            self.stable_id: FULL_WEIGHT - self.canary_weight,
+            self.canary_id: self.canary_weight,
+        }
+        return _checked(weights, full=True)
+
+
+@dataclass(frozen=True)
+class Silence(WeightChange):
+    """One deployment at 0, still listed (its requests in flight finish); the rest unchanged."""
+
+    deployment_id: str  #: the deployment that gets no new requests
+
+    def __call__(self, now: Mapping[str, int]) -> dict[str, int]:
+        weights = dict(now)
+        if self.deployment_id in weights:
+            weights[self.deployment_id] = 0
+        return _checked(weights, full=False)
+
+
+@dataclass(frozen=True)
+class SilenceAll(WeightChange):
+    """Every deployment at 0 (an endpoint being deleted)."""
+
+    def __call__(self, now: Mapping[str, int]) -> dict[str, int]:
+        return dict.fromkeys(now, 0)
+
+
+@dataclass(frozen=True)
+class Without(WeightChange):
+    """One deployment out of the table (it stopped); the rest unchanged."""
+
+    deployment_id: str  #: the deployment taken out
+
+    def __call__(self, now: Mapping[str, int]) -> dict[str, int]:
+        return _checked({k: v for k, v in now.items() if k != self.deployment_id}, full=False)
+
+
+@dataclass(frozen=True)
+class Rejoin(WeightChange):
+    """A restarted deployment back in the table: the weight it has there, else `weight`."""
+
+    deployment_id: str  #: the deployment whose engines started again
+    weight: int  #: its weight when the table does not list it (its record's)
+
+    def __call__(self, now: Mapping[str, int]) -> dict[str, int]:
+        return _checked({**now, self.deployment_id: now.get(self.deployment_id, self.weight)}, full=False)
+
+
 def urls_of(table: endpoint_pb2.RouteTable) -> dict[str, list[str]]:
     """Deployment -> replica URLs in a table."""
     out: dict[str, list[str]] = {}

@@ -37,6 +37,49 @@ def test_route_table_splits_weight_over_replicas_and_keeps_zero_weight_routes() 
     assert plan.urls_of(table)["dep-new"] == ["http://a", "http://b", "http://c"]
 
 
+FULL = plan.FULL_WEIGHT
+
+
+@pytest.mark.parametrize(
+    ("change", "now", "expected"),
+    [
+        (plan.AllTo("b"), {"a": FULL}, {"a": 0, "b": FULL}),
+        (plan.AllTo("a"), {"a": 2_000, "b": 8_000, "c": 0}, {"a": FULL, "b": 0, "c": 0}),
+        (
+            plan.CanarySplit(stable_id="s", canary_id="c", canary_weight=500),
+            {"s": FULL, "old": 0},
+            {"s": 9_500, "c": 500, "old": 0},
+        ),
+        (
+            plan.CanarySplit(stable_id="s", canary_id="c", canary_weight=0),
+            {"s": 9_000, "c": 1_000},
+            {"s": FULL, "c": 0},
+        ),
+        (plan.Silence("a"), {"a": FULL, "b": 0}, {"a": 0, "b": 0}),
+        (plan.Silence("x"), {"a": FULL}, {"a": FULL}),  # not listed: nothing to silence
+        (plan.SilenceAll(), {"a": 500, "b": 9_500}, {"a": 0, "b": 0}),
+        (plan.Without("a"), {"a": 0, "b": FULL}, {"b": FULL}),
+        (plan.Rejoin("a", weight=FULL), {}, {"a": FULL}),
+        (plan.Rejoin("a", weight=FULL), {"a": 0, "b": FULL}, {"a": 0, "b": FULL}),  # the table's weight wins
+    ],
+)
+def test_weight_changes(change: plan.WeightChange, now: dict[str, int], expected: dict[str, int]) -> None:
+    assert change(now) == expected
+
+
+@pytest.mark.parametrize(
+    ("change", "now"),
+    [
+        (plan.CanarySplit(stable_id="s", canary_id="c", canary_weight=FULL + 1), {"s": FULL}),
+        (plan.Rejoin("a", weight=FULL), {"b": FULL}),  # two at full weight
+        (plan.Without("a"), {"a": 0, "b": -1}),
+    ],
+)
+def test_weight_changes_assert_their_invariant(change: plan.WeightChange, now: dict[str, int]) -> None:
+    with pytest.raises(AssertionError):
+        change(now)
+
+
 def test_rollback_goes_to_the_stables_predecessor_and_restarts_it_when_stopped() -> None:
     deployments = [
         dep("dep-2", D.DEPLOYMENT_STATE_ACTIVE, previous="dep-1"),
