@@ -21,8 +21,9 @@ from pathlib import Path
 from evertune.benchmarks import Figures
 from evertune.engines import EngineSpec, VllmEngine, delta
 from evertune.model import ensure_model
-from evertune.replay import Slo, Summary, find_goodput, plan_rps, replay, summarize_run
+from evertune.replay import Summary, find_goodput, plan_rps, replay, summarize_run
 from evertune.settings import SharedSettings, load_settings
+from evertune.slo import Slo
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.source import CorpusText
 

@@ -67,6 +67,7 @@ from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings
 from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
 from evertune.sla_monitor.burn_rate import DEFAULT_RULES, BurnRateRule
+from evertune.slo import DEFAULT_ATTAINMENT
 from evertune.v1 import events_pb2, telemetry_pb2
 
 #: 1 wall second = 60 simulated seconds.
@@ -76,7 +77,7 @@ RATE_PER_S = 5.0
 #: SLO of every bench endpoint.
 TTFT_TARGET_MS = 500.0
 ITL_TARGET_MS = 100.0
-ATTAINMENT_TARGET = 0.9
+ATTAINMENT_TARGET = DEFAULT_ATTAINMENT
 #: Healthy TTFT: lognormal, median and sigma of its log.
 HEALTHY_TTFT_MS = 300.0
 TTFT_SIGMA = 0.15

@@ -74,7 +74,7 @@ from evertune.perfmodel.simulate import block_size_of
 from evertune.runner.report import completed
 from evertune.runner.settings import RunnerSettings
 from evertune.runner.trial import Reference, TrialRunner, default_engine_factory
-from evertune.searcher.jobs import JobTemplate, replay_slo, trial_job, trial_result
+from evertune.searcher.jobs import JobTemplate, trial_job, trial_result
 from evertune.searcher.model import RatePoint, SearchModel, ThreadedModel
 from evertune.searcher.noise import DEFAULT_MIN_FLOOR
 from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialOrder, TrialResult, run_search
@@ -89,6 +89,7 @@ from evertune.searcher.space import (
 from evertune.searcher.strategy import NoiseRule, Objective, TrialRequest
 from evertune.searcher.summary import knob_changes
 from evertune.settings import load_settings
+from evertune.slo import DEFAULT_ATTAINMENT, Slo
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.jsonl import format_records, records_of_plan
@@ -163,7 +164,7 @@ def setup_of(quick: bool) -> Setup:
         duration_s=12.0 if quick else 15.0,
         warmup_s=0.0,
         ttft_ms=500.0,
-        share=0.9,
+        share=DEFAULT_ATTAINMENT,
         repeats=3,
         budget=7 if quick else 12,
     )
@@ -306,7 +307,7 @@ async def run(quick: bool) -> Figures:
     hardware = get_profile(HARDWARE_CLASS)
     defaults = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
     space = eager_space(base=defaults, hardware=hardware, limits=setup.limits)
-    slo = endpoint_pb2.Slo(ttft_p99_ms=setup.ttft_ms)
+    slo = Slo(ttft_ms=setup.ttft_ms, share=setup.share).to_proto()  # the grid scores with this share too
     gate_rps = round(setup.peak_rps * setup.headroom, 6)
     with tempfile.TemporaryDirectory(prefix="evertune-bench-search-") as tmp:
         trace, sha, plan = await asyncio.to_thread(_write_trace, Path(tmp), model_dir)
@@ -331,7 +332,7 @@ async def run(quick: bool) -> Figures:
             arch=load_arch(model_dir),
             hardware={HARDWARE_CLASS: hardware},
             efficiency={HARDWARE_CLASS: load_efficiency(data_dir, HARDWARE_CLASS) or FITTED_CPU},
-            slo=replay_slo(slo),
+            slo=Slo.from_proto(slo),
             p50_target_ms=0.0,
             target_rps=setup.peak_rps,
             ladder=setup.ladder,

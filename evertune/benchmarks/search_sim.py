@@ -35,13 +35,13 @@ from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
 from evertune.perfmodel.calibration import default_data_dir
 from evertune.perfmodel.simulate import workload_rps
-from evertune.replay.summary import Slo
 from evertune.searcher.model import SearchModel, ThreadedModel, scaled
 from evertune.searcher.orchestrate import Gate, Outcome, SearchPlan, TrialOrder, TrialResult, run_search
 from evertune.searcher.space import SpaceLimits, candidate_space
 from evertune.searcher.strategy import Figures as TrialFigures
 from evertune.searcher.strategy import Objective, score
 from evertune.searcher.summary import knob_changes
+from evertune.slo import Slo
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.source import CorpusText
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evertune.errors import EvertuneError
+from evertune.slo import DEFAULT_ATTAINMENT
 
 
 def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
@@ -86,7 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--slo-itl-ms", type=float, default=None, help="inter-token target (per-request p99 gap), ms"
     )
-    rep.add_argument("--slo-share", type=float, default=0.9, help="share that must meet both (default 0.9)")
+    rep.add_argument(
+        "--slo-share",
+        type=float,
+        default=DEFAULT_ATTAINMENT,
+        help=f"share that must meet both (default {DEFAULT_ATTAINMENT:g})",
+    )
     rep.add_argument(
         "--find-goodput",
         nargs=2,

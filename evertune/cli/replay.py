@@ -13,7 +13,6 @@ from evertune.errors import InvalidArgument
 from evertune.model import ensure_model
 from evertune.replay import (
     Progress,
-    Slo,
     Summary,
     find_goodput,
     plan_rps,
@@ -22,6 +21,7 @@ from evertune.replay import (
     replay,
     summarize_run,
 )
+from evertune.slo import Slo
 from evertune.workloads import PlannedRequest
 from evertune.workloads.source import load_workload
 

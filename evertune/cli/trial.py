@@ -29,6 +29,7 @@ from evertune.cli.common import nats_url_for, shared_settings, stop_on_signals
 from evertune.engines import EngineSpec, InvalidEngineConfig, get_profile, knob_refusals
 from evertune.errors import InvalidArgument, Unavailable
 from evertune.events import EventKind, decode_event, endpoint_token, event_filter_subject
+from evertune.slo import DEFAULT_ATTAINMENT
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 #: Gates a hand-submitted trial runs unless told otherwise.
@@ -260,7 +261,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument("--seed", type=int, default=0, help="replay seed (default 0)")
     run.add_argument("--slo-ttft-ms", type=float, default=250.0, help="TTFT target, ms (default 250)")
     run.add_argument("--slo-itl-ms", type=float, default=100.0, help="inter-token target, ms (default 100)")
-    run.add_argument("--slo-share", type=float, default=0.9, help="share that must meet both (default 0.9)")
+    run.add_argument(
+        "--slo-share",
+        type=float,
+        default=DEFAULT_ATTAINMENT,
+        help=f"share that must meet both (default {DEFAULT_ATTAINMENT:g})",
+    )
     run.add_argument("--gates", default=",".join(DEFAULT_GATES), help="gates: slo,stability,correctness")
     run.add_argument(
         "--reference", default="", help="trial id whose golden answers correctness compares with"

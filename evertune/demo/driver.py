@@ -50,6 +50,7 @@ from evertune.model import Size, ensure_model
 from evertune.replay import RequestResult, replay
 from evertune.replay.client import list_models
 from evertune.runtime.micro import STATUS_ENDPOINT, InstanceStatus
+from evertune.slo import DEFAULT_ATTAINMENT
 from evertune.store import open_store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -254,7 +255,7 @@ class Demo:
             endpoint=endpoint.name,
             started_at=self.t0,
             ttft_target_ms=endpoint.ttft_p99_ms,
-            attainment_target=0.9,
+            attainment_target=DEFAULT_ATTAINMENT,
             traffic=traffic,
         )
         self._sent = 0

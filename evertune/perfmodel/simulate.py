@@ -23,7 +23,8 @@ from evertune.perfmodel.workload import PromptTokens, SimInput, prepare
 from evertune.replay.goodput import GoodputResult, Probe, check_search, conclude, next_rate, probe_of
 from evertune.replay.lag import assess_lag
 from evertune.replay.results import RequestResult
-from evertune.replay.summary import Slo, Summary, summarize
+from evertune.replay.summary import Summary, summarize
+from evertune.slo import Slo
 from evertune.workloads.plan import PlannedRequest
 
 GIB = 2**30

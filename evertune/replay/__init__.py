@@ -17,7 +17,7 @@ from evertune.replay.percentiles import Percentiles, percentile
 from evertune.replay.progress import Progress
 from evertune.replay.results import ReplayRun, RequestResult
 from evertune.replay.schedule import due_offsets, plan_rps
-from evertune.replay.summary import Slo, Summary, summarize, summarize_run
+from evertune.replay.summary import Summary, summarize, summarize_run
 from evertune.replay.table import render_goodput, render_summary
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "Progress",
     "ReplayRun",
     "RequestResult",
-    "Slo",
     "Summary",
     "TargetIncompatible",
     "TargetUnauthorized",

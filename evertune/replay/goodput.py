@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from evertune.errors import InvalidArgument
-from evertune.replay.summary import Slo, Summary
+from evertune.replay.summary import Summary
+from evertune.slo import Slo
 
 
 @dataclass(frozen=True)

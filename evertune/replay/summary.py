@@ -18,14 +18,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.errors import InvalidArgument
 from evertune.replay.lag import LagReport, assess_lag
 from evertune.replay.percentiles import Percentiles, percentile, percentile_sorted
 from evertune.replay.results import ReplayRun, RequestResult
+from evertune.slo import Slo
 
 __all__ = [
     "Percentiles",
-    "Slo",
     "Summary",
     "meets_slo",
     "percentile",
@@ -33,23 +32,6 @@ __all__ = [
     "summarize",
     "summarize_run",
 ]
-
-
-@dataclass(frozen=True)
-class Slo:
-    """Latency targets a request must meet, and the share of requests that must meet them."""
-
-    ttft_ms: float  #: time to first token target, ms
-    itl_ms: float  #: inter-token target, ms, checked against each request's p99 gap
-    share: float = 0.9  #: share of requests that must meet both (0 < share <= 1)
-
-    def __post_init__(self) -> None:
-        if self.ttft_ms <= 0 or self.itl_ms <= 0:
-            raise InvalidArgument(
-                f"SLO targets must be positive, got ttft {self.ttft_ms} ms, itl {self.itl_ms} ms"
-            )
-        if not 0.0 < self.share <= 1.0:
-            raise InvalidArgument(f"SLO share must be in (0, 1], got {self.share}")
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,9 @@ from evertune.deployer.rollout import (
     effective_policy,
 )
 from evertune.deployer.state import RequestRecord, RolloutRecord, request_key
-from evertune.deployer.telemetry import SloTargets, Telemetry, Windows
+from evertune.deployer.telemetry import Telemetry, Windows
 from evertune.deployer.trials import find_trial
 from evertune.deployer.validation import (
-    DEFAULT_ATTAINMENT,
     PromoteCommand,
     RollbackCommand,
     rollout_overrides,
@@ -66,6 +65,7 @@ from evertune.logging import bound_ids, get_logger
 from evertune.replay.percentiles import percentile
 from evertune.runtime.auth import Principal
 from evertune.runtime.tasks import cancel_and_wait
+from evertune.slo import Slo
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2
 
 log = get_logger("evertune.deployer")
@@ -557,8 +557,7 @@ class Rollouts:
         endpoint = await self.state.get_endpoint(name)
         if endpoint is None:
             return Analysis(verdict=Verdict.HOLD, reason="the endpoint is gone")
-        slo = endpoint.spec.slo
-        target = slo.attainment_target or DEFAULT_ATTAINMENT
+        slo = Slo.from_proto(endpoint.spec.slo)
         if self.telemetry is None:
             return Analysis(verdict=Verdict.HOLD, reason="no telemetry store to analyse the canary with")
         tz = self.state.clock().tzinfo
@@ -571,13 +570,13 @@ class Rollouts:
                 canary_since=datetime.fromtimestamp(step_since_s, tz),
                 stable_since=datetime.fromtimestamp(since_s, tz),
                 until=until,
-                targets=SloTargets(ttft_ms=slo.ttft_p99_ms, itl_ms=slo.itl_p99_ms),
+                slo=slo,
             )
         except EvertuneError as err:
             return Analysis(verdict=Verdict.HOLD, reason=f"telemetry unavailable: {err}")
         self._last_windows[canary_id] = windows
         return analyse(
-            canary=windows.canary, stable=windows.stable, policy=policy.canary, attainment_target=target
+            canary=windows.canary, stable=windows.stable, policy=policy.canary, attainment_target=slo.share
         )
 
     async def _emit_canary_step(

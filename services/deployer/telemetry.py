@@ -25,6 +25,7 @@ from typing import Final
 
 from evertune.deployer.canary import ArmWindow
 
+from evertune.slo import Slo
 from evertune.store import Store
 
 #: Most per-request figures fetched per arm (a uniform sample beyond that).
@@ -63,14 +64,6 @@ class Windows:
     stable: ArmWindow  #: what the stable deployment served in its window
 
 
-@dataclass(frozen=True)
-class SloTargets:
-    """The per-request targets attainment is counted against (from the endpoint's Slo)."""
-
-    ttft_ms: float  #: a good request's TTFT is at most this, in ms (the Slo's ttft_p99_ms)
-    itl_ms: float  #: and its p99 inter-token gap at most this, in ms (0 = no target)
-
-
 class Telemetry:
     """Reads arm windows from the store (see the module docstring)."""
 
@@ -87,7 +80,7 @@ class Telemetry:
         canary_since: datetime,
         stable_since: datetime,
         until: datetime,
-        targets: SloTargets,
+        slo: Slo,
     ) -> Windows:
         """Both arms' windows; an arm with no rows is an empty window."""
         result = await self.store.query(
@@ -99,8 +92,8 @@ class Telemetry:
                 "canary_since": canary_since,
                 "stable_since": stable_since,
                 "until": until,
-                "ttft_target": targets.ttft_ms,
-                "itl_target": targets.itl_ms,
+                "ttft_target": slo.ttft_ms,
+                "itl_target": slo.itl_wire_ms,  # 0: no inter-token target
                 "max_samples": self.max_samples,
             },
         )

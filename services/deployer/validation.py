@@ -30,6 +30,7 @@ from evertune.engines import EngineSpec, InvalidEngineConfig
 from evertune.errors import InvalidArgument
 from evertune.events import EventKind
 from evertune.outbound import OutboundPolicy
+from evertune.slo import DEFAULT_ATTAINMENT
 from evertune.v1 import common_pb2, endpoint_pb2, endpoint_service_pb2
 
 #: Endpoint names: 1-63 of [a-z0-9-], starting with a letter (a NATS token and part of URLs).
@@ -50,7 +51,7 @@ MAX_ID: Final = 128
 DEFAULT_PAGE: Final = 100
 MAX_PAGE: Final = 1000
 
-DEFAULT_ATTAINMENT: Final = 0.9
+#: Agreement a lossy change's correctness gate needs when the endpoint leaves it 0.
 DEFAULT_AGREEMENT: Final = 0.95
 #: Longest canary step an endpoint may ask for, in seconds, and most failed analyses it may allow.
 MAX_STEP_DURATION_S: Final = 86_400.0

@@ -21,13 +21,11 @@ from evertune.bus import PoisonMessage
 from evertune.engines import EngineSpec
 from evertune.errors import InvalidArgument
 from evertune.events import endpoint_token
-from evertune.replay import Slo
+from evertune.slo import Slo
 from evertune.v1 import endpoint_pb2, jobs_pb2
 
 #: Gates the runner knows (GateSpec.name); "reliability" is the brief's name of "stability".
 KNOWN_GATES: frozenset[str] = frozenset({"correctness", "slo", "stability"})
-#: Attainment target of an Slo whose attainment_target is 0 (see endpoint.proto).
-DEFAULT_ATTAINMENT = 0.9
 #: Seconds each rate is replayed when the job leaves `duration_per_rate` unset.
 DEFAULT_DURATION_S = 60.0
 #: Largest `slo_headroom` a job may ask for (the runner setting's bound too).
@@ -120,14 +118,13 @@ def effective_rates(rates: list[float], *, extra: list[float]) -> tuple[float, .
 
 
 def slo_of(slo: endpoint_pb2.Slo) -> tuple[Slo, float]:
-    """The replay `Slo` of an endpoint SLO (no inter-token target = unbounded), and its p50 target."""
-    if not slo.ttft_p99_ms > 0:
-        raise InvalidJob("the job's SLO needs ttft_p99_ms > 0")
-    if slo.itl_p99_ms < 0 or slo.ttft_p50_ms < 0 or not 0 <= slo.attainment_target <= 1:
-        raise InvalidJob("the job's SLO has a negative target or an attainment outside 0..1")
-    share = slo.attainment_target or DEFAULT_ATTAINMENT
-    itl = slo.itl_p99_ms if slo.itl_p99_ms > 0 else math.inf
-    return Slo(ttft_ms=slo.ttft_p99_ms, itl_ms=itl, share=share), slo.ttft_p50_ms
+    """The `Slo` of a job's endpoint SLO (`InvalidJob` naming a value no SLO can have), and its
+    p50 target."""
+    try:
+        rule = Slo.from_proto(slo)
+    except InvalidArgument as err:
+        raise InvalidJob(f"the job's SLO: {err}") from None
+    return rule, rule.ttft_p50_ms
 
 
 def gate_rate(

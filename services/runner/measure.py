@@ -14,8 +14,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.replay import RequestResult, Slo, Summary, summarize
+from evertune.replay import RequestResult, Summary, summarize
 from evertune.replay.goodput import bracket, probe_of
+from evertune.slo import Slo
 
 
 @dataclass(frozen=True)

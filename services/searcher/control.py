@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evertune.searcher.jobs import JobTemplate, replay_slo
+from evertune.searcher.jobs import JobTemplate
 from evertune.searcher.model import SearchModel, ThreadedModel
 from evertune.searcher.noise import Comparison
 from evertune.searcher.orchestrate import (
@@ -87,6 +87,7 @@ from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
 from evertune.perfmodel.simulate import block_size_of
 from evertune.runtime.tasks import cancel_and_wait
+from evertune.slo import Slo
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
@@ -590,7 +591,7 @@ class Searches:
             arch=load_arch(model_dir),
             hardware=hardware,
             efficiency=efficiency,
-            slo=replay_slo(spec.slo),
+            slo=Slo.from_proto(spec.slo),
             p50_target_ms=spec.slo.ttft_p50_ms,
             target_rps=prepared.profile.peak_rps,
             ladder=s.rate_ladder,

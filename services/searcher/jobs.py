@@ -25,7 +25,7 @@ from evertune.searcher.orchestrate import Gate, TrialOrder, TrialResult
 from evertune.searcher.strategy import Figures
 from google.protobuf.duration_pb2 import Duration
 
-from evertune.replay.summary import Slo
+from evertune.slo import Slo
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 #: Gates a search asks for, in order (settings may drop some).
@@ -107,15 +107,6 @@ def trial_job(order: TrialOrder, template: JobTemplate, *, now: datetime) -> job
     return job
 
 
-def replay_slo(slo: endpoint_pb2.Slo) -> Slo:
-    """The replay `Slo` of an endpoint SLO (no inter-token target = unbounded; share 0 = 0.9)."""
-    return Slo(
-        ttft_ms=slo.ttft_p99_ms,
-        itl_ms=slo.itl_p99_ms if slo.itl_p99_ms > 0 else math.inf,
-        share=slo.attainment_target or 0.9,
-    )
-
-
 def trial_result(
     completed: events_pb2.TrialCompleted, *, order: TrialOrder, slo: endpoint_pb2.Slo, gate_rps: float
 ) -> TrialResult:
@@ -131,7 +122,7 @@ def trial_result(
         )
         for r in sorted(metrics.rates, key=lambda r: r.rate_rps)
     )
-    rule = replay_slo(slo)
+    rule = Slo.from_proto(slo)
     at_gate = next((p for p in points if math.isclose(p.rate_rps, gate_rps, rel_tol=1e-6)), None)
     gates = tuple(
         Gate(name=g.name, passed=g.passed, value=g.value, threshold=g.threshold, detail=g.detail)

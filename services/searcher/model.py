@@ -55,7 +55,7 @@ from evertune.errors import InvalidArgument
 from evertune.perfmodel import Efficiency, ModelArch, SimInput, simulate
 from evertune.perfmodel.simulate import block_size_of, workload_rps
 from evertune.perfmodel.workload import primer_inputs
-from evertune.replay.summary import Slo
+from evertune.slo import Slo
 
 #: Bounds of log(s) in the speed fit, relative to the prior factors (e^-6 ... e^6).
 LOG_SPEED_BOUND = 6.0

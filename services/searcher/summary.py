@@ -20,7 +20,7 @@ from evertune.searcher.orchestrate import Outcome, SearchResult, TrialResult
 from evertune.searcher.strategy import Objective
 
 from evertune.engines import EngineSpec
-from evertune.replay.summary import Slo
+from evertune.slo import Slo
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class SlaMonitorCollector(Collector):
                     attainment.add_metric(labels, stats.attainment)
             if not row.deployment:
                 ttft_target.add_metric([row.endpoint], row.targets.ttft_ms / 1e3)
-                att_target.add_metric([row.endpoint], row.targets.attainment)
+                att_target.add_metric([row.endpoint], row.targets.share)
             for ev in row.burn:
                 burn.add_metric([*labels, ev.rule.name, "long"], ev.long.burn_rate)
                 burn.add_metric([*labels, ev.rule.name, "short"], ev.short.burn_rate)

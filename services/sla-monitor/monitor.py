@@ -21,7 +21,9 @@ from evertune.sla_monitor.burn_rate import (
     evaluate_rule,
     history_needed,
 )
-from evertune.sla_monitor.window import LatencyWindow, Observation, Targets, WindowStats
+from evertune.sla_monitor.window import LatencyWindow, Observation, WindowStats
+
+from evertune.slo import Slo
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Scope:
 
     latency: LatencyWindow  #: percentile sketches over the recent history
     counts: CountRing  #: request/good counts over the longest rule window
-    targets: Targets  #: the endpoint's targets as of the latest request
+    targets: Slo  #: the endpoint's targets as of the latest request
     fine: CountRing | None = None  #: finer counts for the fast rules' short windows (None: none)
     last_seen_s: float = -math.inf  #: end time of the latest request, seconds since the epoch
 
@@ -76,7 +78,7 @@ class SlaMonitor:
         self.counters = MonitorCounters()
         self._scopes: dict[tuple[str, str], Scope] = {}
 
-    def _scope(self, endpoint: str, deployment: str, targets: Targets) -> Scope:
+    def _scope(self, endpoint: str, deployment: str, targets: Slo) -> Scope:
         scope = self._scopes.get((endpoint, deployment))
         if scope is None:
             scope = self._scopes[(endpoint, deployment)] = Scope(
@@ -92,7 +94,7 @@ class SlaMonitor:
         scope.targets = targets
         return scope
 
-    def observe(self, obs: Observation, targets: Targets) -> None:
+    def observe(self, obs: Observation, targets: Slo) -> None:
         """Count one finished request under its endpoint and (if any) its deployment."""
         self.counters.records += 1
         good = obs.is_good(targets)
@@ -181,7 +183,7 @@ class SlaMonitor:
             return None
         return scope.latency.stats(now=now, window_s=min(window_s, self.config.sketch_history_s))
 
-    def targets(self, endpoint: str) -> Targets | None:
+    def targets(self, endpoint: str) -> Slo | None:
         """The targets last applied to `endpoint`; None for an endpoint never seen."""
         scope = self._scopes.get((endpoint, ""))
         return None if scope is None else scope.targets

@@ -31,7 +31,7 @@ from evertune.sla_monitor.payloads import ReceiverConfig
 from evertune.sla_monitor.receivers import AlertDispatcher
 from evertune.sla_monitor.registry import EndpointRegistry
 from evertune.sla_monitor.settings import SlaMonitorSettings
-from evertune.sla_monitor.window import Observation, Targets, WindowStats, p99_gap
+from evertune.sla_monitor.window import Observation, WindowStats, p99_gap
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
@@ -43,24 +43,14 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import BucketNotFoundError
 
 from evertune.bus import ConsumerSpec, DurableConsumer, KvFollower, PoisonMessage, Resubscriber, publish_event
+from evertune.errors import InvalidArgument
 from evertune.events import EventKind, event_filter_subject, new_event
 from evertune.runtime import Service, ServiceContext
 from evertune.runtime.metrics import MetricsServer, new_registry
+from evertune.slo import Slo
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 
-#: Attainment target of an Slo whose attainment_target is 0 (see endpoint.proto).
-DEFAULT_ATTAINMENT = 0.9
-
 _SEVERITY = {"page": common_pb2.SEVERITY_CRITICAL, "ticket": common_pb2.SEVERITY_WARNING}
-
-
-def targets_from_slo(slo: endpoint_pb2.Slo) -> Targets:
-    """The core's targets of an endpoint's Slo (attainment 0 means the default, 0.9)."""
-    return Targets(
-        ttft_ms=slo.ttft_p99_ms,
-        itl_ms=slo.itl_p99_ms,
-        attainment=slo.attainment_target or DEFAULT_ATTAINMENT,
-    )
 
 
 def observation(record: telemetry_pb2.RequestRecord) -> Observation | None:
@@ -180,7 +170,7 @@ class SloRow:
     endpoint: str  #: endpoint name
     deployment: str  #: deployment id; "" for the endpoint as a whole
     stats: WindowStats | None  #: percentiles and counts over the status window
-    targets: Targets  #: the SLO applied
+    targets: Slo  #: the SLO applied
     slo_source: str  #: "endpoints" (the deployer's bucket) or "default" (settings)
     burn: list[RuleEvaluation] = field(default_factory=list)  #: every rule evaluated now
 
@@ -252,14 +242,22 @@ class SlaMonitorService(Service):
         self.metrics_server: MetricsServer | None = None
 
     # --- SLO and receivers lookup ------------------------------------------------------------
-    def slo_for(self, endpoint: str) -> endpoint_pb2.Slo:
-        """The SLO of `endpoint`: its own from the endpoints bucket, else the settings' defaults."""
+    def slo_for(self, endpoint: str) -> Slo:
+        """The SLO of `endpoint`: its own from the endpoints bucket, else the settings' defaults
+        (also for a stored SLO no endpoint can have, which is logged)."""
         entry = self.registry.get(endpoint)
         if entry is not None and entry.slo is not None:
-            return entry.slo
+            try:
+                return Slo.from_proto(entry.slo)
+            except InvalidArgument as err:
+                self.log.warning(
+                    "endpoint SLO unusable; the default SLO applies", endpoint=endpoint, error=str(err)
+                )
         s = self.settings
-        return endpoint_pb2.Slo(
-            ttft_p99_ms=s.ttft_p99_ms, itl_p99_ms=s.itl_p99_ms, attainment_target=s.attainment_target
+        return Slo.from_proto(
+            endpoint_pb2.Slo(
+                ttft_p99_ms=s.ttft_p99_ms, itl_p99_ms=s.itl_p99_ms, attainment_target=s.attainment_target
+            )
         )
 
     def receivers_for(self, endpoint: str) -> list[ReceiverConfig]:
@@ -442,7 +440,7 @@ class SlaMonitorService(Service):
         if batch.batch_id and self._remember(batch.batch_id):
             self.duplicate_batches += 1
             return
-        cached: dict[str, Targets] = {}
+        cached: dict[str, Slo] = {}
         for record in batch.records:
             if self.settings.drift and record.endpoint:
                 sample = drift_sample(record)
@@ -453,7 +451,7 @@ class SlaMonitorService(Service):
                 continue
             targets = cached.get(obs.endpoint)
             if targets is None:
-                targets = cached[obs.endpoint] = targets_from_slo(self.slo_for(obs.endpoint))
+                targets = cached[obs.endpoint] = self.slo_for(obs.endpoint)
                 self._warn_unreachable(obs.endpoint, targets)
             self.monitor.observe(obs, targets)
 
@@ -466,7 +464,7 @@ class SlaMonitorService(Service):
             self._seen_batches.popitem(last=False)
         return False
 
-    def _warn_unreachable(self, endpoint: str, targets: Targets) -> None:
+    def _warn_unreachable(self, endpoint: str, targets: Slo) -> None:
         if endpoint in self._warned_unreachable:
             return
         self._warned_unreachable.add(endpoint)
@@ -518,7 +516,7 @@ class SlaMonitorService(Service):
         key, incident, evaluation = decision.key, decision.incident, decision.evaluation
         rule = evaluation.rule
         now = evaluation.now
-        targets = self.monitor.targets(key.endpoint) or targets_from_slo(self.slo_for(key.endpoint))
+        targets = self.monitor.targets(key.endpoint) or self.slo_for(key.endpoint)
         stats = self.monitor.latency(key.endpoint, key.deployment, now=now, window_s=rule.long_window_s)
         long = evaluation.long
         attainment = long.attainment if long.attainment is not None else 1.0
@@ -536,9 +534,9 @@ class SlaMonitorService(Service):
                 observed_ttft_p99_ms=_p99(stats, "ttft"),
                 target_ttft_p99_ms=targets.ttft_ms,
                 observed_itl_p99_ms=_p99(stats, "itl"),
-                target_itl_p99_ms=targets.itl_ms,
+                target_itl_p99_ms=targets.itl_wire_ms,
                 observed_attainment=attainment,
-                attainment_target=targets.attainment,
+                attainment_target=targets.share,
                 request_count=long.requests,
                 since=_timestamp(incident.since),
             )
@@ -584,7 +582,7 @@ class SlaMonitorService(Service):
         window_s = self.settings.status_window_s * self.settings.time_scale
         rows: list[SloRow] = []
         for endpoint, deployment in self.monitor.scopes():
-            targets = self.monitor.targets(endpoint) or targets_from_slo(self.slo_for(endpoint))
+            targets = self.monitor.targets(endpoint) or self.slo_for(endpoint)
             entry = self.registry.get(endpoint)
             rows.append(
                 SloRow(
@@ -638,8 +636,8 @@ class SlaMonitorService(Service):
                 entry.update(figures)
                 entry["slo"] = {
                     "ttft_p99_ms": row.targets.ttft_ms,
-                    "itl_p99_ms": row.targets.itl_ms,
-                    "attainment_target": row.targets.attainment,
+                    "itl_p99_ms": row.targets.itl_wire_ms,
+                    "attainment_target": row.targets.share,
                     "source": row.slo_source,
                 }
                 tracker = self.drift.get(row.endpoint)

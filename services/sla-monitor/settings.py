@@ -8,6 +8,8 @@ from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy, check_rec
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from evertune.slo import DEFAULT_ATTAINMENT
+
 
 class SlaMonitorSettings(BaseSettings):
     """Settings of the sla-monitor service; loaded once at start and passed down.
@@ -57,7 +59,7 @@ class SlaMonitorSettings(BaseSettings):
     #: default SLO: per-request p99 inter-token gap target, in milliseconds (0 = none)
     itl_p99_ms: float = Field(default=100.0, ge=0)
     #: default SLO: share of requests that must meet both targets (budget = 1 - this)
-    attainment_target: float = Field(default=0.9, gt=0, lt=1)
+    attainment_target: float = Field(default=DEFAULT_ATTAINMENT, gt=0, lt=1)
     #: address of the Prometheus /metrics server
     metrics_host: str = "127.0.0.1"
     #: port of the Prometheus /metrics server; 0 picks a free one (logged, and in the status), -1 = off

@@ -18,22 +18,10 @@ from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
 
+from evertune.slo import Slo
+
 #: Relative accuracy of every sketch: a reported quantile is within 1% of a true sample value.
 SKETCH_RELATIVE_ACCURACY = 0.01
-
-
-@dataclass(frozen=True)
-class Targets:
-    """Per-request latency targets of an endpoint and its attainment target."""
-
-    ttft_ms: float  #: TTFT a request must not exceed, in milliseconds
-    itl_ms: float  #: p99 inter-token gap a request must not exceed, in milliseconds (0 = no target)
-    attainment: float  #: share (0..1) of requests that must be good; error budget = 1 - attainment
-
-    @property
-    def budget(self) -> float:
-        """Error budget: the share of requests allowed to be bad."""
-        return 1.0 - self.attainment
 
 
 @dataclass(frozen=True)
@@ -47,11 +35,9 @@ class Observation:
     itl_p99_ms: float  #: the request's p99 inter-token gap, in milliseconds (0 = fewer than 2 tokens)
     failed: bool  #: the request failed (error class or HTTP status >= 400)
 
-    def is_good(self, targets: Targets) -> bool:
+    def is_good(self, slo: Slo) -> bool:
         """Whether the request met both targets (a failed request never does)."""
-        if self.failed or self.ttft_ms > targets.ttft_ms:
-            return False
-        return targets.itl_ms <= 0 or self.itl_p99_ms <= targets.itl_ms
+        return not self.failed and self.ttft_ms <= slo.ttft_ms and self.itl_p99_ms <= slo.itl_ms
 
 
 def p99_gap(gaps: Sequence[float]) -> float:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from evertune.deployer.telemetry import SloTargets, Telemetry
+from evertune.deployer.telemetry import Telemetry
 
+from evertune.slo import Slo
 from evertune.store import Store, migrate
 from tests.deployer.helpers import insert_requests, request_row
 
@@ -38,7 +39,7 @@ async def test_windows_per_arm(store: Store) -> None:
         canary_since=now - timedelta(seconds=5),
         stable_since=early - timedelta(seconds=1),
         until=now + timedelta(seconds=1),
-        targets=SloTargets(ttft_ms=500, itl_ms=100),
+        slo=Slo(ttft_ms=500, itl_ms=100),
     )
     canary, stable = windows.canary, windows.stable
     assert canary.requests == 4 and canary.errors == 1
@@ -61,7 +62,7 @@ async def test_an_arm_without_rows_is_empty(store: Store) -> None:
         canary_since=now,
         stable_since=now,
         until=now,
-        targets=SloTargets(ttft_ms=500, itl_ms=0),
+        slo=Slo(ttft_ms=500),
     )
     assert windows.canary.requests == 0 and windows.canary.attainment is None
     assert windows.stable.ttft_ms == []

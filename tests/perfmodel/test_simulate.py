@@ -23,7 +23,7 @@ from evertune.perfmodel.workload import (
     primer_inputs,
     synthetic,
 )
-from evertune.replay.summary import Slo
+from evertune.slo import Slo
 from evertune.workloads import VoiceWorkload, plan_voice
 from evertune.workloads.plan import history
 

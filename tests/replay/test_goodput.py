@@ -7,7 +7,8 @@ import pytest
 
 from evertune.errors import InvalidArgument
 from evertune.replay.goodput import Probe, bracket, conclude, find_goodput, next_rate
-from evertune.replay.summary import Slo, Summary, summarize
+from evertune.replay.summary import Summary, summarize
+from evertune.slo import Slo
 
 from .results import result
 

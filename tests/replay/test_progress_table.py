@@ -4,8 +4,9 @@ import io
 
 from evertune.replay.goodput import GoodputResult, Probe
 from evertune.replay.progress import Progress
-from evertune.replay.summary import Slo, summarize
+from evertune.replay.summary import summarize
 from evertune.replay.table import render_goodput, render_summary
+from evertune.slo import Slo
 
 from .results import result
 

@@ -8,7 +8,8 @@ import pytest
 from evertune.errors import InvalidArgument
 from evertune.replay.lag import assess_lag
 from evertune.replay.percentiles import Percentiles, percentile
-from evertune.replay.summary import Slo, meets_slo, request_itl_p99, summarize
+from evertune.replay.summary import meets_slo, request_itl_p99, summarize
+from evertune.slo import Slo
 
 from .results import result
 

@@ -18,7 +18,8 @@ from evertune.runner.golden import hash_answer
 from evertune.runner.measure import goodput_rps, rate_figures, skip_higher
 
 from evertune.engines import EngineSpec, SpeculativeSpec
-from evertune.replay import RequestResult, Slo, summarize
+from evertune.replay import RequestResult, summarize
+from evertune.slo import Slo
 
 SLO = Slo(ttft_ms=100.0, itl_ms=50.0, share=0.9)
 

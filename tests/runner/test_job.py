@@ -65,7 +65,7 @@ _SKIP_GOLDEN_WITH_CORRECTNESS = jobs_pb2.TrialJob(
         (lambda j: (j.ClearField("rates_rps"), j.ClearField("target_rate_rps")), "names no rate"),
         (lambda j: j.rates_rps.append(-1.0), "positive number"),
         (lambda j: j.gates.add(name="vibes"), "unknown gate 'vibes'"),
-        (lambda j: setattr(j.slo, "ttft_p99_ms", 0.0), "ttft_p99_ms > 0"),
+        (lambda j: setattr(j.slo, "ttft_p99_ms", 0.0), "ttft_p99_ms must be > 0"),
         (lambda j: setattr(j, "trace_uri", ""), "names no trace"),
         (lambda j: setattr(j, "slo_headroom", 0.9), "slo_headroom must be 0"),
         (lambda j: j.MergeFrom(_SKIP_GOLDEN_WITH_CORRECTNESS), "skip_golden with a correctness gate"),

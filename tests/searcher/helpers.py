@@ -16,7 +16,7 @@ from evertune.engines import EngineSpec
 from evertune.engines.hardware import cpu_profile
 from evertune.model import load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, prepare
-from evertune.replay.summary import Slo
+from evertune.slo import Slo
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.source import CorpusText
 

@@ -14,7 +14,7 @@ from evertune.searcher.strategy import TrialRequest
 from evertune.searcher.summary import knob_changes
 
 from evertune.engines import EngineSpec
-from evertune.replay.summary import Slo
+from evertune.slo import Slo
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 SPEC = EngineSpec(model="/models/tiny", max_num_seqs=64, enable_prefix_caching=True)

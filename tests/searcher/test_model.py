@@ -9,7 +9,7 @@ import pytest
 from evertune.searcher.space import Candidate, config_key
 
 from evertune.perfmodel import SimInput
-from evertune.replay.summary import Slo
+from evertune.slo import Slo
 
 from .helpers import CPU_TRUTH, base_spec, search_model
 

@@ -34,7 +34,7 @@ from evertune.searcher.summary import Context, explain
 from evertune.model import load_tokenizer
 from evertune.perfmodel import PromptTokens, SimInput, prepare
 from evertune.perfmodel.steptime import Efficiency
-from evertune.replay.summary import Slo
+from evertune.slo import Slo
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.source import CorpusText
 

@@ -9,9 +9,11 @@ from dataclasses import replace
 from evertune.sla_monitor.alerts import Breach, Resolved
 from evertune.sla_monitor.burn_rate import DEFAULT_RULES, FAST_RULE
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
-from evertune.sla_monitor.window import Observation, Targets
+from evertune.sla_monitor.window import Observation
 
-TARGETS = Targets(ttft_ms=300.0, itl_ms=50.0, attainment=0.9)
+from evertune.slo import Slo
+
+TARGETS = Slo(ttft_ms=300.0, itl_ms=50.0, share=0.9)
 T0 = 1_700_000_000.0
 
 
@@ -91,7 +93,7 @@ def _poisson_requests(seed: int, *, start: float, seconds: float, rate: float) -
 
 
 def test_fast_rule_pages_on_a_ttft_doubling_at_5_rps_within_15_s() -> None:
-    targets = Targets(ttft_ms=500.0, itl_ms=100.0, attainment=0.9)
+    targets = Slo(ttft_ms=500.0, itl_ms=100.0, share=0.9)
     delays = []
     for seed in range(20):
         monitor, rng = _fast_monitor(), random.Random(seed)
@@ -114,7 +116,7 @@ def test_fast_rule_stays_quiet_on_two_hours_burning_half_the_budget() -> None:
     """Stationary traffic at 5 rps with 5% of requests bad (half a 0.9 target's budget): the fast
     rule needs > 20% bad over 30 s (z ~ 5.5 above the mean at 150 requests) and over 5 s."""
     monitor = _fast_monitor()
-    targets = Targets(ttft_ms=500.0, itl_ms=100.0, attainment=0.9)
+    targets = Slo(ttft_ms=500.0, itl_ms=100.0, share=0.9)
     rng = random.Random(7)
     next_eval, decisions = T0 + 1, []
     for t in _poisson_requests(8, start=T0, seconds=7200, rate=5.0):
@@ -129,7 +131,7 @@ def test_fast_rule_stays_quiet_on_two_hours_burning_half_the_budget() -> None:
 def test_fast_rule_needs_several_bad_requests_in_its_short_window() -> None:
     """At a 0.999 target one slow request in 30 s burns ~7x; min_bad keeps it from paging."""
     monitor = _fast_monitor()
-    strict = Targets(ttft_ms=500.0, itl_ms=100.0, attainment=0.999)
+    strict = Slo(ttft_ms=500.0, itl_ms=100.0, share=0.999)
     for i in range(150):
         ttft = 900.0 if i in (140, 145) else 200.0
         monitor.observe(Observation("ep", "d1", T0 + i * 0.2, ttft, 20.0, False), strict)

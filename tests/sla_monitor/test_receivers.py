@@ -25,7 +25,6 @@ from evertune.sla_monitor.payloads import (
     webhook_payload,
 )
 from evertune.sla_monitor.receivers import AlertDispatcher
-from evertune.sla_monitor.service import targets_from_slo
 from evertune.sla_monitor.window import Observation
 
 from evertune.errors import SettingsError
@@ -401,7 +400,7 @@ def test_service_queues_each_decision_for_the_receivers_it_meets() -> None:
         ],
     )
     service = SlaMonitorService(settings)
-    targets = targets_from_slo(service.slo_for("voice"))
+    targets = service.slo_for("voice")
     for i in range(50):  # every request far too slow
         obs = Observation(
             "voice", "dep-a", time_s=T0 + i * 0.1, ttft_ms=5000.0, itl_p99_ms=10.0, failed=False

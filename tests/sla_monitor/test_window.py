@@ -8,12 +8,13 @@ from evertune.sla_monitor.window import (
     SKETCH_RELATIVE_ACCURACY,
     LatencyWindow,
     Observation,
-    Targets,
     p99_gap,
 )
 
+from evertune.slo import Slo
+
 ACCURACY = SKETCH_RELATIVE_ACCURACY * 1.01  # the sketch guarantee, with float slack
-TARGETS = Targets(ttft_ms=300.0, itl_ms=50.0, attainment=0.9)
+TARGETS = Slo(ttft_ms=300.0, itl_ms=50.0, share=0.9)
 
 
 def _obs(time_s: float, ttft_ms: float, *, itl_ms: float = 10.0, failed: bool = False) -> Observation:
@@ -79,7 +80,7 @@ def test_good_needs_both_targets_and_errors_are_bad() -> None:
     assert not _obs(0, 301, itl_ms=40).is_good(TARGETS)
     assert not _obs(0, 200, itl_ms=51).is_good(TARGETS)
     assert not _obs(0, 100, itl_ms=1, failed=True).is_good(TARGETS)
-    no_itl_target = Targets(ttft_ms=300.0, itl_ms=0.0, attainment=0.9)
+    no_itl_target = Slo(ttft_ms=300.0, share=0.9)
     assert _obs(0, 200, itl_ms=10_000).is_good(no_itl_target)
 
     window = LatencyWindow(slot_s=1, history_s=10)

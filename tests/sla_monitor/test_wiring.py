@@ -165,8 +165,8 @@ async def test_slo_and_routes_come_from_the_endpoints_bucket(
     rng = np.random.default_rng(1)
     try:
         assert service.registry_loaded.is_set()
-        assert service.slo_for(endpoint).ttft_p99_ms == 200.0  # the bucket's, not the 5000 default
-        assert service.slo_for("not-registered").ttft_p99_ms == 5000.0
+        assert service.slo_for(endpoint).ttft_ms == 200.0  # the bucket's, not the 5000 default
+        assert service.slo_for("not-registered").ttft_ms == 5000.0
         assert [r.name for r in service.receivers_for(endpoint)] == [f"{endpoint}/oncall"]
         # 800 ms TTFT breaches the bucket's 200 ms target: the breach goes to the route's webhook
         deadline = time.monotonic() + 15
@@ -182,13 +182,13 @@ async def test_slo_and_routes_come_from_the_endpoints_bucket(
         await bucket.mutate(
             endpoint, lambda _: _endpoint(endpoint, ttft_ms=2000.0, routes=[route], stable="dep-a")
         )
-        await _until(lambda: service.slo_for(endpoint).ttft_p99_ms == 2000.0, 5, "the SLO update")
+        await _until(lambda: service.slo_for(endpoint).ttft_ms == 2000.0, 5, "the SLO update")
         # the endpoint deleted from the bucket: back to the settings' SLO and receivers (none)
         entry = await bucket.get(endpoint)
         assert entry is not None
         await bucket.delete(endpoint)
         await _until(lambda: endpoint not in service.registry, 5, "the delete")
-        assert service.slo_for(endpoint).ttft_p99_ms == 5000.0 and service.receivers_for(endpoint) == []
+        assert service.slo_for(endpoint).ttft_ms == 5000.0 and service.receivers_for(endpoint) == []
 
         # the metrics endpoint answers with the figures, and its port is in the status
         url = service.details()["metrics_url"]

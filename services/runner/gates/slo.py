@@ -14,7 +14,7 @@ import math
 from evertune.runner.gates.common import GateOutcome
 from evertune.runner.measure import RateFigures
 
-from evertune.replay import Slo
+from evertune.slo import Slo
 
 NAME = "slo"
 
