@@ -48,7 +48,7 @@ from evertune.benchmarks.scratch import ScratchBus, scratch_bus
 from evertune.bus import Bucket
 from evertune.model import ensure_model
 from evertune.nats_server import free_port
-from evertune.replay.percentiles import percentile
+from evertune.percentiles import percentile
 from evertune.settings import SharedSettings
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 

@@ -26,6 +26,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from evertune.percentiles import percentile
+
 #: Requests sent together before the schedule starts (connections opened, code warm).
 WARM_REQUESTS = 20
 
@@ -82,16 +84,6 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, due: float
     return {"ok": True, "lag_ms": (sent - due) * 1000.0, "ttft_ms": (first - sent) * 1000.0, "gaps": gaps}
 
 
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = q / 100.0 * (len(ordered) - 1)
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
 async def _client(url: str, model: str, rate: float, duration_s: float) -> dict[str, Any]:
     body = json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -110,14 +102,15 @@ async def _client(url: str, model: str, rate: float, duration_s: float) -> dict[
             tasks.append(asyncio.create_task(_one(session, url, body, due)))
         results = await asyncio.gather(*tasks)
     done = [r for r in results if r["ok"]]
-    gaps = [g for r in done for g in r["gaps"]]
+    gaps = [g for r in done for g in r["gaps"]] or [0.0]  # JSON has no NaN: nothing measured is 0
+    lags = [r["lag_ms"] for r in done] or [0.0]
     return {
         "requests": count,
         "failed": count - len(done),
         "ttft_ms": [r["ttft_ms"] for r in done],
-        "lag_p99_ms": _percentile([r["lag_ms"] for r in done], 99),
-        "gap_p50_ms": _percentile(gaps, 50),
-        "gap_p99_ms": _percentile(gaps, 99),
+        "lag_p99_ms": percentile(lags, 99),
+        "gap_p50_ms": percentile(gaps, 50),
+        "gap_p99_ms": percentile(gaps, 99),
     }
 
 

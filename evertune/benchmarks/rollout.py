@@ -49,8 +49,8 @@ from evertune.errors import Unavailable
 from evertune.events import event_filter_subject
 from evertune.model import ensure_model
 from evertune.nats_server import EmbeddedNats
+from evertune.percentiles import percentile
 from evertune.replay import RequestResult, replay
-from evertune.replay.percentiles import percentile
 from evertune.runtime.host import hosted
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import open_store

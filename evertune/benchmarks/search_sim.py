@@ -31,12 +31,13 @@ from pathlib import Path
 
 from evertune.benchmarks import Figures
 from evertune.engines import EngineSpec, detect_local
+from evertune.gate_result import GateResult
 from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
 from evertune.perfmodel.calibration import default_data_dir
 from evertune.perfmodel.simulate import workload_rps
 from evertune.searcher.model import SearchModel, ThreadedModel, scaled
-from evertune.searcher.orchestrate import Gate, Outcome, SearchPlan, TrialOrder, TrialResult, run_search
+from evertune.searcher.orchestrate import Outcome, SearchPlan, TrialOrder, TrialResult, run_search
 from evertune.searcher.space import SpaceLimits, candidate_space
 from evertune.searcher.strategy import Figures as TrialFigures
 from evertune.searcher.strategy import Objective, score
@@ -199,7 +200,7 @@ class _NoisyTruth:
                 ttft_p99_ms=f.ttft_p99_ms * math.exp(self.rng.gauss(0, sigma)),
                 attainment=f.attainment,
             )
-            gate = Gate("slo", f.meets_slo, f.attainment, self.truth.slo.share)
+            gate = GateResult("slo", f.meets_slo, f.attainment, self.truth.slo.share)
             out.append(
                 TrialResult(
                     trial_id=order.trial_id,

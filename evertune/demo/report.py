@@ -20,7 +20,7 @@ from typing import Any
 from evertune.demo.driver import DemoRun, RequestPoint
 from evertune.demo.panel import DemoEvent, StageVerdict, stage_verdicts
 from evertune.demo.shift import BASELINE, SHIFTED
-from evertune.replay.percentiles import percentile
+from evertune.percentiles import percentile
 
 #: Event kinds marked on the TTFT plot, with their colours.
 MARKED = {

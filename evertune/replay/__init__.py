@@ -13,7 +13,6 @@ from evertune.replay.client import (
 )
 from evertune.replay.goodput import GoodputResult, Probe, find_goodput
 from evertune.replay.lag import LagReport
-from evertune.replay.percentiles import Percentiles, percentile
 from evertune.replay.progress import Progress
 from evertune.replay.results import ReplayRun, RequestResult
 from evertune.replay.schedule import due_offsets, plan_rps
@@ -24,7 +23,6 @@ __all__ = [
     "GoodputResult",
     "LagReport",
     "ModelNotServed",
-    "Percentiles",
     "Probe",
     "Progress",
     "ReplayRun",
@@ -36,7 +34,6 @@ __all__ = [
     "due_offsets",
     "find_goodput",
     "list_models",
-    "percentile",
     "plan_rps",
     "render_goodput",
     "render_summary",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.replay.percentiles import percentile
+from evertune.percentiles import percentile
 
 DEFAULT_LAG_THRESHOLD_MS = 10.0  #: p99 lag above which a run's figures are the client's, not the target's
 

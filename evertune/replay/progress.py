@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TextIO
 
-from evertune.replay.percentiles import percentile
+from evertune.percentiles import percentile
 from evertune.replay.results import RequestResult
 
 BAR_WIDTH = 20  #: characters of the bar itself

@@ -9,7 +9,7 @@
   maximum; for long answers it forgives one rare hiccup.
 - Throughput: completed requests and output tokens (usage figures, else text chunks) per second of
   the run's duration.
-Percentiles: linear interpolation (see `evertune.replay.percentiles`).
+Percentiles: linear interpolation (see `evertune.percentiles`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from evertune.percentiles import Percentiles, percentile, percentile_sorted
 from evertune.replay.lag import LagReport, assess_lag
-from evertune.replay.percentiles import Percentiles, percentile, percentile_sorted
 from evertune.replay.results import ReplayRun, RequestResult
 from evertune.slo import Slo
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from evertune.percentiles import Percentiles
 from evertune.replay.goodput import GoodputResult
-from evertune.replay.percentiles import Percentiles
 from evertune.replay.summary import Summary
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from evertune.percentiles import percentile_sorted
 from evertune.workloads.errors import WorkloadError
 from evertune.workloads.plan import PlannedRequest
 
@@ -39,9 +40,9 @@ class Quantiles:
         return Quantiles(
             count=len(ordered),
             mean=sum(ordered) / len(ordered),
-            p50=quantile(ordered, 0.5),
-            p90=quantile(ordered, 0.9),
-            p99=quantile(ordered, 0.99),
+            p50=percentile_sorted(ordered, 50.0),
+            p90=percentile_sorted(ordered, 90.0),
+            p99=percentile_sorted(ordered, 99.0),
             max=ordered[-1],
         )
 
@@ -109,7 +110,7 @@ def describe(plan: Sequence[PlannedRequest], *, window_s: float = 60.0) -> PlanS
         duration_s=duration,
         mean_rate_per_s=len(plan) / duration if duration > 0 else 0.0,
         window_s=window_s,
-        peak_rate_per_s=quantile(sorted(window_rates), 0.95) if window_rates else 0.0,
+        peak_rate_per_s=percentile_sorted(sorted(window_rates), 95.0) if window_rates else 0.0,
         max_window_rate_per_s=max(window_rates, default=0.0),
         gap_cv=_gap_cv(times),
         conversations=len(conversation_turns),
@@ -121,16 +122,6 @@ def describe(plan: Sequence[PlannedRequest], *, window_s: float = 60.0) -> PlanS
         max_tokens=Quantiles.of([request.max_tokens for request in plan]),
         repeated_prefix_share=_repeated_prefix_share(plan),
     )
-
-
-def quantile(ordered: Sequence[float], q: float) -> float:
-    """The `q` quantile (0..1) of ascending `ordered`, interpolating linearly between ranks."""
-    if not ordered:
-        raise WorkloadError("the quantile of no values")
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float:

@@ -31,7 +31,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evertune.replay.percentiles import percentile
+from evertune.percentiles import percentile
 
 
 class Verdict(Enum):

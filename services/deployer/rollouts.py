@@ -62,7 +62,7 @@ from evertune.errors import (
 )
 from evertune.events import EventKind
 from evertune.logging import bound_ids, get_logger
-from evertune.replay.percentiles import percentile
+from evertune.percentiles import percentile
 from evertune.runtime.auth import Principal
 from evertune.runtime.tasks import cancel_and_wait
 from evertune.slo import Slo

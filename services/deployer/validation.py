@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evertune.engines import EngineSpec, InvalidEngineConfig
 from evertune.errors import InvalidArgument
 from evertune.events import EventKind
+from evertune.gate_result import DEFAULT_AGREEMENT
 from evertune.outbound import OutboundPolicy
 from evertune.slo import DEFAULT_ATTAINMENT
 from evertune.v1 import common_pb2, endpoint_pb2, endpoint_service_pb2
@@ -51,8 +52,6 @@ MAX_ID: Final = 128
 DEFAULT_PAGE: Final = 100
 MAX_PAGE: Final = 1000
 
-#: Agreement a lossy change's correctness gate needs when the endpoint leaves it 0.
-DEFAULT_AGREEMENT: Final = 0.95
 #: Longest canary step an endpoint may ask for, in seconds, and most failed analyses it may allow.
 MAX_STEP_DURATION_S: Final = 86_400.0
 MAX_FAILURE_LIMIT: Final = 100

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from evertune.workloads.stats import coefficient_of_variation, quantile
+from evertune.percentiles import percentile_sorted
+from evertune.workloads.stats import coefficient_of_variation
 
 #: Bins of a length histogram (at most; a width of 1, 2 or 5 times a power of ten).
 HISTOGRAM_BINS = 30
@@ -82,9 +83,9 @@ class Distribution:
         return Distribution(
             count=len(ordered),
             mean=sum(ordered) / len(ordered),
-            p50=quantile(ordered, 0.5),
-            p90=quantile(ordered, 0.9),
-            p99=quantile(ordered, 0.99),
+            p50=percentile_sorted(ordered, 50.0),
+            p90=percentile_sorted(ordered, 90.0),
+            p99=percentile_sorted(ordered, 99.0),
             max=float(ordered[-1]),
             bin_width=width,
             histogram=tuple(counts.get(k, 0) for k in range(max(counts) + 1)),
@@ -275,9 +276,9 @@ def aggregates_of(samples: Sequence[RequestSample], *, bins: int = HISTOGRAM_BIN
         completion_tokens=Distribution.of([s.completion_tokens for s in samples], bins=bins),
         cached_share=sum(s.cached_tokens for s in samples) / prompt if prompt else 0.0,
         errors=sum(1 for s in samples if s.failed),
-        ttft_p50_ms=quantile(ttfts, 0.5) if ttfts else 0.0,
-        ttft_p99_ms=quantile(ttfts, 0.99) if ttfts else 0.0,
-        itl_p99_ms=quantile(itls, 0.99) if itls else 0.0,
+        ttft_p50_ms=percentile_sorted(ttfts, 50.0) if ttfts else 0.0,
+        ttft_p99_ms=percentile_sorted(ttfts, 99.0) if ttfts else 0.0,
+        itl_p99_ms=percentile_sorted(itls, 99.0) if itls else 0.0,
     )
 
 
@@ -299,7 +300,7 @@ def rate_profile(aggregates: WindowAggregates, arrivals_s: Sequence[float]) -> R
         start=datetime.fromtimestamp(aggregates.first_s, UTC),
         per_minute_rps=tuple(c / 60.0 for c in counts),
         mean_rps=aggregates.requests / span if span > 0 else 0.0,
-        peak_p95_rps=quantile(sorted(rated), 0.95) if rated else 0.0,
+        peak_p95_rps=percentile_sorted(sorted(rated), 95.0) if rated else 0.0,
         max_rps=max(rated, default=0.0),
         gap_cv=gap_cv,
     )

@@ -17,7 +17,6 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from evertune.runner.gates import GateOutcome
 from evertune.runner.measure import RateFigures, at_rate, goodput_rps
 from evertune.runner.trial import TrialOutcome
 from google.protobuf import json_format
@@ -137,12 +136,6 @@ def trial_metrics(outcome: TrialOutcome) -> jobs_pb2.TrialMetrics:
     return metrics
 
 
-def _gate_result(gate: GateOutcome) -> jobs_pb2.GateResult:
-    return jobs_pb2.GateResult(
-        name=gate.name, passed=gate.passed, value=gate.value, threshold=gate.threshold, detail=gate.detail
-    )
-
-
 def completed(
     outcome: TrialOutcome, *, runner: str, simulated: bool, hardware: Fingerprint
 ) -> events_pb2.TrialCompleted:
@@ -166,7 +159,7 @@ def completed(
         ttft_p50_ms=metrics.ttft_p50_ms,
         ttft_p99_ms=metrics.ttft_p99_ms,
         goodput_rps=metrics.goodput_rps,
-        gates=[_gate_result(g) for g in outcome.gates],
+        gates=[g.to_proto() for g in outcome.gates],
         passed=outcome.passed,
         simulated=simulated,
         baseline=job.baseline,

@@ -35,7 +35,6 @@ from typing import Any, Literal, Protocol
 
 from evertune.runner.gates import (
     Agreement,
-    GateOutcome,
     agreement,
     classify_change,
     correctness_gate,
@@ -54,6 +53,7 @@ from evertune.engines.backend import make_engine
 from evertune.engines.replicas import start_all, stop_all, wait_all_ready
 from evertune.engines.vllm import split_cores
 from evertune.errors import EvertuneError, Unavailable
+from evertune.gate_result import GateResult
 from evertune.logging import get_logger
 from evertune.replay import list_models, replay, summarize_run
 from evertune.v1 import events_pb2, jobs_pb2
@@ -177,7 +177,7 @@ class TrialOutcome:
     stop_s: float = 0.0  #: engine stop, s
     rates: list[RateFigures] = field(default_factory=list)  #: measured rates, ascending
     skipped_rates: list[float] = field(default_factory=list)  #: rates not replayed (above a failure)
-    gates: list[GateOutcome] = field(default_factory=list)  #: gate outcomes, in the job's order
+    gates: list[GateResult] = field(default_factory=list)  #: gate outcomes, in the job's order
     golden: GoldenSet | None = None  #: the golden set answered (None: not collected)
     golden_chains: list[list[int]] = field(default_factory=list)  #: its answers as hash chains
     #: hashes of the top-k alternatives at each position of each answer (golden.GoldenAnswers)
@@ -485,7 +485,7 @@ class TrialRunner:
 
     def _gate(
         self, name: str, plan: TrialPlan, reference: Reference | None, outcome: TrialOutcome
-    ) -> GateOutcome:
+    ) -> GateResult:
         s = self.settings
         gate = plan.gate(name)
         assert gate is not None
@@ -507,7 +507,7 @@ class TrialRunner:
                 floor_ms=s.stability_floor_ms,
             )
         if s.simulated:
-            return GateOutcome(
+            return GateResult(
                 name=name, passed=False, value=math.nan, threshold=gate.threshold,
                 detail="simulated trial: outputs not checked (verify on real hardware)",
             )  # fmt: skip

@@ -89,7 +89,7 @@ from evertune.perfmodel.simulate import block_size_of
 from evertune.runtime.tasks import cancel_and_wait
 from evertune.slo import Slo
 from evertune.store import Store
-from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
+from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.workloads.source import load_workload
 
@@ -789,12 +789,12 @@ class Searches:
                 completed.verified = not trial.simulated
                 if trial.metrics is not None:
                     completed.winner_metrics.CopyFrom(trial.metrics)
-                completed.winner_gates.extend(_gate_results(trial))
+                completed.winner_gates.extend([g.to_proto() for g in trial.gates])
             completed.winner_hardware_class = hardware_class
         if baseline is not None:
             if baseline.metrics is not None:
                 completed.baseline_metrics.CopyFrom(baseline.metrics)
-            completed.baseline_gates.extend(_gate_results(baseline))
+            completed.baseline_gates.extend([g.to_proto() for g in baseline.gates])
         duration = Duration()
         duration.FromTimedelta(now - (started or search.create_time.ToDatetime(tzinfo=UTC)))
         completed.duration.CopyFrom(duration)
@@ -905,15 +905,6 @@ def _search_of(event: events_pb2.Event) -> str:
     if which in ("search_started", "search_completed", "trial_progress", "trial_completed"):
         return str(getattr(event, which).search_id)
     return ""
-
-
-def _gate_results(trial: TrialResult) -> list[jobs_pb2.GateResult]:
-    return [
-        jobs_pb2.GateResult(
-            name=g.name, passed=g.passed, value=g.value, threshold=g.threshold, detail=g.detail
-        )
-        for g in trial.gates
-    ]
 
 
 def _engine_config(spec: EngineSpec, template: JobTemplate) -> endpoint_pb2.EngineConfig:

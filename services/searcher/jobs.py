@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from evertune.searcher.model import RatePoint, goodput_of, meets
-from evertune.searcher.orchestrate import Gate, TrialOrder, TrialResult
+from evertune.searcher.orchestrate import TrialOrder, TrialResult
 from evertune.searcher.strategy import Figures
 from google.protobuf.duration_pb2 import Duration
 
+from evertune.gate_result import GateResult
 from evertune.slo import Slo
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
@@ -124,10 +125,7 @@ def trial_result(
     )
     rule = Slo.from_proto(slo)
     at_gate = next((p for p in points if math.isclose(p.rate_rps, gate_rps, rel_tol=1e-6)), None)
-    gates = tuple(
-        Gate(name=g.name, passed=g.passed, value=g.value, threshold=g.threshold, detail=g.detail)
-        for g in completed.gates
-    )
+    gates = tuple(GateResult.from_proto(g) for g in completed.gates)
     slo_gate = next((g for g in gates if g.name == "slo"), None)
     if slo_gate is not None:
         meets_slo = slo_gate.passed

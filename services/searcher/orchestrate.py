@@ -43,6 +43,7 @@ from evertune.searcher.strategy import (
     score,
 )
 
+from evertune.gate_result import GateResult
 from evertune.v1 import jobs_pb2
 
 
@@ -57,17 +58,6 @@ class Outcome(Enum):
 
 
 @dataclass(frozen=True)
-class Gate:
-    """One gate outcome of a trial."""
-
-    name: str  #: "correctness", "slo", "stability"
-    passed: bool  #: whether it passed
-    value: float  #: measured value in the gate's unit
-    threshold: float  #: threshold applied
-    detail: str = ""  #: one line for a person
-
-
-@dataclass(frozen=True)
 class TrialResult:
     """What one real trial measured, as the search uses it."""
 
@@ -77,7 +67,7 @@ class TrialResult:
     passed: bool  #: ok and every gate passed
     figures: Figures  #: headline figures (goodput interpolated on the ladder, see model.goodput_of)
     points: tuple[RatePoint, ...] = ()  #: every measured rate, ascending
-    gates: tuple[Gate, ...] = ()  #: gate outcomes in the job's order
+    gates: tuple[GateResult, ...] = ()  #: gate outcomes in the job's order
     error: str = ""  #: one line when not ok
     simulated: bool = False  #: figures from the performance model (sim-* runner)
     hardware_class: str = ""  #: where it ran

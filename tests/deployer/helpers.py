@@ -15,11 +15,12 @@ from typing import TypeVar
 
 import aiohttp
 from evertune.deployer.kubernetes import KubernetesTarget, Rendered, deployment_manifests
+from evertune.profiler import sink
 
 from evertune.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile
 from evertune.nats_server import free_port
 from evertune.store import Store
-from evertune.v1 import endpoint_pb2
+from evertune.v1 import endpoint_pb2, telemetry_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
 
 SCRIPT = Path(__file__).with_name("stand_in_engine.py")
@@ -190,28 +191,6 @@ async def eventually(
 
 # --- telemetry rows ---------------------------------------------------------------------------------
 
-#: Columns of the `requests` table the helpers fill (the rest take their defaults).
-REQUEST_COLUMNS = (
-    "endpoint",
-    "deployment",
-    "request_id",
-    "ts",
-    "api",
-    "model",
-    "stream",
-    "status_code",
-    "error_class",
-    "ttft_ms",
-    "e2e_ms",
-    "upstream_ttft_ms",
-    "itl_ms",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "prefix_hashes",
-    "client_disconnected",
-)
-
 
 def request_row(
     endpoint: str,
@@ -222,33 +201,33 @@ def request_row(
     itl_ms: Sequence[float] | None = None,
     status_code: int = 200,
     error_class: str = "",
-) -> tuple[object, ...]:
-    """One `requests` row as the profiler's sink would store it (no text, as always)."""
+) -> list[object]:
+    """One `requests` row, made by the profiler's sink from a gateway record (no text, as always)."""
     gaps = list(itl_ms or [])
-    return (
-        endpoint,
-        deployment,
-        uuid.uuid4().hex,
-        ts,
-        "chat.completions",
-        endpoint,
-        True,
-        status_code,
-        error_class,
-        float(ttft_ms),
-        float(ttft_ms + sum(gaps)),
-        float(ttft_ms),
-        gaps,
-        100,
-        0,
-        len(gaps) + 1,
-        [],
-        error_class == "client_disconnect",
+    record = telemetry_pb2.RequestRecord(
+        endpoint=endpoint,
+        deployment=deployment,
+        request_id=uuid.uuid4().hex,
+        start_time_unix_ns=int(ts.timestamp() * 1e9),
+        api=telemetry_pb2.API_CHAT,
+        model=endpoint,
+        stream=True,
+        status_code=status_code,
+        error_class=error_class,
+        ttft_ms=float(ttft_ms),
+        e2e_ms=float(ttft_ms + sum(gaps)),
+        upstream_ttft_ms=float(ttft_ms),
+        itl_ms=gaps,
+        prompt_tokens=100,
+        completion_tokens=len(gaps) + 1,
+        client_disconnected=error_class == "client_disconnect",
     )
+    (row,) = sink.rows_of(telemetry_pb2.RequestRecordBatch(records=[record]))
+    return row
 
 
-async def insert_requests(store: Store, rows: list[tuple[object, ...]]) -> None:
-    await store.insert("requests", rows, REQUEST_COLUMNS, dedup_token=uuid.uuid4().hex)
+async def insert_requests(store: Store, rows: list[list[object]]) -> None:
+    await store.insert(sink.TABLE, rows, sink.COLUMNS, dedup_token=uuid.uuid4().hex)
 
 
 def gpu_rendered(target: KubernetesTarget, **knobs: object) -> Rendered:

@@ -6,8 +6,8 @@ import random
 import pytest
 
 from evertune.errors import InvalidArgument
+from evertune.percentiles import Percentiles, percentile
 from evertune.replay.lag import assess_lag
-from evertune.replay.percentiles import Percentiles, percentile
 from evertune.replay.summary import meets_slo, request_itl_p99, summarize
 from evertune.slo import Slo
 

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evertune.searcher.model import SearchModel, ThreadedModel, scaled
-from evertune.searcher.orchestrate import Gate, TrialExecutor, TrialOrder, TrialResult
+from evertune.searcher.orchestrate import TrialExecutor, TrialOrder, TrialResult
 from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
 
 from evertune.benchmarks.search_sim import FITTED_CPU
 from evertune.engines import EngineSpec
 from evertune.engines.hardware import cpu_profile
+from evertune.gate_result import GateResult
 from evertune.model import load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, prepare
 from evertune.slo import Slo
@@ -118,7 +119,7 @@ class TruthExecutor:
                 )
                 continue
             p = self.truth.predict(candidate, order.hardware_class)
-            gate = Gate("slo", p.figures.meets_slo, p.figures.attainment, self.truth.slo.share)
+            gate = GateResult("slo", p.figures.meets_slo, p.figures.attainment, self.truth.slo.share)
             out.append(
                 TrialResult(
                     trial_id=order.trial_id,

@@ -11,7 +11,6 @@ import pytest
 from evertune.searcher.model import Measured, SearchModel, ThreadedModel, scaled
 from evertune.searcher.noise import Verdict
 from evertune.searcher.orchestrate import (
-    Gate,
     Outcome,
     SearchPlan,
     TrialResult,
@@ -31,6 +30,7 @@ from evertune.searcher.space import (
 from evertune.searcher.strategy import Figures, NoiseRule, Objective, score
 from evertune.searcher.summary import Context, explain
 
+from evertune.gate_result import GateResult
 from evertune.model import load_tokenizer
 from evertune.perfmodel import PromptTokens, SimInput, prepare
 from evertune.perfmodel.steptime import Efficiency
@@ -126,7 +126,10 @@ async def test_an_slo_nothing_meets_ends_infeasible_naming_the_closest(
 
 def _missing_slo(key: str, p50: float, *, correct: bool = True) -> TrialResult:
     """A trial that ran and missed the SLO gate (and the correctness gate unless `correct`)."""
-    gates = (Gate("correctness", correct, 1.0 if correct else 0.5, 1.0), Gate("slo", False, 0.7, 0.9))
+    gates = (
+        GateResult("correctness", correct, 1.0 if correct else 0.5, 1.0),
+        GateResult("slo", False, 0.7, 0.9),
+    )
     return TrialResult(
         trial_id=f"t-{key}",
         candidate_key=key,

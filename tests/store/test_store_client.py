@@ -11,15 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from evertune.profiler.sink import COLUMNS
 
 from evertune.errors import InvalidArgument, StoreUnavailable
 from evertune.store import Store, StoreError, chdb_folder_in_use, migrate, open_store
 
-COLUMNS = [
-    "endpoint", "deployment", "request_id", "ts", "api", "model", "stream", "status_code",
-    "error_class", "ttft_ms", "e2e_ms", "upstream_ttft_ms", "itl_ms", "prompt_tokens",
-    "cached_tokens", "completion_tokens", "prefix_hashes", "client_disconnected",
-]  # fmt: skip
 #: A whole hour of yesterday: the requests table keeps 30 days (TTL), so a fixed date would expire.
 T0 = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
 

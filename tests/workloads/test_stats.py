@@ -3,7 +3,6 @@ from __future__ import annotations
 import pytest
 
 from evertune.workloads import PlannedRequest, Quantiles, WorkloadError, describe
-from evertune.workloads.stats import quantile
 
 from .helpers import chat
 
@@ -57,7 +56,7 @@ def test_conversations_turns_and_repeated_prefixes() -> None:
 
 
 def test_quantiles_and_empty_plans() -> None:
-    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert Quantiles.of([4.0, 1.0, 3.0, 2.0]).p50 == 2.5  # interpolated between ranks
     assert Quantiles.of([5.0]).p99 == 5.0 and Quantiles.of([]).count == 0
     empty = describe([])
     assert empty.requests == 0 and empty.mean_rate_per_s == 0.0 and empty.peak_rate_per_s == 0.0

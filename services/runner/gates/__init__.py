@@ -6,9 +6,7 @@
 - `slo`: the SLO met at the gate rate (the target rate x headroom).
 """
 
-from evertune.runner.gates.common import GateOutcome
 from evertune.runner.gates.correctness import (
-    DEFAULT_AGREEMENT,
     EXACT_KNOBS,
     Agreement,
     ChangeClass,
@@ -20,11 +18,9 @@ from evertune.runner.gates.slo import slo_gate
 from evertune.runner.gates.stability import Spread, p99_spread, stability_gate
 
 __all__ = [
-    "DEFAULT_AGREEMENT",
     "EXACT_KNOBS",
     "Agreement",
     "ChangeClass",
-    "GateOutcome",
     "Spread",
     "agreement",
     "classify_change",

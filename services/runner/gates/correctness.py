@@ -31,14 +31,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.runner.gates.common import GateOutcome
 from evertune.runner.golden import common_prefix
 
 from evertune.engines import EngineSpec
+from evertune.gate_result import DEFAULT_AGREEMENT, GateResult
 
 NAME = "correctness"
-#: Agreement a lossy change must reach when the job leaves the threshold at 0 (EndpointSpec's default).
-DEFAULT_AGREEMENT = 0.95
 #: Knobs whose changes must not change outputs.
 EXACT_KNOBS: frozenset[str] = frozenset(
     {
@@ -171,7 +169,7 @@ def logprob_closeness(
 
 def correctness_gate(
     *, change: ChangeClass, result: Agreement, threshold: float, closeness: Closeness | None = None
-) -> GateOutcome:
+) -> GateResult:
     """Exact changes need every answer equal, or every answer close by top-k logprobs when
     `closeness` is given; lossy ones `threshold` (0 = default) of the answers close when it is
     given, else of the tokens agreeing."""
@@ -187,10 +185,10 @@ def correctness_gate(
                 f"{what}: {summary}; {closeness.close_prompts}/{closeness.prompts} close by top-k "
                 "logprobs (every answer must be)"
             )
-            return GateOutcome(name=NAME, passed=passed, value=closeness.share, threshold=1.0, detail=detail)
+            return GateResult(name=NAME, passed=passed, value=closeness.share, threshold=1.0, detail=detail)
         passed = result.exact_prompts == result.prompts
         detail = f"{what}: {summary}" + ("" if passed else f"; first difference at token {_first(result)}")
-        return GateOutcome(name=NAME, passed=passed, value=result.share, threshold=1.0, detail=detail)
+        return GateResult(name=NAME, passed=passed, value=result.share, threshold=1.0, detail=detail)
     needed = threshold or DEFAULT_AGREEMENT
     if closeness is not None:
         passed = closeness.share >= needed
@@ -200,15 +198,15 @@ def correctness_gate(
             f"answers close by top-k logprobs ({closeness.exact_prompts} identical; {summary}); "
             f"needs {needed:.3f}" + (f"; not close: {', '.join(far[:8])}" if far else "")
         )
-        return GateOutcome(name=NAME, passed=passed, value=closeness.share, threshold=needed, detail=detail)
+        return GateResult(name=NAME, passed=passed, value=closeness.share, threshold=needed, detail=detail)
     passed = result.share >= needed
     detail = f"lossy change ({', '.join(change.lossy)}): {summary}; needs {needed:.3f}"
-    return GateOutcome(name=NAME, passed=passed, value=result.share, threshold=needed, detail=detail)
+    return GateResult(name=NAME, passed=passed, value=result.share, threshold=needed, detail=detail)
 
 
-def baseline_gate() -> GateOutcome:
+def baseline_gate() -> GateResult:
     """A baseline trial's answers ARE the reference: nothing to compare."""
-    return GateOutcome(
+    return GateResult(
         name=NAME,
         passed=True,
         value=1.0,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from evertune.runner.gates.common import GateOutcome
 from evertune.runner.measure import RateFigures
 
+from evertune.gate_result import GateResult
 from evertune.slo import Slo
 
 NAME = "slo"
@@ -27,13 +27,13 @@ def slo_gate(
     threshold: float,
     rate_rps: float,
     headroom: float,
-) -> GateOutcome:
+) -> GateResult:
     """The verdict at the gate rate `rate_rps` = target x `headroom` (`figures` None: that rate was
     not measured)."""
     needed = threshold or slo.share
     rate = f"{rate_rps:g} rps (target x {headroom:g})"
     if figures is None:
-        return GateOutcome(
+        return GateResult(
             name=NAME,
             passed=False,
             value=0.0,
@@ -56,4 +56,4 @@ def slo_gate(
     if figures.client_fell_behind:
         figures_text += ", client fell behind"
     detail = ("; ".join(problems) + "; " if problems else "met ") + figures_text
-    return GateOutcome(name=NAME, passed=not problems, value=attainment, threshold=needed, detail=detail)
+    return GateResult(name=NAME, passed=not problems, value=attainment, threshold=needed, detail=detail)

@@ -16,10 +16,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.runner.gates.common import GateOutcome
 from evertune.runner.measure import RateFigures
 
-from evertune.replay import percentile
+from evertune.gate_result import GateResult
+from evertune.percentiles import percentile
 
 NAME = "stability"
 
@@ -51,7 +51,7 @@ def stability_gate(
     threshold: float,
     tolerance: float,
     floor_ms: float,
-) -> GateOutcome:
+) -> GateResult:
     """The verdict from every measured rate (see the module doc)."""
     counted = [r for r in rates if r.rate_rps <= gate_rate_rps * (1 + 1e-6)]
     requests = sum(r.pooled.requests for r in counted)
@@ -82,7 +82,7 @@ def stability_gate(
     if ttft is not None and itl is not None:
         figures += f"; TTFT p99 {_values(ttft)}; ITL p99 {_values(itl)}"
     detail = ("; ".join(problems) if problems else "stable") + f" ({figures})"
-    return GateOutcome(name=NAME, passed=not problems, value=share, threshold=threshold, detail=detail)
+    return GateResult(name=NAME, passed=not problems, value=share, threshold=threshold, detail=detail)
 
 
 def _values(spread: Spread) -> str:

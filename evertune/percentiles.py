@@ -2,7 +2,8 @@
 
 The same definition as numpy's default (`method="linear"`, R type 7): for q in [0, 100] over n sorted
 values, the rank is `q / 100 * (n - 1)`, and a fractional rank interpolates between its neighbours.
-No numpy: the core package does not depend on it, and the lists here are small.
+The one percentile of evertune (the replay client, workload statistics, profiles, gates, canary
+analyses, benchmarks); pure Python, so the light fixture processes can use it too.
 """
 
 from __future__ import annotations
