@@ -4,8 +4,7 @@ same store dir): changes made after the restart must reach the follower."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,15 +16,9 @@ from nats.js.kv import KeyValue
 
 from evertune.bus import KvFollower, Resubscriber, connect, reconnect_signal
 from evertune.nats_server import EmbeddedNats
+from tests.eventually import eventually
 
 BUCKET = "follow-test"
-
-
-async def _until(condition: Callable[[], bool], *, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        await asyncio.sleep(0.02)
 
 
 @dataclass
@@ -57,7 +50,7 @@ async def _restart(p: Private) -> None:
     await p.server.kill()
     await asyncio.sleep(0.5)
     await p.server.restart()
-    await _until(lambda: p.nc.stats["reconnects"] > before, timeout_s=15, what="the client reconnected")
+    await eventually(lambda: p.nc.stats["reconnects"] > before, timeout_s=15, what="the client reconnected")
 
 
 async def test_a_change_after_a_nats_restart_reaches_the_follower(private: Private) -> None:
@@ -77,15 +70,17 @@ async def test_a_change_after_a_nats_restart_reaches_the_follower(private: Priva
     running = asyncio.create_task(follower.run(stopping))
     try:
         await private.kv.put("b", b"2")
-        await _until(lambda: state.get("b") == b"2", timeout_s=5, what="a change before the restart")
+        await eventually(lambda: state.get("b") == b"2", timeout_s=5, what="a change before the restart")
 
         await _restart(private)
-        await _until(lambda: follower.stats.loads >= 2, timeout_s=15, what="a reload after the reconnect")
+        await eventually(lambda: follower.stats.loads >= 2, timeout_s=15, what="a reload after the reconnect")
         kv = await private.nc.jetstream().key_value(BUCKET)  # the bucket survived (file store)
         await kv.put("c", b"3")
         await kv.delete("a")
         await kv.put("b", b"22")
-        await _until(lambda: state == {"b": b"22", "c": b"3"}, timeout_s=10, what="changes after the restart")
+        await eventually(
+            lambda: state == {"b": b"22", "c": b"3"}, timeout_s=10, what="changes after the restart"
+        )
     finally:
         stopping.set()
         await asyncio.wait_for(running, 5)
@@ -129,11 +124,11 @@ async def test_an_ordered_consumer_is_made_again_after_a_nats_restart(private: P
     stopping = asyncio.Event()
     running = asyncio.create_task(resub.run(stopping))
     try:
-        await _until(lambda: seen == [b"before"], timeout_s=5, what="the first message")
+        await eventually(lambda: seen == [b"before"], timeout_s=5, what="the first message")
         await _restart(private)
-        await _until(lambda: resub.subscriptions >= 2, timeout_s=15, what="a re-subscribe")
+        await eventually(lambda: resub.subscriptions >= 2, timeout_s=15, what="a re-subscribe")
         await js.publish("followt.x", b"after")
-        await _until(lambda: b"after" in seen, timeout_s=10, what="a message after the restart")
+        await eventually(lambda: b"after" in seen, timeout_s=10, what="a message after the restart")
         # the re-subscribe delivers the last message per subject again: callbacks must be idempotent
         assert set(seen) == {b"before", b"after"}
     finally:

@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
@@ -173,20 +173,6 @@ def spec(
 
 def create_request(name: str, **kwargs: object) -> pb.CreateEndpointRequest:
     return pb.CreateEndpointRequest(request_id=uuid.uuid4().hex, spec=spec(name, **kwargs))  # type: ignore[arg-type]
-
-
-async def eventually(
-    check: Callable[[], Awaitable[T | None]], *, timeout_s: float = 20.0, what: str = ""
-) -> T:
-    """Poll `check` until it returns something truthy (tests only)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        await asyncio.sleep(0.05)
 
 
 # --- telemetry rows ---------------------------------------------------------------------------------

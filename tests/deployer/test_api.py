@@ -17,7 +17,8 @@ from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2
 from tests.deployer.conftest import Stack
-from tests.deployer.helpers import BROKEN_MODEL, SLOW_MODEL, create_request, eventually, new_name, spec
+from tests.deployer.helpers import BROKEN_MODEL, SLOW_MODEL, create_request, new_name, spec
+from tests.eventually import eventually
 
 
 async def endpoint_in(stack: Stack, name: str, state: int) -> D.Endpoint:
@@ -423,7 +424,7 @@ async def test_an_engine_that_dies_is_restarted_and_reported(stack: Stack) -> No
 async def test_delete_during_provisioning_stops_the_starting_engine(stack: Stack) -> None:
     name = new_name()
     await stack.stub.CreateEndpoint(create_request(name, model=SLOW_MODEL), metadata=stack.a)
-    await eventually(lambda: _flag(bool(stack.factory.live())), what="the engine process started")
+    await eventually(lambda: bool(stack.factory.live()), what="the engine process started")
     await stack.stub.DeleteEndpoint(pb.DeleteEndpointRequest(name=name), metadata=stack.a)
 
     async def gone() -> bool:
@@ -434,10 +435,6 @@ async def test_delete_during_provisioning_stops_the_starting_engine(stack: Stack
     assert not stack.factory.live() and await routes(stack, name) is None
     keys = await (await Bucket.open(stack.ctx.js, "deployments")).keys()
     assert not [k for k in keys if k.startswith(f"{name}.")]  # deployments and the rollout mutex
-
-
-async def _flag(value: bool) -> bool:
-    return value
 
 
 async def test_rollback_during_a_rollout_aborts_it(stack: Stack) -> None:

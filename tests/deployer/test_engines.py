@@ -17,7 +17,8 @@ from evertune.model import ensure_model
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import Stack, start_stack, stop_stack
-from tests.deployer.helpers import eventually, new_name
+from tests.deployer.helpers import new_name
+from tests.eventually import eventually
 
 
 async def _stream(gateway: GatewayService, endpoint: str) -> list[str]:
@@ -54,17 +55,13 @@ async def _serve_and_delete(
         return got if got.state == D.ENDPOINT_STATE_READY else None
 
     await eventually(ready, timeout_s=timeout_s, what=f"{name} ready")
-    await eventually(lambda: _true(name in gateway.book.tables), what="the gateway's routes")
+    await eventually(lambda: name in gateway.book.tables, what="the gateway's routes")
     pieces = await _stream(gateway, name)
     assert len(pieces) >= 2
     await stack.stub.DeleteEndpoint(pb.DeleteEndpointRequest(name=name), metadata=stack.a)
     deployer = stack.service.deployer
     assert deployer is not None
-    await eventually(lambda: _true(not deployer.backend.running()), timeout_s=60, what="engines stopped")
-
-
-async def _true(flag: bool) -> bool:
-    return flag
+    await eventually(lambda: not deployer.backend.running(), timeout_s=60, what="engines stopped")
 
 
 async def test_a_sim_engine_endpoint_serves_through_the_gateway(

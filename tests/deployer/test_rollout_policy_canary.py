@@ -17,9 +17,10 @@ from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2
 from tests.deployer.conftest import TOKEN_A, Stack
-from tests.deployer.helpers import eventually, new_name, spec
+from tests.deployer.helpers import new_name, spec
 from tests.deployer.test_api import deployments, endpoint_in, events_of
 from tests.deployer.test_progressive import traffic
+from tests.eventually import eventually
 
 
 async def _ready_endpoint(stack: Stack, rollout: D.RolloutPolicy) -> tuple[str, str]:

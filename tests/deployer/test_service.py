@@ -28,8 +28,9 @@ from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2
 from tests.deployer.conftest import Stack, deployer_settings, purge_state, start_stack, stop_stack
-from tests.deployer.helpers import create_request, eventually, new_name
+from tests.deployer.helpers import create_request, new_name
 from tests.deployer.test_api import deployments, endpoint_in, routes
+from tests.eventually import eventually
 
 
 async def consumers(js: JetStreamContext) -> set[str]:
@@ -51,7 +52,7 @@ async def test_watch_streams_new_events_filtered_and_ends_on_cancel(stack: Stack
 
     reader = asyncio.create_task(read())
     await stack.stub.CreateEndpoint(create_request(name), metadata=stack.a)
-    await eventually(lambda: _value(len(received) >= 2), what="two events")
+    await eventually(lambda: len(received) >= 2, what="two events")
     assert [e.kind for e in received] == ["endpoint.created", "deploy.promoted"]
     assert all(e.endpoint == name for e in received)
     # the watch's consumer: filtered on this endpoint's subjects
@@ -71,10 +72,6 @@ async def test_watch_streams_new_events_filtered_and_ends_on_cancel(stack: Stack
     await eventually(removed, what="the watch's consumer removed after cancel")
 
 
-async def _value(flag: bool) -> bool:
-    return flag
-
-
 async def test_a_tenants_watch_of_everything_holds_only_its_events(stack: Stack) -> None:
     mine, theirs = new_name(), new_name()
     call = stack.stub.WatchEvents(pb.WatchEventsRequest(kinds=["endpoint.created"]), metadata=stack.a)
@@ -88,7 +85,7 @@ async def test_a_tenants_watch_of_everything_holds_only_its_events(stack: Stack)
     await asyncio.sleep(0.3)
     await stack.stub.CreateEndpoint(create_request(theirs), metadata=stack.b)
     await stack.stub.CreateEndpoint(create_request(mine), metadata=stack.a)
-    await eventually(lambda: _value(mine in received), what="tenant a's own event")
+    await eventually(lambda: mine in received, what="tenant a's own event")
     assert theirs not in received
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -328,7 +325,7 @@ async def test_a_stream_through_the_gateway_reaches_the_deployment(
     name = new_name()
     await stack.stub.CreateEndpoint(create_request(name, max_num_seqs=6), metadata=stack.a)
     await endpoint_in(stack, name, D.ENDPOINT_STATE_READY)
-    await eventually(lambda: _value(name in gateway.book.tables), what="the gateway's route table")
+    await eventually(lambda: name in gateway.book.tables, what="the gateway's route table")
     body = {
         "model": name,
         "messages": [{"role": "user", "content": "hello"}],

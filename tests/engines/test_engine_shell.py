@@ -26,7 +26,7 @@ from evertune.engines import (
 )
 from evertune.engines.hardware import HardwareProfile, cpu_profile
 from evertune.engines.vllm import process_group_pids, start_failure_cause
-from tests.profiler.helpers import wait_for
+from tests.eventually import eventually
 
 CPU = cpu_profile(cores=2, memory_gib=10.0)
 SPEC = EngineSpec(model="/models/none", enforce_eager=True)
@@ -80,7 +80,7 @@ async def test_an_engines_temp_files_go_to_its_own_folder_removed_at_stop(tmp_pa
     await engine.start()
     scratch = engine.scratch
     assert scratch is not None and scratch.is_dir()
-    await wait_for(lambda: (scratch / "socket").exists(), timeout_s=10)
+    await eventually(lambda: (scratch / "socket").exists(), timeout_s=10)
     assert {p.name for p in scratch.iterdir()} == {"vllm_dist_x", "socket"}
     inductor = await asyncio.to_thread(Path(python + ".inductor").read_text)
     assert "torchinductor_" in inductor  # the compile cache stays where it was

@@ -11,15 +11,7 @@ from nats.js import JetStreamContext
 from evertune.bus import connect, declare, load_definitions, publish
 from evertune.nats_server import EmbeddedNats
 from evertune.v1 import telemetry_pb2
-
-
-async def _until(check: object, timeout_s: float = 20.0) -> None:
-    assert callable(check)
-    for _ in range(int(timeout_s / 0.05)):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
+from tests.eventually import eventually
 
 
 async def test_records_are_spooled_while_nats_is_down_then_drained(tmp_path: Path) -> None:
@@ -55,20 +47,21 @@ async def test_records_are_spooled_while_nats_is_down_then_drained(tmp_path: Pat
 
         for i in range(10):
             offer(i)
-        await _until(lambda: publisher.stats.published_records == 10)
+        await eventually(lambda: publisher.stats.published_records == 10)
 
         await server.stop()  # NATS goes away (same port and store when it comes back)
         for i in range(10, 110):  # more than the queue holds: some spill to the spool at once
             offer(i)
             if i % 10 == 0:
                 await asyncio.sleep(0.01)
-        await _until(lambda: publisher.stats.spooled_records == 100)
+        await eventually(lambda: publisher.stats.spooled_records == 100)
         assert publisher.spool.has_data()
 
         server = EmbeddedNats(tmp_path / "nats", port=server.port)
         await server.start()
-        await _until(
-            lambda: publisher.stats.published_records >= 110 and not publisher.spool.has_data(), 30.0
+        await eventually(
+            lambda: publisher.stats.published_records >= 110 and not publisher.spool.has_data(),
+            timeout_s=30.0,
         )
         closed.set()
         await asyncio.wait_for(task, 10.0)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from evertune.v1 import telemetry_pb2
@@ -51,11 +49,3 @@ def batch(first: int, n: int, **fields: Any) -> telemetry_pb2.RequestRecordBatch
         batch_id=f"b-{uuid.uuid4().hex}",
         source="tests",
     )
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    """Wait until `condition()` holds; fail the test after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)

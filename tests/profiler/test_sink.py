@@ -20,7 +20,8 @@ from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings
 from evertune.store import Store, migrate
 from evertune.v1 import events_pb2
-from tests.profiler.helpers import batch, wait_for
+from tests.eventually import eventually
+from tests.profiler.helpers import batch
 
 
 @dataclass
@@ -83,7 +84,7 @@ async def test_batches_land_once_each(js: JetStreamContext, db: Store, running: 
     # A publisher retry of the same batch is dropped by JetStream.
     ack = await publish(js, running.subject, batches[0], msg_id=batches[0].batch_id)
     assert ack.duplicate
-    await wait_for(lambda: running.sink.stats.rows_inserted == 1200)
+    await eventually(lambda: running.sink.stats.rows_inserted == 1200)
     assert await counts(db) == (1200, 1200)
     stats = running.sink.stats
     assert stats.messages_acked == 12
@@ -99,11 +100,11 @@ async def test_failed_insert_is_redelivered_and_stored_once(js: JetStreamContext
     try:
         b = batch(0, 50)
         await publish(js, run.subject, b, msg_id=b.batch_id)
-        await wait_for(lambda: run.sink.stats.retried >= 2)  # nak'ed, redelivered, failed again
+        await eventually(lambda: run.sink.stats.retried >= 2)  # nak'ed, redelivered, failed again
         assert "unknown table" in run.sink.stats.last_error.lower()
         assert run.sink.stats.rows_inserted == 0
         await db.command(f"RENAME TABLE requests_away TO {TABLE}")
-        await wait_for(lambda: run.sink.stats.messages_acked == 1)
+        await eventually(lambda: run.sink.stats.messages_acked == 1)
         assert await counts(db) == (50, 50)
     finally:
         run.stop.set()
@@ -128,7 +129,7 @@ async def test_redelivery_after_insert_without_ack_adds_nothing(js: JetStreamCon
     task = asyncio.create_task(sink.run(stop))
     try:
         # The third arrives at once; the two come back after the ack wait, in another group.
-        await wait_for(lambda: sink.stats.messages_acked == 3)
+        await eventually(lambda: sink.stats.messages_acked == 3)
         assert sink.stats.redelivered_rows_skipped == 20
         assert await counts(db) == (30, 30)
     finally:
@@ -155,7 +156,7 @@ async def test_poison_message_is_terminated_and_reported(
         await publish(js, running.subject, b"\xff\xff\xff garbage", msg_id="poison-" + uuid.uuid4().hex)
         good = batch(0, 5)
         await publish(js, running.subject, good, msg_id=good.batch_id)
-        await wait_for(lambda: running.sink.stats.messages_acked == 1 and running.sink.stats.poisoned == 1)
+        await eventually(lambda: running.sink.stats.messages_acked == 1 and running.sink.stats.poisoned == 1)
         msg = await reports.next_msg(timeout=5)
         event = events_pb2.Event.FromString(msg.data)
         assert event.service_poison_message.consumer == running.sink.config.durable
@@ -180,7 +181,7 @@ async def test_stop_inserts_the_group_in_hand(js: JetStreamContext, db: Store) -
     run = await start(js, db, cfg)
     b = batch(0, 40)
     await publish(js, run.subject, b, msg_id=b.batch_id)
-    await wait_for(lambda: run.sink.stats.rows_pending == 40)
+    await eventually(lambda: run.sink.stats.rows_pending == 40)
     assert await counts(db) == (0, 0)
     run.stop.set()
     await asyncio.wait_for(run.task, 5)
@@ -197,7 +198,7 @@ async def test_profiler_service_runs_the_sink(nc: Client, js: JetStreamContext, 
     try:
         b = batch(0, 25)
         await publish(js, settings.sink_subject, b, msg_id=b.batch_id)
-        await wait_for(lambda: service.details()["sink"]["rows_inserted"] == 25)
+        await eventually(lambda: service.details()["sink"]["rows_inserted"] == 25)
         details = service.details()
         assert details["sink"]["batches"] == 1 and details["sink"]["last_error"] == ""
     finally:

@@ -39,7 +39,7 @@ from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2
-from tests.reliability.helpers import until_async
+from tests.eventually import eventually
 from tests.replay.helpers import chat_plan
 
 #: Deployer settings of the loop tests: a three-step canary of 2 s steps judged on 5 requests an arm.
@@ -170,7 +170,7 @@ async def create_endpoint(stub: pb_grpc.EndpointServiceStub, spec: D.EndpointSpe
         got[:] = [endpoint]
         return bool(endpoint.state == D.ENDPOINT_STATE_READY)
 
-    await until_async(is_ready, timeout_s=60, what=f"{spec.name} READY")
+    await eventually(is_ready, timeout_s=60, what=f"{spec.name} READY")
     return str(got[0].stable_deployment_id)
 
 
@@ -249,7 +249,7 @@ async def wait_rows(loop: Loop, endpoint: str, expected: int, *, timeout_s: floa
     async def enough() -> bool:
         return len(await rows_per_request(loop, endpoint)) >= expected
 
-    await until_async(enough, timeout_s=timeout_s, what=f"telemetry rows of {expected} requests")
+    await eventually(enough, timeout_s=timeout_s, what=f"telemetry rows of {expected} requests")
     await asyncio.sleep(3.0)
     return await rows_per_request(loop, endpoint)
 
@@ -267,7 +267,7 @@ async def rollout_finished(state: State, name: str, canary: str, *, timeout_s: f
         final[:] = [deployment.state]
         return deployment.state in (D.DEPLOYMENT_STATE_ACTIVE, *FINISHED)
 
-    await until_async(ended, timeout_s=timeout_s, what=f"the rollout of {canary} finished")
+    await eventually(ended, timeout_s=timeout_s, what=f"the rollout of {canary} finished")
     return final[0]
 
 
@@ -291,7 +291,7 @@ async def check_consistent(state: State, name: str) -> Consistency:
     async def settled() -> bool:
         return all(d.state != D.DEPLOYMENT_STATE_DRAINING for d in await state.list_deployments(name))
 
-    await until_async(settled, timeout_s=SETTLE_S, what=f"the replaced deployments of {name} drained")
+    await eventually(settled, timeout_s=SETTLE_S, what=f"the replaced deployments of {name} drained")
     endpoint = await state.get_endpoint(name)
     assert endpoint is not None and endpoint.state == D.ENDPOINT_STATE_READY, endpoint
     stable = endpoint.stable_deployment_id

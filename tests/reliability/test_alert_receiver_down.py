@@ -27,7 +27,7 @@ from evertune.nats_server import free_port
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import events_pb2, telemetry_pb2
-from tests.reliability.helpers import until
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.reliability
 
@@ -153,7 +153,7 @@ async def test_alert_reaches_a_receiver_that_was_down_and_the_monitor_never_wait
 
         await receiver.open()  # 503s first, then 200
         opened = time.monotonic()
-        await until(lambda: len(receiver.bodies) == 2, timeout_s=10, what="both alerts delivered")
+        await eventually(lambda: len(receiver.bodies) == 2, timeout_s=10, what="both alerts delivered")
         delivered_after_s = time.monotonic() - opened
         await asyncio.sleep(0.5)  # nothing more may follow
         stats = service.status()["receivers"]["hook"]

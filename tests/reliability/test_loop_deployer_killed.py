@@ -32,7 +32,7 @@ from evertune.runtime.host import host_services
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
-from tests.reliability.helpers import until, until_async
+from tests.eventually import eventually
 from tests.reliability.loop import (
     Traffic,
     alive,
@@ -109,7 +109,7 @@ async def test_a_deployer_killed_mid_canary_resumes_and_leaves_a_consistent_endp
         store_dir, data_dir = tmp_path / "store", tmp_path / "deployer"
         async with deployer_process(nats.url, store_dir, data_dir) as (first, stub):
             stable = await create_endpoint(stub, sim_spec(name, tokenizer_dir))
-            await until(lambda: name in gateway.book.tables, timeout_s=10, what="the endpoint routed")
+            await eventually(lambda: name in gateway.book.tables, timeout_s=10, what="the endpoint routed")
             traffic = Traffic(f"http://127.0.0.1:{gateway.port}", name, every_s=0.05, requests=2000)
             driving = asyncio.create_task(traffic.run())
             await asyncio.sleep(1.0)
@@ -118,13 +118,13 @@ async def test_a_deployer_killed_mid_canary_resumes_and_leaves_a_consistent_endp
             async def at_half() -> bool:
                 return await weight_of(state, name, canary) == 5000
 
-            await until_async(at_half, timeout_s=60, what="the canary at 50%")
+            await eventually(at_half, timeout_s=60, what="the canary at 50%")
             engines_before = engine_processes(name)
             assert len(engines_before) == 2  # the stable's engine and the canary's
             first.send_signal(signal.SIGKILL)
             await first.wait()
         # the killed deployer's engines die with it (parent-death signal): no orphan
-        await until(
+        await eventually(
             lambda: not any(alive(pid) for pid in engines_before),
             timeout_s=10,
             what="engines of the killed deployer gone",
@@ -138,7 +138,7 @@ async def test_a_deployer_killed_mid_canary_resumes_and_leaves_a_consistent_endp
             async def drained() -> bool:  # the replaced deployment's engines stop after its drain
                 return len(engine_processes(name)) == 1
 
-            await until_async(drained, timeout_s=30, what="one engine left")
+            await eventually(drained, timeout_s=30, what="one engine left")
             consistent = await check_consistent(state, name)
             assert consistent.stable == (canary if final == D.DEPLOYMENT_STATE_ACTIVE else stable)
             assert not set(consistent.engine_pids) & set(engines_before)  # started again, not left over

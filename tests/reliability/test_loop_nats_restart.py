@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from evertune.v1 import endpoint_pb2 as D
-from tests.reliability.helpers import until, until_async
+from tests.eventually import eventually
 from tests.reliability.loop import (
     Traffic,
     check_consistent,
@@ -43,7 +43,7 @@ async def test_nats_killed_mid_rollout_loses_no_request_and_no_record(
     name = f"rel-nats-{uuid.uuid4().hex[:6]}"
     async with running_loop(tmp_path, store_url=store_url, model_dir=tokenizer_dir) as loop:
         stable = await create_endpoint(loop.stub, sim_spec(name, tokenizer_dir))
-        await until(lambda: name in loop.gateway.book.tables, timeout_s=10, what="the endpoint routed")
+        await eventually(lambda: name in loop.gateway.book.tables, timeout_s=10, what="the endpoint routed")
         traffic = Traffic(loop.gateway_url, name, every_s=EVERY_S, requests=REQUESTS)
         driving = asyncio.create_task(traffic.run())
         await asyncio.sleep(2.0)
@@ -52,7 +52,7 @@ async def test_nats_killed_mid_rollout_loses_no_request_and_no_record(
         async def canary_has_traffic() -> bool:
             return await weight_of(await loop.state(), name, canary) > 0
 
-        await until_async(canary_has_traffic, timeout_s=30, what="the canary's first step")
+        await eventually(canary_has_traffic, timeout_s=30, what="the canary's first step")
         killed = time.monotonic()
         await loop.nats.kill()
         await asyncio.sleep(DOWN_S)

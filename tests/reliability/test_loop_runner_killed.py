@@ -24,7 +24,7 @@ from evertune.runtime.host import host_services
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import open_store
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
-from tests.reliability.helpers import until
+from tests.eventually import eventually
 from tests.reliability.loop import watching
 from tests.reliability.runner_process import runner_settings
 from tests.runner.helpers import job
@@ -84,7 +84,7 @@ async def test_a_runner_killed_mid_trial_hands_its_job_to_another_runner(
                     for e in seen.of("trial.progress")
                 )
 
-            await until(doomed_replaying, timeout_s=60, what="the doomed runner replaying a trial")
+            await eventually(doomed_replaying, timeout_s=60, what="the doomed runner replaying a trial")
             killed = next(
                 e.trial_progress
                 for e in seen.of("trial.progress")
@@ -93,7 +93,7 @@ async def test_a_runner_killed_mid_trial_hands_its_job_to_another_runner(
             )
             doomed.send_signal(signal.SIGKILL)  # mid-trial: no ack, no nak, no last word
             await doomed.wait()
-            await until(
+            await eventually(
                 lambda: len({e.trial_completed.job_id for e in seen.of("trial.completed")}) == JOBS,
                 timeout_s=90,
                 what="every job completed",

@@ -26,7 +26,7 @@ import pytest
 
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import events_pb2
-from tests.reliability.helpers import until, until_async
+from tests.eventually import eventually
 from tests.reliability.loop import (
     FAST_ROLLOUT,
     Traffic,
@@ -57,7 +57,7 @@ async def test_store_outage_mid_rollout_holds_the_canary_and_loses_no_record(
         tmp_path, store_url=store_url, model_dir=tokenizer_dir, rollout_max_holds=max_holds
     ) as loop:
         stable = await create_endpoint(loop.stub, sim_spec(name, tokenizer_dir))
-        await until(lambda: name in loop.gateway.book.tables, timeout_s=10, what="the endpoint routed")
+        await eventually(lambda: name in loop.gateway.book.tables, timeout_s=10, what="the endpoint routed")
         state = await loop.state()
         async with watching(loop.js, name) as seen:
             traffic = Traffic(loop.gateway_url, name, every_s=EVERY_S, requests=ROUND)
@@ -69,7 +69,7 @@ async def test_store_outage_mid_rollout_holds_the_canary_and_loses_no_record(
             async def canary_has_traffic() -> bool:
                 return await weight_of(state, name, canary) > 0
 
-            await until_async(canary_has_traffic, timeout_s=30, what="the canary's first step")
+            await eventually(canary_has_traffic, timeout_s=30, what="the canary's first step")
             sink = loop.profiler.sink
             assert sink is not None
             failed_before = sink.stats.failed_inserts

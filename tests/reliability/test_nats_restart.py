@@ -27,8 +27,8 @@ from evertune.replay import replay
 from evertune.runtime.host import host_services
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import Store, open_store
+from tests.eventually import eventually
 from tests.gateway.conftest import put_routes
-from tests.reliability.helpers import until, until_async
 from tests.replay.conftest import fake_url
 from tests.replay.helpers import chat_plan
 
@@ -121,7 +121,7 @@ async def test_nats_killed_during_a_replay_leaves_exactly_one_row_per_request(
         assert publisher is not None
         # The outage really was seen: records went to the spool and came back out of it.
         assert publisher.stats.spooled_records > 0
-        await until(lambda: not publisher.spool.has_data(), timeout_s=20, what="spool drained")
+        await eventually(lambda: not publisher.spool.has_data(), timeout_s=20, what="spool drained")
 
         store = await open_store(store_url, database=database)
 
@@ -131,7 +131,9 @@ async def test_nats_killed_during_a_replay_leaves_exactly_one_row_per_request(
             )
             return int(n.scalar()) >= REQUESTS
 
-        caught_up_s = await until_async(all_rows, timeout_s=20, what="rows of every request")
+        waited = time.monotonic()
+        await eventually(all_rows, timeout_s=20, what="rows of every request")
+        caught_up_s = time.monotonic() - waited
         await asyncio.sleep(3.0)  # past the sink's ack wait: any redelivery would have landed by now
         rows = await store.query(
             "SELECT request_id, count() FROM requests WHERE endpoint = {e:String} GROUP BY request_id",

@@ -19,8 +19,8 @@ from nats.js import JetStreamContext
 
 from evertune.bus import publish
 from evertune.store import Store, migrate
+from tests.eventually import eventually
 from tests.profiler.helpers import batch
-from tests.reliability.helpers import until, until_async
 
 pytestmark = pytest.mark.reliability
 
@@ -72,7 +72,9 @@ async def test_store_outage_backs_off_then_catches_up_with_nothing_lost(
     running = asyncio.create_task(sink.run(stop))
     sending = asyncio.create_task(traffic())
     try:
-        await until(lambda: sink.stats.rows_inserted >= 10 * RECORDS, timeout_s=10, what="healthy traffic")
+        await eventually(
+            lambda: sink.stats.rows_inserted >= 10 * RECORDS, timeout_s=10, what="healthy traffic"
+        )
 
         await store.command(f"DETACH TABLE {TABLE}")
         await asyncio.sleep(OUTAGE_S)
@@ -89,10 +91,12 @@ async def test_store_outage_backs_off_then_catches_up_with_nothing_lost(
         async def all_stored() -> bool:
             return await stored() >= sent
 
-        catch_up_s = await until_async(caught_up, timeout_s=15, what="caught up after the outage")
+        outage_ended = time.monotonic()
+        await eventually(caught_up, timeout_s=15, what="caught up after the outage")
+        catch_up_s = time.monotonic() - outage_ended
         traffic_stop.set()
         await sending
-        await until_async(all_stored, timeout_s=10, what="every record stored")
+        await eventually(all_stored, timeout_s=10, what="every record stored")
         rows, distinct = (await store.query(f"SELECT count(), uniqExact(request_id) FROM {TABLE}"))[0]
         print(
             f"\nstore-outage: records={sent} rows={rows} outage_s={OUTAGE_S}"

@@ -15,7 +15,7 @@ from evertune.events import EventKind, new_event
 from evertune.store import Store, migrate
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
-from tests.reliability.helpers import until_async
+from tests.eventually import eventually
 
 from .stack import make_endpoint, make_searcher, running, store_profile
 
@@ -60,7 +60,7 @@ async def test_deleting_an_endpoint_cancels_its_search_and_drops_its_queued_requ
         async def cancelled() -> bool:
             return (await searches.get(doomed)).done
 
-        await until_async(cancelled, timeout_s=30.0, what="the deleted endpoint's search ended")
+        await eventually(cancelled, timeout_s=30.0, what="the deleted endpoint's search ended")
         ended = await searches.get(doomed)
         assert ended.search.outcome == events_pb2.SEARCH_OUTCOME_CANCELLED
         assert ended.search.error == f"cancelled: endpoint {gone} was deleted"

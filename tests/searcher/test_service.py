@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -25,6 +24,7 @@ from evertune.store import Store, migrate
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
+from tests.eventually import eventually
 
 from .stack import make_endpoint, make_searcher, running, sim_runner, store_profile
 
@@ -98,13 +98,6 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
     assert await winners.refusal(endpoint=endpoint, model="/models/ep", pool="sim-cpu", done=done) == ""
 
 
-async def _until(check: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0) -> None:
-    """Poll a gRPC read until it says yes (the API has no push for these states)."""
-    async with asyncio.timeout(timeout_s):
-        while not await check():  # noqa: ASYNC110 - polling a remote state over gRPC
-            await asyncio.sleep(0.1)
-
-
 async def _started(stub: pb_grpc.SearchServiceStub, search_id: str) -> bool:
     search = (await stub.GetSearch(pb.GetSearchRequest(search_id=search_id))).search
     return bool(search.trials_started > 0)
@@ -122,7 +115,7 @@ async def _wait_for_search(stub: pb_grpc.SearchServiceStub, endpoint: str) -> st
         found.extend(s.id for s in page.searches)
         return bool(found)
 
-    await _until(listed)
+    await eventually(listed, timeout_s=30)
     return found[0]
 
 
@@ -196,7 +189,7 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
             stub.StartSearch(pb.StartSearchRequest(request_id=uuid.uuid4().hex, endpoint=lonely))
         )
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "already has a search running" in text
-        await _until(lambda: _started(stub, first.id))
+        await eventually(lambda: _started(stub, first.id), timeout_s=30)
         queued = await js.get_last_msg("JOBS", "evertune.jobs.sim-h200")
         assert queued.headers and queued.headers["Nats-Msg-Id"].startswith(f"job-{first.id}-r0-")
         cancelled = (
@@ -212,7 +205,7 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
         assert again == cancelled  # cancelling a finished search returns it
         watched = [e async for e in stub.WatchSearch(pb.WatchSearchRequest(search_id=first.id))]
         assert [e.kind for e in watched] == ["search.completed"]
-        await _until(lambda: _skipped(searcher, 2))
+        await eventually(lambda: _skipped(searcher, 2), timeout_s=30)
         assert not (await stub.ListSearches(pb.ListSearchesRequest(endpoint=off))).searches
         # The command line speaks the same API.
         address = ["--address", searcher.grpc.address]
@@ -242,7 +235,7 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
         async def queued_twice() -> bool:
             return searcher.profiles_queued == 2
 
-        await _until(queued_twice)
+        await eventually(queued_twice, timeout_s=30)
         assert searcher.searches is not None
         assert searcher.searches.queued(lonely).request_id == f"profile:{readies[1].id}"  # type: ignore[union-attr]
         await stub.CancelSearch(pb.CancelSearchRequest(search_id=third.id, reason="test"))
@@ -251,7 +244,7 @@ async def test_api_errors_name_the_field_and_cancel_withdraws_queued_jobs(
         async def dequeued() -> bool:
             return await records.by_request(f"profile:{readies[1].id}") is not None
 
-        await _until(dequeued)
+        await eventually(dequeued, timeout_s=30)
         next_search = await records.by_request(f"profile:{readies[1].id}")
         assert next_search is not None and next_search.search.trigger == "profile.ready"
         assert await records.by_request(f"profile:{readies[0].id}") is None  # replaced, never started

@@ -19,7 +19,8 @@ from evertune.nats_server import free_port
 from evertune.outbound import OutboundPolicy, parse_networks
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2
-from tests.sla_monitor.test_receivers import Receiver, _running, _until
+from tests.eventually import eventually
+from tests.sla_monitor.test_receivers import Receiver, _running
 
 PRODUCTION = OutboundPolicy()  #: nothing internal allowed (a gateway joined to a NATS of its own)
 
@@ -123,7 +124,7 @@ async def test_an_endpoints_receiver_inside_gets_nothing_the_operators_does() ->
     async with _running(dispatcher, owners, operators):
         dispatcher.enqueue(_breach())  # the operator's receivers
         dispatcher.enqueue(_breach(), [owner_config])  # an endpoint's own route
-        await _until(
+        await eventually(
             lambda: len(operators.bodies) == 1 and dispatcher.details()["owner-hook"]["dropped"] == 1
         )
     assert owners.hits == 0 and dispatcher.details()["owner-hook"]["rejected"] == 1

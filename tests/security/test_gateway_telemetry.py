@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 
 from evertune.bus import publish
 from evertune.v1 import telemetry_pb2
-from tests.profiler.helpers import wait_for
+from tests.eventually import eventually
 
 #: Prefix hashes of one swollen record: 2,000 x 8 bytes (a 256k-token prompt at 128-token blocks).
 HASHES = 2_000
@@ -75,9 +75,9 @@ async def test_records_more_than_a_message_are_published_in_pieces(
     task = asyncio.create_task(publisher.run(closed))
     for i in range(100):
         publisher.offer(Pending(record=_swollen(i, "swollen-ep")))
-    await wait_for(lambda: publisher.stats.published_records == 100)
+    await eventually(lambda: publisher.stats.published_records == 100)
     publisher.offer(Pending(record=telemetry_pb2.RequestRecord(request_id="after", endpoint="swollen-ep")))
-    await wait_for(lambda: publisher.stats.published_records == 101)
+    await eventually(lambda: publisher.stats.published_records == 101)
     closed.set()
     await asyncio.wait_for(task, 10.0)
     assert publisher.stats.spooled_records == 0 and publisher.stats.dropped_records == 0

@@ -15,7 +15,8 @@ from nats.aio.client import Client
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import Stack, start_stack, stop_stack
-from tests.deployer.helpers import create_request, eventually, new_name
+from tests.deployer.helpers import create_request, new_name
+from tests.eventually import eventually
 
 
 async def _ready(stack: Stack, name: str, metadata: tuple[tuple[str, str], ...]) -> D.Endpoint:
@@ -49,7 +50,7 @@ async def test_a_reused_name_keeps_each_tenants_events_its_own(nc: Client, tmp_p
         await asyncio.sleep(0.3)
         await stack.stub.CreateEndpoint(create_request(name), metadata=stack.b)
         first = await _ready(stack, name, stack.b)
-        await eventually(lambda: _true(name in b_saw), what="B's own event")
+        await eventually(lambda: name in b_saw, what="B's own event")
         await stack.stub.DeleteEndpoint(
             pb.DeleteEndpointRequest(name=name, expected_revision=first.revision), metadata=stack.b
         )
@@ -76,7 +77,3 @@ async def test_a_reused_name_keeps_each_tenants_events_its_own(nc: Client, tmp_p
         reader.cancel()
     finally:
         await stop_stack(stack)
-
-
-async def _true(value: bool) -> bool:
-    return value

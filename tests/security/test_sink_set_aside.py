@@ -13,7 +13,8 @@ from nats.js import JetStreamContext
 from evertune.bus import publish
 from evertune.store import Store, migrate
 from evertune.v1 import telemetry_pb2
-from tests.profiler.helpers import batch, wait_for
+from tests.eventually import eventually
+from tests.profiler.helpers import batch
 
 
 def test_unfit_names_what_the_table_cannot_hold() -> None:
@@ -40,7 +41,7 @@ async def test_an_unfit_record_is_set_aside_and_the_rest_stored(js: JetStreamCon
         after = batch(3, 2)
         for b in (forged, after):
             await publish(js, cfg.filter_subject, b, msg_id=b.batch_id)
-        await wait_for(lambda: sink.stats.rows_inserted == 4)
+        await eventually(lambda: sink.stats.rows_inserted == 4)
         assert sink.stats.records_set_aside == 1 and sink.stats.failed_inserts == 0
         stored = await store.query(f"SELECT request_id FROM {TABLE} ORDER BY request_id")
         assert [row[0] for row in stored] == ["r-0", "r-2", "r-3", "r-4"]

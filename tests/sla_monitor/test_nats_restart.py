@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 from evertune.sla_monitor import SlaMonitorService
@@ -18,14 +17,8 @@ from evertune.nats_server import EmbeddedNats
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import events_pb2
+from tests.eventually import eventually
 from tests.sla_monitor.test_wiring import _endpoint, _settings
-
-
-async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"{what} not within {timeout_s} s"
-        await asyncio.sleep(0.05)
 
 
 def _ready(profile_id: str) -> events_pb2.ProfileReady:
@@ -56,18 +49,24 @@ async def test_endpoints_and_profiles_after_a_nats_restart_reach_the_service(tmp
                 EventKind.PROFILE_READY, endpoint=endpoint, source="test", payload_message=_ready("p1")
             ),
         )
-        await _until(lambda: service.profile_ids.get(endpoint) == "p1", 5, "profile.ready before the restart")
+        await eventually(
+            lambda: service.profile_ids.get(endpoint) == "p1",
+            timeout_s=5,
+            what="profile.ready before the restart",
+        )
 
         before = nc.stats["reconnects"]
         await server.kill()
         await asyncio.sleep(0.5)
         await server.restart()
-        await _until(lambda: nc.stats["reconnects"] > before, 15, "the reconnect")
+        await eventually(lambda: nc.stats["reconnects"] > before, timeout_s=15, what="the reconnect")
 
         bucket = await Bucket.open(js, "endpoints")
         await bucket.mutate(endpoint, lambda _: _endpoint(endpoint, ttft_ms=250.0, routes=[], stable="dep-a"))
-        await _until(
-            lambda: service.registry.get(endpoint) is not None, 15, "the endpoint put after the restart"
+        await eventually(
+            lambda: service.registry.get(endpoint) is not None,
+            timeout_s=15,
+            what="the endpoint put after the restart",
         )
         assert service.slo_for(endpoint).ttft_ms == 250.0
         await publish_event(
@@ -76,7 +75,11 @@ async def test_endpoints_and_profiles_after_a_nats_restart_reach_the_service(tmp
                 EventKind.PROFILE_READY, endpoint=endpoint, source="test", payload_message=_ready("p2")
             ),
         )
-        await _until(lambda: service.profile_ids.get(endpoint) == "p2", 15, "profile.ready after the restart")
+        await eventually(
+            lambda: service.profile_ids.get(endpoint) == "p2",
+            timeout_s=15,
+            what="profile.ready after the restart",
+        )
     finally:
         if service is not None:
             await service.stop(5.0)

@@ -30,6 +30,7 @@ from evertune.sla_monitor.window import Observation
 from evertune.errors import SettingsError
 from evertune.nats_server import free_port
 from evertune.settings import load_settings
+from tests.eventually import eventually
 
 RULE = BurnRateRule(name="page-1h", long_window_s=3600, short_window_s=300, burn_rate=6.0, severity="page")
 TICKET = BurnRateRule(
@@ -247,13 +248,6 @@ def _dispatcher(
     return AlertDispatcher([config], policy=retry, timeout_s=2, clock=clock, signing_secret=signing_secret)
 
 
-async def _until(check: Callable[[], bool], timeout_s: float = 5) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 async def test_delivers_breach_then_resolved_in_order() -> None:
     rx = Receiver(free_port())
     dispatcher = _dispatcher(rx.url, kind="pagerduty")
@@ -261,7 +255,7 @@ async def test_delivers_breach_then_resolved_in_order() -> None:
         breach = _breach()
         assert dispatcher.enqueue(breach) == 1
         dispatcher.enqueue(_resolved(breach))
-        await _until(lambda: len(rx.bodies) == 2)
+        await eventually(lambda: len(rx.bodies) == 2)
     assert [b["event_action"] for b in rx.bodies] == ["trigger", "resolve"]
     assert rx.bodies[0]["dedup_key"] == rx.bodies[1]["dedup_key"] == breach.incident.breach_id
     stats = dispatcher.details()["r"]
@@ -276,7 +270,7 @@ async def test_retryable_answer_is_retried_and_delivered_once(code: int) -> None
     dispatcher = _dispatcher(rx.url)
     async with _running(dispatcher, rx):
         dispatcher.enqueue(_breach())
-        await _until(lambda: dispatcher.details()["r"]["delivered"] == 1)
+        await eventually(lambda: dispatcher.details()["r"]["delivered"] == 1)
         await asyncio.sleep(0.2)
     assert rx.hits == 2 and len(rx.bodies) == 1
     assert dispatcher.details()["r"] | {"pending": 0} == dispatcher.details()["r"]
@@ -289,9 +283,9 @@ async def test_bad_request_is_not_retried_and_counted_dropped() -> None:
     async with _running(dispatcher, rx):
         breach = _breach()
         dispatcher.enqueue(breach)
-        await _until(lambda: dispatcher.details()["r"]["dropped"] == 1)
+        await eventually(lambda: dispatcher.details()["r"]["dropped"] == 1)
         dispatcher.enqueue(_resolved(breach))  # the next one still goes
-        await _until(lambda: dispatcher.details()["r"]["delivered"] == 1)
+        await eventually(lambda: dispatcher.details()["r"]["delivered"] == 1)
     stats = dispatcher.details()["r"]
     assert rx.hits == 2 and stats["retried"] == 0 and stats["rejected"] == 1 and stats["pending"] == 0
 
@@ -301,9 +295,9 @@ async def test_alerts_are_signed_and_redirects_not_followed() -> None:
     dispatcher = _dispatcher(rx.url, signing_secret=b"s3cret")
     async with _running(dispatcher, rx):
         dispatcher.enqueue(_breach())
-        await _until(lambda: dispatcher.details()["r"]["dropped"] == 1)
+        await eventually(lambda: dispatcher.details()["r"]["dropped"] == 1)
         dispatcher.enqueue(_breach(breach_id="cd" * 16))
-        await _until(lambda: dispatcher.details()["r"]["delivered"] == 1)
+        await eventually(lambda: dispatcher.details()["r"]["delivered"] == 1)
     assert rx.redirected == 0  # the 307 was an answer (dropped), not followed
     for body, headers in rx.raw:
         sent_at = int(headers["X-Evertune-Timestamp"])
@@ -319,7 +313,7 @@ async def test_alerts_without_a_secret_go_unsigned() -> None:
     dispatcher = _dispatcher(rx.url)
     async with _running(dispatcher, rx):
         dispatcher.enqueue(_breach())
-        await _until(lambda: len(rx.bodies) == 1)
+        await eventually(lambda: len(rx.bodies) == 1)
     assert "X-Evertune-Signature" not in rx.raw[0][1]
 
 
@@ -331,7 +325,7 @@ async def test_receiver_down_then_up_gets_the_alert() -> None:
     dispatcher.start(lambda coro, *, name: tasks.append(asyncio.create_task(coro, name=name)), stopping)
     try:
         dispatcher.enqueue(_breach())
-        await _until(lambda: dispatcher.details()["r"]["retried"] >= 2)
+        await eventually(lambda: dispatcher.details()["r"]["retried"] >= 2)
         assert not rx.bodies
         await rx.start()
         await asyncio.wait_for(rx.got.wait(), 5)
@@ -350,9 +344,9 @@ async def test_expired_alert_is_dropped() -> None:
     dispatcher = _dispatcher(rx.url, clock=lambda: now[0], max_age_s=10)
     async with _running(dispatcher, rx):
         dispatcher.enqueue(_breach())
-        await _until(lambda: dispatcher.details()["r"]["retried"] >= 1)
+        await eventually(lambda: dispatcher.details()["r"]["retried"] >= 1)
         now[0] = 11.0  # past max age: the next try drops it instead
-        await _until(lambda: dispatcher.details()["r"]["expired"] == 1)
+        await eventually(lambda: dispatcher.details()["r"]["expired"] == 1)
         hits = rx.hits
         await asyncio.sleep(0.3)
         assert rx.hits == hits  # no more tries
@@ -376,7 +370,7 @@ async def test_slow_failing_receiver_does_not_block_enqueue_and_full_queue_drops
         for i in range(20):
             dispatcher.enqueue(_breach(TICKET, breach_id=f"{i:032x}"))
         assert time.perf_counter() - started < 0.05  # enqueue never waits on a receiver
-        await _until(lambda: len(fast.bodies) >= 5)
+        await eventually(lambda: len(fast.bodies) >= 5)
         details = dispatcher.details()
         assert details["slow"]["pending"] == 5 and details["slow"]["overflow"] == 15
         assert details["slow"]["delivered"] == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 import numpy as np
@@ -26,6 +26,7 @@ from evertune.nats_server import free_port
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
+from tests.eventually import eventually
 from tests.sla_monitor.test_receivers import Receiver
 
 
@@ -115,13 +116,6 @@ async def _publish(js: JetStreamContext, endpoint: str, records: list[telemetry_
     await publish(js, f"evertune.telemetry.{endpoint}", batch, msg_id=batch.batch_id)
 
 
-async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"{what} not within {timeout_s} s"
-        await asyncio.sleep(0.05)
-
-
 @pytest.fixture
 async def rx() -> AsyncIterator[Receiver]:
     receiver = Receiver(free_port())
@@ -182,12 +176,14 @@ async def test_slo_and_routes_come_from_the_endpoints_bucket(
         await bucket.mutate(
             endpoint, lambda _: _endpoint(endpoint, ttft_ms=2000.0, routes=[route], stable="dep-a")
         )
-        await _until(lambda: service.slo_for(endpoint).ttft_ms == 2000.0, 5, "the SLO update")
+        await eventually(
+            lambda: service.slo_for(endpoint).ttft_ms == 2000.0, timeout_s=5, what="the SLO update"
+        )
         # the endpoint deleted from the bucket: back to the settings' SLO and receivers (none)
         entry = await bucket.get(endpoint)
         assert entry is not None
         await bucket.delete(endpoint)
-        await _until(lambda: endpoint not in service.registry, 5, "the delete")
+        await eventually(lambda: endpoint not in service.registry, timeout_s=5, what="the delete")
         assert service.slo_for(endpoint).ttft_ms == 5000.0 and service.receivers_for(endpoint) == []
 
         # the metrics endpoint answers with the figures, and its port is in the status
@@ -278,7 +274,11 @@ async def test_prompt_length_shift_publishes_drift_detected(nc: Client, js: JetS
         await publish_event(
             js, new_event(EventKind.PROFILE_READY, endpoint=endpoint, source="test", payload_message=ready)
         )
-        await _until(lambda: tracker.source == "profile", 5, "the profile reference")
+
+        def on_the_profile() -> bool:  # a function: the assert above narrowed `source` for mypy
+            return tracker.source == "profile"
+
+        await eventually(on_the_profile, timeout_s=5, what="the profile reference")
         assert tracker.detector.reference.profile_id == "prof-xyz"
         assert service.details()["endpoints"][endpoint]["drift"]["reference"] == "profile"
     finally:
