@@ -63,13 +63,12 @@ from evertune.benchmarks.search_grid import (
     start_figures,
     write_grid,
 )
-from evertune.benchmarks.search_sim import FITTED_CPU
 from evertune.engines import EngineSpec, HardwareProfile, get_profile
 from evertune.engines.fingerprint import Fingerprint
 from evertune.engines.fingerprint import detect as detect_hardware
 from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import PromptTokens, load_arch, load_efficiency, prepare
-from evertune.perfmodel.calibration import default_data_dir
+from evertune.perfmodel.calibration import FITTED_CPU, default_data_dir
 from evertune.perfmodel.simulate import block_size_of
 from evertune.runner.report import completed
 from evertune.runner.settings import RunnerSettings

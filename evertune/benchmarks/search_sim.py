@@ -34,7 +34,7 @@ from evertune.engines import EngineSpec, detect_local
 from evertune.gate_result import GateResult
 from evertune.model import ensure_model, load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
-from evertune.perfmodel.calibration import default_data_dir
+from evertune.perfmodel.calibration import FITTED_CPU, default_data_dir
 from evertune.perfmodel.simulate import workload_rps
 from evertune.searcher.model import SearchModel, ThreadedModel, scaled
 from evertune.searcher.orchestrate import Outcome, SearchPlan, TrialOrder, TrialResult, run_search
@@ -46,15 +46,6 @@ from evertune.slo import Slo
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.source import CorpusText
 
-#: Factors `evertune model calibrate --measure` fitted on the development machine (docs/perfmodel.md).
-FITTED_CPU = Efficiency(
-    compute=0.0556,
-    bandwidth=0.283,
-    attention=20.08,
-    step_overhead_s=0.00098,
-    seq_overhead_s=4.6e-5,
-    request_overhead_s=0.0083,
-)
 #: How much faster than the hardware the searcher's model starts.
 PRIOR_SPEED = 3.0
 #: Measurement noise of a fidelity-1 trial (log-normal sigma on goodput and TTFT).

@@ -76,6 +76,18 @@ def load_calibration(path: Path) -> dict[str, Any]:
     return record
 
 
+#: Factors `evertune model calibrate --measure` fitted on the development machine (docs/perfmodel.md):
+#: the prior where this CPU has no stored calibration.
+FITTED_CPU = Efficiency(
+    compute=0.0556,
+    bandwidth=0.283,
+    attention=20.08,
+    step_overhead_s=0.00098,
+    seq_overhead_s=4.6e-5,
+    request_overhead_s=0.0083,
+)
+
+
 def load_efficiency(data_dir: Path, hardware: str) -> Efficiency | None:
     """The stored factors of `hardware`, or None when it was never calibrated."""
     path = calibration_path(data_dir, hardware)

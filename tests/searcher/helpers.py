@@ -11,12 +11,12 @@ from evertune.searcher.model import SearchModel, ThreadedModel, scaled
 from evertune.searcher.orchestrate import TrialExecutor, TrialOrder, TrialResult
 from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
 
-from evertune.benchmarks.search_sim import FITTED_CPU
 from evertune.engines import EngineSpec
 from evertune.engines.hardware import cpu_profile
 from evertune.gate_result import GateResult
 from evertune.model import load_tokenizer
 from evertune.perfmodel import Efficiency, PromptTokens, load_arch, prepare
+from evertune.perfmodel.calibration import FITTED_CPU
 from evertune.slo import Slo
 from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.workloads.source import CorpusText
