@@ -7,14 +7,17 @@ A handler is an async function of one message. Its contract:
 - raise anything else for a failure that may pass: the message is nak'ed with a growing delay and
   redelivered, up to `max_deliver` deliveries, after which it is terminated and reported too.
 Redelivery means handlers must be idempotent (key their side effects on the message id).
-A handler that runs long is kept alive with in-progress acks, so it is not redelivered meanwhile.
+A handler that runs long is kept alive with in-progress acks (three per ack wait; one that fails
+is logged and the next tried), so it is not redelivered meanwhile. On stop, the batch in hand is
+finished, or, with `nak_on_stop` (a handler that runs for minutes, such as a trial), the handler
+is cancelled and its message nak'ed at once, for another instance to take.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +34,7 @@ from evertune.v1 import events_pb2
 
 log = get_logger("evertune.bus.consumer")
 
-Handler = Callable[[Msg], Awaitable[None]]
+Handler = Callable[[Msg], Coroutine[Any, Any, None]]
 
 
 class PoisonMessage(EvertuneError):
@@ -50,6 +53,7 @@ class ConsumerSpec:
     backoff_s: tuple[float, ...] = (0.5, 2.0, 10.0, 30.0)  #: nak delay after the 1st, 2nd, ... failure
     batch: int = 64  #: messages per fetch
     fetch_timeout_s: float = 5.0  #: how long one fetch waits on the server for messages
+    nak_on_stop: bool = False  #: on stop, cancel the handler and give its message back at once
 
 
 @dataclass
@@ -59,6 +63,7 @@ class ConsumerStats:
     acked: int = 0  #: messages handled and acked
     retried: int = 0  #: failures nak'ed for redelivery
     poisoned: int = 0  #: messages terminated and reported
+    abandoned: int = 0  #: messages given back unfinished at stop (`nak_on_stop`)
     in_flight: int = 0  #: messages being handled now
     last_error: str = field(default="")  #: the most recent handler error
 
@@ -85,7 +90,8 @@ class DurableConsumer:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Fetch and handle until `stop` is set; the batch in hand is finished before returning.
+        """Fetch and handle until `stop` is set; the batch in hand is finished before returning
+        (or, with `nak_on_stop`, the message in hand given back and the rest left unacked).
 
         Stopping never waits for a fetch: the fetch is cancelled, and anything it would have
         delivered stays unacked on the server and goes to the next fetch or another instance.
@@ -103,33 +109,56 @@ class DurableConsumer:
                 if msgs is None:
                     break
                 for msg in msgs:
-                    await self._handle(msg)
+                    if stop.is_set() and self._spec.nak_on_stop:
+                        break  # left unacked: redelivered after the ack wait, or to another instance
+                    await self._handle(msg, stopping)
         finally:
             stopping.cancel()
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def _handle(self, msg: Msg) -> None:
+    async def _handle(self, msg: Msg, stopping: asyncio.Task[Any]) -> None:
         self.stats.in_flight += 1
         keepalive = asyncio.create_task(self._keep_alive(msg))
+        work = asyncio.create_task(self._handler(msg))
         try:
-            await self._handler(msg)
-        except PoisonMessage as err:
-            await self._poison(msg, str(err))
-        except Exception as err:  # a handler failure of any kind must not stop the consumer
-            await self._retry_or_poison(msg, err)
-        else:
-            await msg.ack()
-            self.stats.acked += 1
+            if self._spec.nak_on_stop:
+                await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not work.done():
+                    await self._abandon(msg, work)
+                    return
+            try:
+                await work
+            except PoisonMessage as err:
+                await self._poison(msg, str(err))
+            except Exception as err:  # a handler failure of any kind must not stop the consumer
+                await self._retry_or_poison(msg, err)
+            else:
+                await msg.ack()
+                self.stats.acked += 1
         finally:
             keepalive.cancel()
             self.stats.in_flight -= 1
 
+    async def _abandon(self, msg: Msg, work: asyncio.Task[None]) -> None:
+        """Stop came first: cancel the handler and give the message back at once."""
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        self.stats.abandoned += 1
+        with contextlib.suppress(Exception):
+            await msg.nak()
+        log.warning("handler stopped; message given back", subject=msg.subject, consumer=self._spec.durable)
+
     async def _keep_alive(self, msg: Msg) -> None:
-        """Tell the server the message is still being worked on, every half ack-wait."""
+        """Tell the server the message is still being worked on, three times per ack wait; a
+        failed in-progress ack is logged and the next one tried (redelivery is the fallback)."""
         while True:
-            await asyncio.sleep(self._spec.ack_wait_s / 2)
-            await msg.in_progress()
+            await asyncio.sleep(self._spec.ack_wait_s / 3)
+            try:
+                await msg.in_progress()
+            except Exception as err:
+                log.warning("in-progress ack failed", subject=msg.subject, error=str(err))
 
     async def _retry_or_poison(self, msg: Msg, err: Exception) -> None:
         text = f"{type(err).__name__}: {err}"

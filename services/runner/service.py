@@ -8,8 +8,9 @@ runner of the class):
    `service.poison_message`;
 2. if a row for its job id is stored already (an earlier delivery finished, and its runner died
    before the ack), republish that result and ack: a job is never run twice;
-3. run the trial, sending `msg.in_progress()` every `ack_wait_s / 3` so JetStream does not hand
-   the job to another runner, and `trial.progress` events at each phase and finished rate;
+3. run the trial, kept alive with in-progress acks (`DurableConsumer`, three per `ack_wait_s`) so
+   JetStream does not hand the job to another runner, with `trial.progress` events at each phase
+   and finished rate;
 4. store the row (deduplicated by job id), publish `trial.completed` as stored (event id derived
    from the job id), then ack.
 
@@ -20,9 +21,10 @@ reported as cancelled without starting an engine.
 
 A trial that fails (invalid job, engine that never gets ready or crashes, deadline) is a result
 like any other: stored, reported, acked. Storing or publishing that fails is retried: the job is
-nak'ed with a growing delay. A runner that dies mid-trial leaves the job unacked: JetStream
-redelivers it after `ack_wait_s` to another runner, up to `max_deliver` deliveries. A runner that
-is stopped mid-trial stops its engine and naks the job at once, so another runner takes it.
+nak'ed with a growing delay (`RETRY_DELAYS_S`); at the last of `max_deliver` deliveries it is
+terminated and reported as poison. A runner that dies mid-trial leaves the job unacked: JetStream
+redelivers it after `ack_wait_s` to another runner. A runner that is stopped mid-trial stops its
+engine and naks the job at once (`nak_on_stop`), so another runner takes it.
 """
 
 from __future__ import annotations
@@ -46,9 +48,8 @@ from evertune.runner.trial import EngineFactory, TrialOutcome, TrialRunner, defa
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from evertune.bus import PoisonMessage, fetch_unless_stopped, publish_event, terminate_poison
+from evertune.bus import ConsumerSpec, DurableConsumer, publish_event
 from evertune.engines.fingerprint import Fingerprint
 from evertune.engines.fingerprint import detect as detect_hardware
 from evertune.events import EventKind, event_filter_subject, new_event
@@ -87,8 +88,7 @@ class RunnerService(Service):
         self.trials_run = 0  #: trials run to an outcome (any status)
         self.trials_failed = 0  #: of those, status not ok
         self.republished = 0  #: redelivered jobs answered from the store
-        self.retried = 0  #: jobs nak'ed because storing or publishing failed
-        self.abandoned = 0  #: trials given back at shutdown
+        self._jobs: DurableConsumer | None = None  #: the work queue (its stats: retried, abandoned)
         self.current_trial = ""  #: trial running now ("" = idle)
         self.phase = ""  #: its phase
         self.cancelled = 0  #: trials stopped or skipped because their search ended
@@ -110,7 +110,9 @@ class RunnerService(Service):
             "trials_run": self.trials_run,
             "trials_failed": self.trials_failed,
             "republished": self.republished,
-            "retried": self.retried,
+            "retried": self._jobs.stats.retried if self._jobs else 0,
+            "abandoned": self._jobs.stats.abandoned if self._jobs else 0,
+            "poisoned": self._jobs.stats.poisoned if self._jobs else 0,
             "cancelled": self.cancelled,
         }
 
@@ -133,13 +135,20 @@ class RunnerService(Service):
         self._ended_sub = await ctx.nc.subscribe(
             event_filter_subject(EventKind.SEARCH_COMPLETED), cb=self._on_search_completed
         )
-        sub = await ctx.js.pull_subscribe(
-            self.settings.subject,
-            durable=self.settings.durable,
+        s = self.settings
+        spec = ConsumerSpec(
             stream=STREAM,
-            config=self._consumer_config(),
+            durable=s.durable,
+            filter_subject=s.subject,
+            max_deliver=s.max_deliver,
+            ack_wait_s=s.ack_wait_s,
+            backoff_s=RETRY_DELAYS_S,
+            batch=1,  # one trial at a time: the next job waits on the server for any runner
+            fetch_timeout_s=s.fetch_timeout_s,
+            nak_on_stop=True,
         )
-        self.spawn(self._consume(sub), name="jobs")
+        self._jobs = DurableConsumer(ctx.js, spec, self._take, source=self.name)
+        self.spawn(self._jobs.run(self.stopping), name="jobs")
 
     async def on_stop(self) -> None:
         if self._ended_sub is not None:
@@ -161,86 +170,16 @@ class RunnerService(Service):
             self.log.info("search ended; stopping its trial", search=search_id, trial=self.current_trial)
             self._search_ended.set()
 
-    def _consumer_config(self) -> ConsumerConfig:
-        s = self.settings
-        return ConsumerConfig(
-            durable_name=s.durable,
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=s.ack_wait_s,
-            max_deliver=s.max_deliver,
-            filter_subject=s.subject,
-        )
-
-    async def _consume(self, sub: JetStreamContext.PullSubscription) -> None:
-        stopping = asyncio.create_task(self.stopping.wait())
-        try:
-            while not self.stopping.is_set():
-                msgs = await fetch_unless_stopped(
-                    sub, batch=1, timeout_s=self.settings.fetch_timeout_s, stopping=stopping
-                )
-                if msgs is None:
-                    break
-                for msg in msgs:
-                    await self._handle(msg, stopping)
-        finally:
-            stopping.cancel()
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-
     # --- one job -----------------------------------------------------------------------------
-    async def _handle(self, msg: Msg, stopping: asyncio.Task[Any]) -> None:
-        keepalive = asyncio.create_task(self._keep_alive(msg))
-        work = asyncio.create_task(self._take(msg))
+    async def _take(self, msg: Msg) -> None:
+        """Run one job to a stored, published result (the consumer acks after it)."""
         try:
-            done, _ = await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if work not in done:  # shutdown: stop the engine, give the job back at once
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await work
-                self.abandoned += 1
-                with contextlib.suppress(Exception):
-                    await msg.nak()
-                self.log.warning("trial abandoned at shutdown; job given back", subject=msg.subject)
-                return
-            try:
-                work.result()
-            except PoisonMessage as err:
-                await terminate_poison(
-                    self._require_js(),
-                    msg,
-                    stream=STREAM,
-                    consumer=self.settings.durable,
-                    source=self.name,
-                    error=str(err),
-                )
-                return
-            except Exception as err:  # storing or publishing failed: retry later, maybe elsewhere
-                deliveries = msg.metadata.num_delivered or 1
-                delay = RETRY_DELAYS_S[min(deliveries - 1, len(RETRY_DELAYS_S) - 1)]
-                self.retried += 1
-                self.log.warning(
-                    "could not report trial; job nak'ed", error=f"{type(err).__name__}: {err}", delay_s=delay
-                )
-                with contextlib.suppress(Exception):
-                    await msg.nak(delay=delay)
-                return
-            await msg.ack()
+            await self._run_job(msg)
         finally:
-            keepalive.cancel()
             self.current_trial = ""
             self.phase = ""
 
-    async def _keep_alive(self, msg: Msg) -> None:
-        """Tell JetStream the job is still being worked on, three times per ack wait."""
-        while True:
-            await asyncio.sleep(self.settings.ack_wait_s / 3)
-            try:
-                await msg.in_progress()
-            except Exception as err:  # the next one may get through; redelivery is the fallback
-                self.log.warning("in-progress ack failed", error=str(err))
-
-    async def _take(self, msg: Msg) -> None:
+    async def _run_job(self, msg: Msg) -> None:
         job = decode_job(msg.data)
         records = self._require_records()
         stored = await records.completed(job.job_id)

@@ -16,7 +16,6 @@ Consumers (durable, on EVENTS):
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from evertune.searcher.api import SERVICE_NAME, SearchApi
@@ -27,7 +26,7 @@ from evertune.searcher.trials import TrialBus, completed_consumer
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
-from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage
+from evertune.bus import ConsumerSpec, DurableConsumer, Handler, PoisonMessage
 from evertune.errors import FailedPrecondition, NotFound, SettingsError
 from evertune.events import EventKind, event_filter_subject
 from evertune.perfmodel import Efficiency
@@ -132,7 +131,7 @@ class SearcherService(GrpcService):
         }
 
     def _events_consumer(
-        self, ctx: ServiceContext, kind: EventKind, name: str, handler: Callable[[Msg], Awaitable[None]]
+        self, ctx: ServiceContext, kind: EventKind, name: str, handler: Handler
     ) -> DurableConsumer:
         """A durable consumer of one kind of event on EVENTS, named `<prefix>-<name>`."""
         spec = ConsumerSpec(

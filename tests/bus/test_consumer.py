@@ -186,3 +186,39 @@ async def test_long_handler_is_kept_alive_past_ack_wait(js: JetStreamContext) ->
     consumer = DurableConsumer(js, _spec(name, ack_wait_s=1.0), long_handler, source="test")
     await _run_until(consumer, lambda: consumer.stats.acked == 1)
     assert calls == 1
+
+
+async def test_with_nak_on_stop_a_long_handler_is_cancelled_and_its_message_given_back_at_once(
+    js: JetStreamContext,
+) -> None:
+    """A trial-like handler (minutes long) stopped mid-way: cancelled, the message nak'ed, and a
+    second instance of the same durable takes it well before the ack wait (60 s) would pass."""
+    name = uuid.uuid4().hex[:10]
+    started = asyncio.Event()
+    cancelled: list[str] = []
+    taken_over: list[str] = []
+
+    async def endless(msg: Msg) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(msg.data.decode())
+            raise
+
+    async def quick(msg: Msg) -> None:
+        taken_over.append(msg.data.decode())
+
+    spec = _spec(name, ack_wait_s=60.0, batch=1, nak_on_stop=True)
+    first = DurableConsumer(js, spec, endless, source="test")
+    stop = asyncio.Event()
+    running = asyncio.create_task(first.run(stop))
+    await publish(js, f"evertune.telemetry.{name}", b"job", msg_id=uuid.uuid4().hex)
+    await asyncio.wait_for(started.wait(), 10)
+    stop.set()
+    await asyncio.wait_for(running, 5)
+    assert cancelled == ["job"] and first.stats.abandoned == 1 and first.stats.acked == 0
+
+    second = DurableConsumer(js, spec, quick, source="test")
+    await _run_until(second, lambda: second.stats.acked == 1, timeout_s=15)
+    assert taken_over == ["job"]
