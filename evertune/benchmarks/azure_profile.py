@@ -1,6 +1,6 @@
 """`evertune bench azure-profile`: the shared Azure trace served through the gateway, profiled.
 
-A contiguous cut of the shared trace (`/work/shared/traces/azure_llm_code_2023.csv`, or
+A contiguous cut of the shared trace (`shared/traces/azure_llm_code_2023.csv` beside the checkout, or
 `$EVERTUNE_AZURE_TRACE`; 8,819 requests over 57 minutes) is replayed open-loop by evertune's replay
 client through a real gateway (in-process, routes in the NATS KV) to a `sim` engine on the H200
 profile (the tiny model's shape: tokens come within milliseconds, so the engine never holds the
@@ -60,9 +60,10 @@ from evertune.store import open_store
 from evertune.v1 import endpoint_pb2
 from evertune.workloads import parse_azure_csv
 from evertune.workloads.plan import PlannedRequest
+from evertune.workloads.shared_traces import AZURE_CODE_2023, shared_trace
 from evertune.workloads.trace import TraceRow
 
-TRACE = Path("/work/shared/traces/azure_llm_code_2023.csv")
+TRACE = shared_trace(AZURE_CODE_2023)
 TRACE_ENV = "EVERTUNE_AZURE_TRACE"
 ENDPOINT = "azure-code"
 GOAL = 0.05

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +12,10 @@ from evertune.profiler.profile import ProfileConfig, RequestSample
 
 from evertune.store import Store, migrate
 from evertune.workloads import parse_azure_csv
+from evertune.workloads.shared_traces import AZURE_CODE_2023, shared_trace
 from tests.profiler.test_profiler_service import insert
 
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_code_2023.csv"
+TRACE = shared_trace(AZURE_CODE_2023)
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="the shared Azure trace is not on this machine")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from evertune.workloads.shared_traces import AZURE_CODE_2023, shared_trace
 from tests.cli.helpers import assert_one_line_error, cli_env, evertune
 
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_code_2023.csv"
+TRACE = shared_trace(AZURE_CODE_2023)
 
 
 def test_voice_replay_prints_a_summary_with_attainment(fake_url: str) -> None:

@@ -8,19 +8,11 @@ from pathlib import Path
 import pytest
 
 from evertune.workloads import WorkloadError, parse_azure_csv, plan_rows, read_azure_trace
+from evertune.workloads.shared_traces import AZURE_CODE_2023, shared_trace
 
 from .helpers import word_tokens
 
-_ROOT = Path(__file__).resolve().parents[2]
-#: The shared trace: beside the checkout (../shared) or inside it (shared/), wherever it is.
-SHARED_TRACE = next(
-    (
-        path
-        for path in (base / "shared" / "traces" / "azure_llm_code_2023.csv" for base in (_ROOT.parent, _ROOT))
-        if path.exists()
-    ),
-    _ROOT.parent / "shared" / "traces" / "azure_llm_code_2023.csv",
-)
+SHARED_TRACE = shared_trace(AZURE_CODE_2023)
 
 
 def _cheap_text(n_tokens: int, rng: random.Random) -> str:
