@@ -26,8 +26,9 @@ from evertune.events import event_filter_subject
 from evertune.nats_server import free_port
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings, load_settings
-from evertune.v1 import events_pb2, telemetry_pb2
+from evertune.v1 import events_pb2
 from tests.eventually import eventually
+from tests.sla_monitor.helpers import record_batch
 
 pytestmark = pytest.mark.reliability
 
@@ -67,26 +68,6 @@ class Receiver:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-
-
-def _batch(endpoint: str, *, ttft_ms: float, n: int = 20) -> telemetry_pb2.RequestRecordBatch:
-    now_ns = time.time_ns()
-    records = [
-        telemetry_pb2.RequestRecord(
-            request_id=uuid.uuid4().hex,
-            endpoint=endpoint,
-            deployment="dep-a",
-            start_time_unix_ns=now_ns - int((ttft_ms + 200) * 1e6),
-            status_code=200,
-            stream=True,
-            ttft_ms=ttft_ms,
-            e2e_ms=ttft_ms + 200,
-            itl_ms=[10.0] * 20,
-            completion_tokens=21,
-        )
-        for _ in range(n)
-    ]
-    return telemetry_pb2.RequestRecordBatch(records=records, batch_id=uuid.uuid4().hex, source="test")
 
 
 async def test_alert_reaches_a_receiver_that_was_down_and_the_monitor_never_waited(
@@ -131,7 +112,7 @@ async def test_alert_reaches_a_receiver_that_was_down_and_the_monitor_never_wait
         start = time.monotonic()
         while not any(e.kind == kind for e in events):
             assert time.monotonic() - start < timeout_s, f"no {kind} within {timeout_s} s"
-            b = _batch(endpoint, ttft_ms=ttft_ms)
+            b = record_batch(endpoint, ttft_ms=ttft_ms)
             await publish(js, settings.subject, b, msg_id=b.batch_id)
             before = time.monotonic()
             await asyncio.sleep(0.1)
@@ -139,7 +120,7 @@ async def test_alert_reaches_a_receiver_that_was_down_and_the_monitor_never_wait
 
     try:
         for _ in range(10):  # healthy traffic first
-            b = _batch(endpoint, ttft_ms=80.0)
+            b = record_batch(endpoint, ttft_ms=80.0)
             await publish(js, settings.subject, b, msg_id=b.batch_id)
             await asyncio.sleep(0.1)
         await send_until(800.0, "sla.breach", timeout_s=15)

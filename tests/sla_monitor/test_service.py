@@ -16,27 +16,8 @@ from evertune.bus import publish
 from evertune.events import event_filter_subject, event_kind
 from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings, load_settings
-from evertune.v1 import common_pb2, events_pb2, telemetry_pb2
-
-
-def _batch(endpoint: str, *, ttft_ms: float, n: int = 20) -> telemetry_pb2.RequestRecordBatch:
-    now_ns = time.time_ns()
-    records = [
-        telemetry_pb2.RequestRecord(
-            request_id=uuid.uuid4().hex,
-            endpoint=endpoint,
-            deployment="dep-a",
-            start_time_unix_ns=now_ns - int((ttft_ms + 200) * 1e6),
-            status_code=200,
-            stream=True,
-            ttft_ms=ttft_ms,
-            e2e_ms=ttft_ms + 200,
-            itl_ms=[10.0] * 20,
-            completion_tokens=21,
-        )
-        for _ in range(n)
-    ]
-    return telemetry_pb2.RequestRecordBatch(records=records, batch_id=uuid.uuid4().hex, source="test")
+from evertune.v1 import common_pb2, events_pb2
+from tests.sla_monitor.helpers import record_batch
 
 
 async def _send_until(
@@ -46,7 +27,7 @@ async def _send_until(
     start = time.monotonic()
     while not done.is_set():
         assert time.monotonic() - start < timeout_s, f"no event within {timeout_s} s"
-        batch = _batch(endpoint, ttft_ms=ttft_ms)
+        batch = record_batch(endpoint, ttft_ms=ttft_ms)
         await publish(js, f"evertune.telemetry.{endpoint}", batch, msg_id=batch.batch_id)
         await asyncio.sleep(0.1)
     return time.monotonic() - start
@@ -85,7 +66,7 @@ async def test_ttft_jump_gives_one_breach_then_resolved_with_the_same_id(
     await service.start(ServiceContext(shared=load_settings(SharedSettings), nc=nc, js=js, store=None))
     try:
         for _ in range(10):  # a second of healthy traffic first
-            batch = _batch(endpoint, ttft_ms=80.0)
+            batch = record_batch(endpoint, ttft_ms=80.0)
             await publish(js, f"evertune.telemetry.{endpoint}", batch, msg_id=batch.batch_id)
             await asyncio.sleep(0.1)
         detect_s = await _send_until(js, endpoint, ttft_ms=800.0, done=breached, timeout_s=15)
