@@ -3,7 +3,8 @@ per endpoint, and the writers that keep the route table, the deployment records 
 step (the route table owns the weights; `write_routes` mirrors them into the records).
 
 Lifecycle (create, update, delete) and rollouts (promote, canary, rollback) both work through one
-`Workspace`; neither holds state of its own about an endpoint besides what is in KV.
+`Workspace`. An endpoint's state is in KV; a deployer process holds only what runs in it (tasks,
+locks, drains, canary loops), so another process carries on from KV after a restart.
 """
 
 from __future__ import annotations
