@@ -1,6 +1,6 @@
 """Workload drift and TTFT change-points (pure: no I/O, time is an argument).
 
-A `WorkloadProfile` is the reference: the traffic the current deployment was tuned on (prompt and
+A `DriftReference` is the reference: the traffic the current deployment was tuned on (prompt and
 output length samples, arrival rate, prefix reuse share). A `DriftDetector` is fed every request
 (`observe`), keeps a bounded recent window (the last N requests per feature, arrival counts per
 second over the last `rate_window_s`), and `check(now)` compares that window with the reference:
@@ -179,7 +179,7 @@ class PrefixReuseTracker:
 
 
 @dataclass(frozen=True)
-class RequestSample:
+class DriftSample:
     """One request, reduced to what drift detection needs (converted from a RequestRecord)."""
 
     time_s: float  #: when the gateway received it, seconds since the Unix epoch
@@ -190,7 +190,7 @@ class RequestSample:
 
 
 @dataclass(frozen=True, eq=False)
-class WorkloadProfile:
+class DriftReference:
     """What the current deployment was tuned on (the reference of every drift test)."""
 
     prompt_sample: FloatArray  #: prompt lengths, tokens (all, or a uniform reservoir sample)
@@ -206,7 +206,7 @@ class WorkloadProfile:
     start_s: float = 0.0  #: time of the first request, seconds since the epoch (0 = unknown)
 
     @classmethod
-    def empty(cls) -> WorkloadProfile:
+    def empty(cls) -> DriftReference:
         """No reference: every test is skipped (only the TTFT change-point runs)."""
         none: FloatArray = np.zeros(0, dtype=np.float64)
         return cls(none, none, requests=0, span_s=0.0, reuse_blocks=0, total_blocks=0, reuse_requests=0)
@@ -223,7 +223,7 @@ class WorkloadProfile:
         prefix_reuse_share: float | None,
         profile_id: str,
         start_s: float = 0.0,
-    ) -> WorkloadProfile:
+    ) -> DriftReference:
         """A reference from a profile's summary (the profiler's `WorkloadSummary`): medians, not
         samples, so the length tests become sign tests against the reference median.
 
@@ -275,14 +275,14 @@ class WorkloadProfile:
     @classmethod
     def from_samples(
         cls,
-        samples: Iterable[RequestSample],
+        samples: Iterable[DriftSample],
         *,
         prefix_horizon_s: float = 300.0,
         max_prefix_hashes: int = 200_000,
         sample_size: int = 5000,
         seed: int = 0,
         profile_id: str = "",
-    ) -> WorkloadProfile:
+    ) -> DriftReference:
         """Build a reference from requests in time order (reservoir of `sample_size` lengths)."""
         builder = ReferenceBuilder(
             prefix_horizon_s=prefix_horizon_s,
@@ -296,7 +296,7 @@ class WorkloadProfile:
 
 
 class ReferenceBuilder:
-    """Builds a `WorkloadProfile` one request at a time, in bounded memory (a reservoir of lengths
+    """Builds a `DriftReference` one request at a time, in bounded memory (a reservoir of lengths
     and the bounded prefix seen-set): what the service learns a reference from live traffic with."""
 
     def __init__(
@@ -317,7 +317,7 @@ class ReferenceBuilder:
         self.last_s = -math.inf  #: latest request time added
         self._reused = self._blocks = self._reuse_requests = 0
 
-    def add(self, s: RequestSample) -> None:
+    def add(self, s: DriftSample) -> None:
         """Add one request (times roughly in order; the span is max - min)."""
         self.requests += 1
         self.first_s = min(self.first_s, s.time_s)
@@ -336,9 +336,9 @@ class ReferenceBuilder:
             self._blocks += counted[1]
             self._reuse_requests += 1
 
-    def build(self, *, profile_id: str = "") -> WorkloadProfile:
+    def build(self, *, profile_id: str = "") -> DriftReference:
         """The reference of everything added so far."""
-        return WorkloadProfile(
+        return DriftReference(
             prompt_sample=np.asarray(self._prompts, dtype=np.float64),
             output_sample=np.asarray(self._outputs, dtype=np.float64),
             requests=self.requests,
@@ -515,7 +515,7 @@ class _Ring:
 class DriftDetector:
     """Live window of one endpoint's traffic, compared with a reference profile on `check`."""
 
-    def __init__(self, reference: WorkloadProfile, config: DriftConfig | None = None) -> None:
+    def __init__(self, reference: DriftReference, config: DriftConfig | None = None) -> None:
         self.config = config or DriftConfig()
         c = self.config
         self.reference = reference
@@ -532,7 +532,7 @@ class DriftDetector:
         self._last_finding: dict[Feature, float] = {}
         self.observed = 0  #: requests observed
 
-    def set_reference(self, reference: WorkloadProfile) -> None:
+    def set_reference(self, reference: DriftReference) -> None:
         """Replace the reference (after a re-tune); clears cooldowns, keeps the live window."""
         self.reference = reference
         self._last_finding.clear()
@@ -792,7 +792,7 @@ class EndpointDrift:
     _builder: ReferenceBuilder | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.detector = DriftDetector(WorkloadProfile.empty(), self.config)
+        self.detector = DriftDetector(DriftReference.empty(), self.config)
         self._learn()
 
     @property
@@ -806,7 +806,7 @@ class EndpointDrift:
         return self._builder.requests if self._builder is not None else 0
 
     def _learn(self) -> None:
-        self.detector.set_reference(WorkloadProfile.empty())
+        self.detector.set_reference(DriftReference.empty())
         self.detector.reset_window()
         self._builder = ReferenceBuilder(
             prefix_horizon_s=self.config.prefix_horizon_s,
@@ -814,7 +814,7 @@ class EndpointDrift:
             seed=self.seed,
         )
 
-    def observe(self, sample: RequestSample) -> None:
+    def observe(self, sample: DriftSample) -> None:
         """Feed one served request."""
         self.detector.observe(
             now=sample.time_s,
@@ -826,7 +826,7 @@ class EndpointDrift:
         if self._builder is not None:
             self._builder.add(sample)
 
-    def use_profile(self, profile: WorkloadProfile) -> None:
+    def use_profile(self, profile: DriftReference) -> None:
         """Make `profile` the reference (a `profile.ready` for this endpoint)."""
         self._builder = None
         self.detector.set_reference(profile)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from evertune.sla_monitor.alerts import Breach, Decision, Resolved
 from evertune.sla_monitor.burn_rate import RuleEvaluation, unreachable_rules
-from evertune.sla_monitor.drift import DriftReport, EndpointDrift, RequestSample, WorkloadProfile
+from evertune.sla_monitor.drift import DriftReference, DriftReport, DriftSample, EndpointDrift
 from evertune.sla_monitor.metrics import SlaMonitorCollector
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
 from evertune.sla_monitor.payloads import ReceiverConfig
@@ -69,12 +69,12 @@ def observation(record: telemetry_pb2.RequestRecord) -> Observation | None:
     )
 
 
-def drift_sample(record: telemetry_pb2.RequestRecord) -> RequestSample | None:
+def drift_sample(record: telemetry_pb2.RequestRecord) -> DriftSample | None:
     """A RequestRecord as drift detection sees it; None for a request that was not served (an
     error, or no prompt length reported): drift watches the workload that was served."""
     if record.error_class or record.status_code >= 400 or record.prompt_tokens <= 0:
         return None
-    return RequestSample(
+    return DriftSample(
         time_s=record.start_time_unix_ns / 1e9,
         prompt_tokens=record.prompt_tokens,
         output_tokens=record.completion_tokens,
@@ -85,7 +85,7 @@ def drift_sample(record: telemetry_pb2.RequestRecord) -> RequestSample | None:
 
 def profile_from_ready(
     ready: events_pb2.ProfileReady, *, min_requests: int, prefix_horizon_s: float
-) -> WorkloadProfile | None:
+) -> DriftReference | None:
     """The drift reference a `profile.ready` carries, or None when it carries too little: fewer than
     `min_requests` requests, no summary, or neither a rate nor a prompt median.
 
@@ -101,7 +101,7 @@ def profile_from_ready(
     horizon = summary.prefix_horizon_s
     # 0 reuse is read as "not measured" (a profile without prefix hashes reports 0 as well)
     same_horizon = horizon <= 0 or abs(horizon - prefix_horizon_s) <= 0.01 * prefix_horizon_s
-    return WorkloadProfile.from_summary(
+    return DriftReference.from_summary(
         requests=int(ready.request_count),
         span_s=span,
         rate_rps=summary.rate_rps,
@@ -231,7 +231,7 @@ class SlaMonitorService(Service):
         self.drift: dict[str, EndpointDrift] = {}  #: drift state per endpoint
         self.drift_findings: dict[tuple[str, str], int] = {}  #: findings per (endpoint, feature)
         self.drift_events = 0  #: drift.detected events decided
-        self._profiles: dict[str, WorkloadProfile] = {}  # profile.ready references not yet applied
+        self._profiles: dict[str, DriftReference] = {}  # profile.ready references not yet applied
         self._next_drift_check = 0.0
         self._endpoints: KvFollower | None = None  #: follows the endpoints bucket
         self._profiles_sub: Resubscriber | None = None  #: the profile.ready ordered consumer

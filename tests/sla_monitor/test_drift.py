@@ -14,10 +14,10 @@ from evertune.sla_monitor.drift import (
     DriftConfig,
     DriftDetector,
     DriftFinding,
+    DriftReference,
     DriftReport,
+    DriftSample,
     EndpointDrift,
-    RequestSample,
-    WorkloadProfile,
     kolmogorov_q,
     ks_2samp,
     ks_critical,
@@ -41,7 +41,7 @@ def traffic(
     shared_blocks: int = 6,
     unique_blocks: int = 2,
     ttft_scale: float = 1.0,
-) -> Iterator[RequestSample]:
+) -> Iterator[DriftSample]:
     """Poisson arrivals; lognormal prompt/output/TTFT; prompts = a shared family prefix + unique blocks."""
     rng = np.random.default_rng(seed)
     t = start_s
@@ -50,7 +50,7 @@ def traffic(
         family = int(rng.integers(0, FAMILIES))
         shared = tuple((1 << 40) + family * 1000 + i for i in range(shared_blocks))
         unique = tuple(int(h) for h in rng.integers(1 << 50, 1 << 62, size=unique_blocks))
-        yield RequestSample(
+        yield DriftSample(
             time_s=t,
             prompt_tokens=max(1, round(prompt_scale * float(rng.lognormal(math.log(800), 0.6)))),
             output_tokens=max(1, round(float(rng.lognormal(math.log(40), 0.5)))),
@@ -60,12 +60,12 @@ def traffic(
 
 
 REFERENCE_N = 10_000  # 500 s at 20 requests/s
-REFERENCE = WorkloadProfile.from_samples(traffic(1, n=REFERENCE_N, start_s=T0), profile_id="ref")
+REFERENCE = DriftReference.from_samples(traffic(1, n=REFERENCE_N, start_s=T0), profile_id="ref")
 LIVE_START = T0 + 1000
 
 
 def feed(
-    detector: DriftDetector, samples: Iterator[RequestSample], *, check_every_s: float = 10.0
+    detector: DriftDetector, samples: Iterator[DriftSample], *, check_every_s: float = 10.0
 ) -> list[tuple[int, DriftFinding]]:
     """Observe every sample, checking every `check_every_s`; (request index at check, finding)."""
     found: list[tuple[int, DriftFinding]] = []
@@ -192,7 +192,7 @@ def test_findings_say_what_was_measured() -> None:
     assert f.statistic > f.critical_value > 0 and f.live_window_s > 0
 
 
-def _stationary_arrays(seed: int, n: int) -> Iterator[RequestSample]:
+def _stationary_arrays(seed: int, n: int) -> Iterator[DriftSample]:
     """`traffic` drawn vectorised (a long stream in well under a second)."""
     rng = np.random.default_rng(seed)
     times = T0 + np.cumsum(rng.exponential(1 / 20.0, size=n))
@@ -203,7 +203,7 @@ def _stationary_arrays(seed: int, n: int) -> Iterator[RequestSample]:
     uniques = rng.integers(1 << 50, 1 << 62, size=(n, 2))
     for i in range(n):
         shared = tuple((1 << 40) + int(families[i]) * 1000 + b for b in range(6))
-        yield RequestSample(
+        yield DriftSample(
             time_s=float(times[i]),
             prompt_tokens=int(prompts[i]),
             output_tokens=int(outputs[i]),
@@ -234,9 +234,7 @@ def test_long_stationary_stream_gives_no_finding_with_a_learnt_reference() -> No
     assert tracker.detector.cusum.mu is not None and tracker.detector.cusum.alarms == 0
 
 
-def _run(
-    tracker: EndpointDrift, samples: Iterator[RequestSample], every_s: float = 10.0
-) -> list[DriftReport]:
+def _run(tracker: EndpointDrift, samples: Iterator[DriftSample], every_s: float = 10.0) -> list[DriftReport]:
     reports: list[DriftReport] = []
     next_check: float | None = None
     for s in samples:
@@ -264,7 +262,7 @@ def test_reference_is_learnt_then_a_shift_is_reported_once_and_becomes_the_refer
 
 
 def test_profile_summary_reference_uses_the_sign_test() -> None:
-    profile = WorkloadProfile.from_summary(
+    profile = DriftReference.from_summary(
         requests=20_000,
         span_s=1000.0,
         rate_rps=20.0,
@@ -294,7 +292,7 @@ def test_deployment_change_restarts_the_ttft_baseline_and_a_traffic_reference() 
     assert tracker.source == "traffic" and tracker.detector.cusum.mu is not None
     tracker.deployment_changed()
     assert tracker.state == "learning" and tracker.detector.cusum.mu is None
-    profile = WorkloadProfile.from_samples(traffic(35, n=2000, start_s=T0), profile_id="p")
+    profile = DriftReference.from_samples(traffic(35, n=2000, start_s=T0), profile_id="p")
     tracker.use_profile(profile)
     tracker.deployment_changed()  # a profile reference is kept: the new deployment was tuned on it
     assert tracker.state == "watching" and tracker.detector.reference is profile
