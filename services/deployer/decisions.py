@@ -253,87 +253,85 @@ def rollback_steps(
     one the plan takes out leaves: here, or, for the stable one when the target is relaunched, by
     the relaunched deployment's rollout (it drains the deployment it replaces).
     """
-    steps = _rollback_steps(
-        chosen,
-        stable_id=stable_id,
-        in_progress=in_progress,
-        restart=restart,
-        result_id=result_id,
-        reason=reason,
-    )
-    leaving = [s.deployment_id for s in _flat(steps) if isinstance(s, Drain | StopEngines)]
-    assert len(leaving) == len(set(leaving)), steps
-    assert set(chosen.take_out) - {stable_id if restart else ""} <= set(leaving), steps
-    return steps
-
-
-def _rollback_steps(
-    chosen: RollbackPlan,
-    *,
-    stable_id: str,
-    in_progress: endpoint_pb2.Deployment | None,
-    restart: bool,
-    result_id: str,
-    reason: str,
-) -> list[Step]:
-    """`rollback_steps` before its invariant is checked."""
     restore = chosen.restore
+    back_to_stable = restore.id == stable_id
     steps: list[Step] = []
     if in_progress is not None:
-        back_to_stable = restore.id == stable_id
-        # The canary's share goes back to the stable; another target takes traffic in phase 2/3.
-        steps.append(CancelWork())
-        steps.append(Reroute(AllTo(stable_id) if back_to_stable else Silence(in_progress.id)))
-        steps += _take_out(in_progress, reason=reason)
-        if back_to_stable:
-            steps.append(AnnounceRolledBack(taken_out=in_progress.id, restored=restore.id, reason=reason))
-            return steps
-    if restart:
-        steps.append(
-            Relaunch(
-                config_of=restore.id,
-                engine_config=restore.engine_config,
-                deployment_id=result_id,
-                previous_id=stable_id,
-                message=reason or f"rollback to the configuration of {restore.id}",
-            )
-        )
-        if restore.state == D.DEPLOYMENT_STATE_DRAINING:  # its drain was cancelled: finish it
-            steps.append(Drain(restore.id, final=D.DEPLOYMENT_STATE_RETIRED))
-        steps.append(AnnounceStarted(result_id))
-        steps.append(AnnounceRolledBack(taken_out=stable_id, restored=result_id, reason=reason))
-        steps.append(RollOut(result_id))
-        return steps
-    urls = [u for u in restore.upstream_url.split(",") if u]
-    steps.append(
-        Locked(
-            (
-                Reroute(AllTo(restore.id), urls={restore.id: urls}),
-                Mark(restore.id, state=D.DEPLOYMENT_STATE_ACTIVE, message=""),
-                MarkEndpoint(D.ENDPOINT_STATE_READY, "", stable_id=restore.id),
-            )
-        )
-    )
-    steps.append(AnnounceRolledBack(taken_out=stable_id, restored=restore.id, reason=reason))
-    aborted = in_progress.id if in_progress is not None else ""
-    steps += [Drain(d, final=D.DEPLOYMENT_STATE_ROLLED_BACK) for d in chosen.take_out if d != aborted]
+        steps += _abort(in_progress, back_to_stable=back_to_stable, stable_id=stable_id, reason=reason)
+    if in_progress is not None and back_to_stable:
+        steps.append(AnnounceRolledBack(taken_out=in_progress.id, restored=restore.id, reason=reason))
+    elif restart:
+        steps += _relaunch(restore, stable_id=stable_id, result_id=result_id, reason=reason)
+    else:
+        aborted = in_progress.id if in_progress is not None else ""
+        leaving = [d for d in chosen.take_out if d != aborted]
+        steps += _take_back(restore, stable_id=stable_id, leaving=leaving, reason=reason)
+    leaves = [s.deployment_id for s in _flat(steps) if isinstance(s, Drain | StopEngines)]
+    assert len(leaves) == len(set(leaves)), steps
+    assert set(chosen.take_out) - {stable_id if restart else ""} <= set(leaves), steps
     return steps
 
 
-def _take_out(in_progress: endpoint_pb2.Deployment, *, reason: str) -> list[Step]:
-    """Phase 1 of a rollback: the rollout in progress leaves service (its weight is already 0)."""
+def _abort(
+    in_progress: endpoint_pb2.Deployment, *, back_to_stable: bool, stable_id: str, reason: str
+) -> list[Step]:
+    """Phase 1: the rollout in progress leaves service. The canary's share goes back to the
+    stable, or, for another target, to nobody until phase 2 or 3 moves the traffic."""
+    steps: list[Step] = [
+        CancelWork(),
+        Reroute(AllTo(stable_id) if back_to_stable else Silence(in_progress.id)),
+    ]
     if in_progress.state == D.DEPLOYMENT_STATE_CANARY:  # its streams in flight finish, then it stops
-        steps: list[Step] = [
+        steps += [
             Mark(in_progress.id, message=reason),
             Drain(in_progress.id, final=D.DEPLOYMENT_STATE_ROLLED_BACK),
         ]
     else:
-        steps = [
+        steps += [
             StopEngines(in_progress.id),
             Reroute(Without(in_progress.id)),
             Mark(in_progress.id, state=D.DEPLOYMENT_STATE_ROLLED_BACK, message=reason),
         ]
     steps.append(EndRollout(in_progress.id))
+    return steps
+
+
+def _relaunch(restore: endpoint_pb2.Deployment, *, stable_id: str, result_id: str, reason: str) -> list[Step]:
+    """Phase 2: a stopped target's configuration as a new deployment, rolled out at once."""
+    steps: list[Step] = [
+        Relaunch(
+            config_of=restore.id,
+            engine_config=restore.engine_config,
+            deployment_id=result_id,
+            previous_id=stable_id,
+            message=reason or f"rollback to the configuration of {restore.id}",
+        )
+    ]
+    if restore.state == D.DEPLOYMENT_STATE_DRAINING:  # its drain was cancelled: finish it
+        steps.append(Drain(restore.id, final=D.DEPLOYMENT_STATE_RETIRED))
+    steps += [
+        AnnounceStarted(result_id),
+        AnnounceRolledBack(taken_out=stable_id, restored=result_id, reason=reason),
+        RollOut(result_id),
+    ]
+    return steps
+
+
+def _take_back(
+    restore: endpoint_pb2.Deployment, *, stable_id: str, leaving: list[str], reason: str
+) -> list[Step]:
+    """Phase 3: a target that still runs takes all traffic at once; `leaving` drain."""
+    urls = [u for u in restore.upstream_url.split(",") if u]
+    switch = (
+        Reroute(AllTo(restore.id), urls={restore.id: urls}),
+        Mark(restore.id, state=D.DEPLOYMENT_STATE_ACTIVE, message=""),
+        MarkEndpoint(D.ENDPOINT_STATE_READY, "", stable_id=restore.id),
+    )
+    steps: list[Step] = [
+        Locked(switch),
+        AnnounceRolledBack(taken_out=stable_id, restored=restore.id, reason=reason),
+    ]
+    steps += [Drain(d, final=D.DEPLOYMENT_STATE_ROLLED_BACK) for d in leaving]
     return steps
 
 
