@@ -149,6 +149,11 @@ class Rollouts:
         """The policy a new rollout of `endpoint` runs with: its spec.rollout over the defaults."""
         return effective_policy(self.policy, rollout_overrides(endpoint.spec.rollout, field="spec.rollout"))
 
+    def _policy_of(self, record: RolloutRecord, endpoint: endpoint_pb2.Endpoint) -> RolloutPolicy:
+        """The policy a rollout in flight runs with: the one fixed in its record when it began
+        (a record without one, from an older deployer: the endpoint's now)."""
+        return RolloutPolicy.model_validate(record.policy) if record.policy else self.policy_for(endpoint)
+
     async def promote(self, command: PromoteCommand, caller: Principal) -> endpoint_pb2.Deployment:
         endpoint = await self.work.visible_endpoint(command.endpoint, caller)
         name = command.endpoint
@@ -377,9 +382,7 @@ class Rollouts:
                     final = record.replaced_final
                     self.work.spawn(name, self.work.drain(name, previous, final=final), name="drain")
                 return
-            policy = (
-                RolloutPolicy.model_validate(record.policy) if record.policy else self.policy_for(endpoint)
-            )
+            policy = self._policy_of(record, endpoint)
             await self._canary(name, deployment, stable_id=previous, policy=policy, urls=urls)
 
     async def _start_engines(
@@ -387,12 +390,7 @@ class Rollouts:
     ) -> list[str] | None:
         """Start, wait until ready, warm up; the URLs, or None after `_start_failed`."""
         name = endpoint.spec.name
-        target = Target(
-            deployment_id=deployment.id,
-            endpoint=name,
-            engine=EngineSpec.from_proto(deployment.engine_config, default_model=endpoint.spec.model),
-            hardware_class=endpoint.spec.hardware_pool.hardware_class,
-        )
+        target = _target(endpoint, deployment)
         try:
             urls = await self.backend.start(target)
             await self.work.set_deployment(name, deployment.id, upstream_url=",".join(urls))
@@ -777,21 +775,14 @@ class Rollouts:
                 urls = await self._start_engines(endpoint, deployment)
                 if urls is None:
                     return
-            policy = (
-                RolloutPolicy.model_validate(record.policy) if record.policy else self.policy_for(endpoint)
-            )
+            policy = self._policy_of(record, endpoint)
             log.info("canary resumed", endpoint=name, step=record.step)
             await self._canary(name, deployment, stable_id=stable_id, policy=policy, urls=urls, resume=record)
 
     async def restart(self, endpoint: endpoint_pb2.Endpoint, deployment: endpoint_pb2.Deployment) -> None:
         """Start an ACTIVE deployment's engines again and point its routes at them."""
         name = endpoint.spec.name
-        target = Target(
-            deployment_id=deployment.id,
-            endpoint=name,
-            engine=EngineSpec.from_proto(deployment.engine_config, default_model=endpoint.spec.model),
-            hardware_class=endpoint.spec.hardware_pool.hardware_class,
-        )
+        target = _target(endpoint, deployment)
         async with self.work.lock(name):
             try:
                 urls = await self.backend.start(target)
@@ -878,6 +869,16 @@ class Rollouts:
         await self.state.begin_rollout(name, deployment.id, rollout)
         await self.state.create_deployment(deployment)
         return deployment
+
+
+def _target(endpoint: endpoint_pb2.Endpoint, deployment: endpoint_pb2.Deployment) -> Target:
+    """What the backend starts for `deployment` of `endpoint`."""
+    return Target(
+        deployment_id=deployment.id,
+        endpoint=endpoint.spec.name,
+        engine=EngineSpec.from_proto(deployment.engine_config, default_model=endpoint.spec.model),
+        hardware_class=endpoint.spec.hardware_pool.hardware_class,
+    )
 
 
 def _p99(values: list[float] | Any) -> float:
