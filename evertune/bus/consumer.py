@@ -120,35 +120,42 @@ class DurableConsumer:
     async def _handle(self, msg: Msg, stopping: asyncio.Task[Any]) -> None:
         self.stats.in_flight += 1
         keepalive = asyncio.create_task(self._keep_alive(msg))
-        work = asyncio.create_task(self._handler(msg))
         try:
             if self._spec.nak_on_stop:
-                await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if not work.done():
-                    await self._abandon(msg, work)
+                if not await self._unless_stopped(msg, stopping):
                     return
-            try:
-                await work
-            except PoisonMessage as err:
-                await self._poison(msg, str(err))
-            except Exception as err:  # a handler failure of any kind must not stop the consumer
-                await self._retry_or_poison(msg, err)
             else:
-                await msg.ack()
-                self.stats.acked += 1
+                await self._handler(msg)
+        except PoisonMessage as err:
+            await self._poison(msg, str(err))
+        except Exception as err:  # a handler failure of any kind must not stop the consumer
+            await self._retry_or_poison(msg, err)
+        else:
+            await msg.ack()
+            self.stats.acked += 1
         finally:
             keepalive.cancel()
             self.stats.in_flight -= 1
 
-    async def _abandon(self, msg: Msg, work: asyncio.Task[None]) -> None:
-        """Stop came first: cancel the handler and give the message back at once."""
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await work
+    async def _unless_stopped(self, msg: Msg, stopping: asyncio.Task[Any]) -> bool:
+        """The handler raced against stop: True once it finished (raising what it raised); False
+        when stop came first: it is cancelled and the message given back at once."""
+        work = asyncio.create_task(self._handler(msg))
+        try:
+            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # stop came first, or this consumer itself is cancelled: the handler goes too
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await work
+        if not work.cancelled():
+            work.result()
+            return True
         self.stats.abandoned += 1
         with contextlib.suppress(Exception):
             await msg.nak()
         log.warning("handler stopped; message given back", subject=msg.subject, consumer=self._spec.durable)
+        return False
 
     async def _keep_alive(self, msg: Msg) -> None:
         """Tell the server the message is still being worked on, three times per ack wait; a
