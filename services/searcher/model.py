@@ -182,7 +182,13 @@ class SearchModel:
     #: `prime_conversations`, on by default): each simulated window starts with their histories in
     #: the prefix cache (`perfmodel.workload.primer_inputs`)
     primed: bool = True
-    simulations: int = 0  #: simulations run so far
+    simulations: int = 0  #: simulations run so far (a repeated one is answered from memory)
+    #: each simulation's point by (candidate key, hardware class, rate, factors): a search asks for
+    #: the same ones again (every round ranks the whole space; the re-calibration's fit re-predicts
+    #: the latest trials), and a simulation is a pure function of them and the fields above
+    _points: dict[tuple[str, str, float, Efficiency], RatePoint] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if len(self.inputs) < 2:
@@ -220,6 +226,15 @@ class SearchModel:
         return cut if len(cut) >= 2 else inputs[:2]
 
     def _run(self, candidate: Candidate, hardware_class: str, rate_rps: float, eff: Efficiency) -> RatePoint:
+        key = (candidate.key, hardware_class, rate_rps, eff)
+        point = self._points.get(key)
+        if point is None:
+            point = self._points[key] = self._simulate(candidate, hardware_class, rate_rps, eff)
+        return point
+
+    def _simulate(
+        self, candidate: Candidate, hardware_class: str, rate_rps: float, eff: Efficiency
+    ) -> RatePoint:
         self.simulations += 1
         spec = candidate.spec.model_copy(update={"kind": "vllm"})
         hardware = self.hardware[hardware_class]

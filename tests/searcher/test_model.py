@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from evertune.searcher.model import scaled
 from evertune.searcher.space import Candidate, config_key
 
 from evertune.perfmodel import SimInput
@@ -32,3 +33,22 @@ def test_primed_windows_start_with_the_histories_cached(
     assert primed.predict(off, "cpu").figures.ttft_p50_ms == pytest.approx(
         cold.predict(off, "cpu").figures.ttft_p50_ms, rel=1e-9
     )
+
+
+def test_a_repeated_prediction_is_answered_from_memory_until_the_factors_change(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    slo = Slo(ttft_ms=500.0, itl_ms=float("inf"), share=0.9)
+    model = search_model(searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=slo, target_rps=2.0)
+    spec = base_spec(searcher_model_dir)
+    candidate = Candidate(spec=spec, key=config_key(spec), lossy=False, devices=0)
+    first = model.predict(candidate, "cpu")
+    runs = model.simulations
+    assert runs >= 2  # the gate and the target rates at least
+    assert model.predict(candidate, "cpu") == first and model.simulations == runs
+    # Other factors (a re-calibration) are other simulations; a copy starts with an empty memory.
+    model.efficiency["cpu"] = scaled(CPU_TRUTH, 2.0)
+    faster = model.predict(candidate, "cpu")
+    assert model.simulations > runs and faster.figures.ttft_p50_ms < first.figures.ttft_p50_ms
+    copy = dataclasses.replace(model, simulations=0)
+    assert copy.predict(candidate, "cpu") == faster and copy.simulations == model.simulations - runs
