@@ -1,4 +1,5 @@
-"""Test helpers of the deployer: a stand-in engine process, wire builders, waiting on KV state."""
+"""Test helpers of the deployer: a stand-in engine process (`tests/fake_engine.py`), wire builders,
+waiting on KV state."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from evertune.store import Store
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
 
-SCRIPT = Path(__file__).with_name("stand_in_engine.py")
+SCRIPT = Path(__file__).parent.parent / "fake_engine.py"
 #: Endpoint model that makes the stand-in exit at start (a config that cannot run).
 BROKEN_MODEL = "broken-model"
 #: Endpoint model whose stand-in becomes ready only after SLOW_READY_S.
@@ -34,9 +35,10 @@ T = TypeVar("T")
 
 
 class StandInEngine:
-    """A stand-in engine: `stand_in_engine.py` in its own process, with the EngineHandle surface.
+    """A stand-in engine: `tests/fake_engine.py` in its own process, with the EngineHandle surface.
 
-    Its tag (what it streams) is `s<max_num_seqs>`, so tests can tell configurations apart.
+    It streams 5 tokens 5 ms apart, each its tag `s<max_num_seqs>`, so tests can tell configurations
+    apart; the first at once, unless the request's `X-Fake: ttft_ms=...` holds it.
     """
 
     def __init__(
@@ -71,6 +73,12 @@ class StandInEngine:
             self.model,
             "--tag",
             self.tag,
+            "--ttft-ms",
+            "0",
+            "--itl-ms",
+            "5",
+            "--tokens",
+            "5",
         ]
         if self.spec.model == BROKEN_MODEL:
             argv += ["--exit-at-start", "1"]

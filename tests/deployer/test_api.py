@@ -363,7 +363,7 @@ async def test_delete_drains_in_flight_requests_then_forgets_the_endpoint(stack:
         async with aiohttp.ClientSession() as session:
             body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "stream": True}
             async with session.post(
-                f"{url}/v1/chat/completions", json=body, headers={"X-Hold-Ms": "800"}
+                f"{url}/v1/chat/completions", json=body, headers={"X-Fake": "ttft_ms=800"}
             ) as r:
                 await r.read()
                 return r.status
@@ -477,7 +477,7 @@ async def test_rollback_to_a_draining_deployment_reuses_it(stack: Stack) -> None
     async def held_request() -> int:
         async with aiohttp.ClientSession() as session:
             body = {"model": name, "messages": [{"role": "user", "content": "hi"}]}
-            headers = {"X-Hold-Ms": "8000"}  # long enough for a loaded machine to see the drain
+            headers = {"X-Fake": "ttft_ms=8000"}  # long enough for a loaded machine to see the drain
             async with session.post(f"{old_url}/v1/chat/completions", json=body, headers=headers) as r:
                 await r.read()
                 return r.status

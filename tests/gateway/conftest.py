@@ -1,4 +1,4 @@
-"""A gateway on the session's NATS, the fake OpenAI server as its upstream, and record readers."""
+"""A gateway on the session's NATS, the fake engine as its upstream, and record readers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The gateway end to end: a real NATS, the fake OpenAI server upstream, a real HTTP client."""
+"""The gateway end to end: a real NATS, the fake engine upstream, a real HTTP client."""
 
 from __future__ import annotations
 

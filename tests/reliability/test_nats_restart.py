@@ -2,7 +2,7 @@
 upstream served has exactly one row in ClickHouse afterwards.
 
 Real parts: a private nats-server (so it can be killed without touching the session's), the gateway
-and the profiler's sink hosted as `evertune up` hosts them, the fake OpenAI upstream in its own
+and the profiler's sink hosted as `evertune up` hosts them, the fake engine upstream in its own
 process, the open-loop replay client, the session's chDB engine (a database of this test's own).
 While NATS is away the gateway keeps answering and spools its records to its local file; when NATS
 is back (same port, same store dir) the spool drains, and the sink carries on from its durable

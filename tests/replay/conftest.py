@@ -1,4 +1,5 @@
-"""The fake OpenAI server (`fake_openai.py`) in its own process, shared by the session."""
+"""The fake engine (`tests/fake_engine.py`) in its own process, listing `fake` and `fake-2` and
+answering any model (the gateway tests send their endpoints' names), shared by the session."""
 
 from __future__ import annotations
 
@@ -13,14 +14,26 @@ import pytest
 
 from evertune.nats_server import free_port
 
-SERVER = Path(__file__).with_name("fake_openai.py")
+SERVER = Path(__file__).parent.parent / "fake_engine.py"
 
 
 def _serve() -> Iterator[str]:
     """Start one fake server process on a free port; yield its URL; stop it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port)])
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(SERVER),
+            "--port",
+            str(port),
+            "--model",
+            "fake",
+            "--model",
+            "fake-2",
+            "--any-model",
+        ]
+    )
     try:
         deadline = time.monotonic() + 15
         while True:
@@ -29,7 +42,7 @@ def _serve() -> Iterator[str]:
                     break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the fake OpenAI server did not start") from None
+                    raise RuntimeError("the fake engine did not start") from None
                 time.sleep(0.05)
         yield url
     finally:

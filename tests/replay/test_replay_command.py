@@ -1,4 +1,4 @@
-"""`evertune replay` as a user runs it, against the fake OpenAI server with known delays."""
+"""`evertune replay` as a user runs it, against the fake engine with known delays."""
 
 from __future__ import annotations
 
