@@ -24,12 +24,12 @@ spirit of Argo Rollouts' analysis and Flagger's metric checks.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
+from scipy.stats import mannwhitneyu
 
 from evertune.percentiles import percentile
 
@@ -107,31 +107,12 @@ class Analysis:
 
 
 def mann_whitney_greater_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """One-sided p-value that values of `a` tend to be larger than those of `b` (Mann-Whitney U,
-    normal approximation with tie correction and continuity correction). 1.0 when either is empty."""
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
+    """One-sided p-value that values of `a` tend to be larger than those of `b` (scipy's Mann-Whitney
+    U, normal approximation with tie and continuity corrections). 1.0 when either is empty or every
+    value is the same (no ordering to test)."""
+    if len(a) == 0 or len(b) == 0 or len({*a, *b}) < 2:
         return 1.0
-    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
-    ranks_a = 0.0
-    tie_term = 0.0
-    i = 0
-    while i < len(pooled):
-        j = i
-        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
-            j += 1
-        mid_rank = (i + j) / 2 + 1  # ranks are 1-based
-        ties = j - i + 1
-        tie_term += ties**3 - ties
-        ranks_a += mid_rank * sum(1 for k in range(i, j + 1) if pooled[k][1] == 0)
-        i = j + 1
-    u = ranks_a - n1 * (n1 + 1) / 2
-    n = n1 + n2
-    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
-    if variance <= 0:
-        return 1.0
-    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
-    return 0.5 * math.erfc(z / math.sqrt(2))
+    return float(mannwhitneyu(a, b, alternative="greater", method="asymptotic", use_continuity=True).pvalue)
 
 
 def _regressed(canary: float, stable: float, *, relative: float, slack: float) -> bool:

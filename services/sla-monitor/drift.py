@@ -36,6 +36,8 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats
+from scipy.special import kolmogi, kolmogorov
 
 #: Feature names, as in `DriftSignal.feature` (plus "ttft_ms" for the change-point detector).
 Feature = Literal["prompt_tokens", "completion_tokens", "rate_rps", "prefix_reuse_share", "ttft_ms"]
@@ -48,25 +50,12 @@ FloatArray = npt.NDArray[np.float64]
 
 
 # --------------------------------------------------------------------------------------------------
-# Statistics (numpy only)
+# Statistics (numpy; the Kolmogorov distribution from scipy)
 
 
 def normal_two_sided_p(z: float) -> float:
     """Two-sided p-value of a standard normal statistic."""
     return math.erfc(abs(z) / math.sqrt(2.0))
-
-
-def kolmogorov_q(lam: float) -> float:
-    """Survival function of the Kolmogorov distribution: P(K > lam) = 2 sum (-1)^(k-1) e^(-2 k^2 lam^2)."""
-    if lam < 0.2:
-        return 1.0
-    total = 0.0
-    for k in range(1, 101):
-        term = math.exp(-2.0 * k * k * lam * lam)
-        total += term if k % 2 else -term
-        if term < 1e-16:
-            break
-    return min(1.0, max(0.0, 2.0 * total))
 
 
 def ks_2samp(a: FloatArray, b: FloatArray) -> tuple[float, float]:
@@ -77,14 +66,10 @@ def ks_2samp(a: FloatArray, b: FloatArray) -> tuple[float, float]:
     """
     if len(a) == 0 or len(b) == 0:
         return 0.0, 1.0
-    xa, xb = np.sort(a), np.sort(b)
-    grid = np.concatenate([xa, xb])
-    cdf_a = np.searchsorted(xa, grid, side="right") / len(xa)
-    cdf_b = np.searchsorted(xb, grid, side="right") / len(xb)
-    d = float(np.max(np.abs(cdf_a - cdf_b)))
-    ne = len(xa) * len(xb) / (len(xa) + len(xb))
+    d = float(stats.ks_2samp(a, b, method="asymp").statistic)
+    ne = len(a) * len(b) / (len(a) + len(b))
     root = math.sqrt(ne)
-    return d, kolmogorov_q((root + 0.12 + 0.11 / root) * d)
+    return d, float(kolmogorov((root + 0.12 + 0.11 / root) * d))
 
 
 def z_critical(p_value: float) -> float:
@@ -96,11 +81,7 @@ def ks_critical(p_value: float, *, n: int, m: int) -> float:
     """KS distance D whose asymptotic p (as `ks_2samp` computes it) is `p_value` for samples of n and m."""
     ne = n * m / (n + m)
     root = math.sqrt(ne)
-    lo, hi = 0.2, 10.0  # kolmogorov_q is decreasing in lam
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if kolmogorov_q(mid) > p_value else (lo, mid)
-    return hi / (root + 0.12 + 0.11 / root)
+    return float(kolmogi(p_value)) / (root + 0.12 + 0.11 / root)
 
 
 def sign_test_z(live: FloatArray, median: float) -> float:
