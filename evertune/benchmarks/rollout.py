@@ -45,13 +45,14 @@ import grpc
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.bus import connect
-from evertune.errors import Unavailable
+from evertune.errors import DeadlineExceeded, Unavailable
 from evertune.events import event_filter_subject
 from evertune.model import ensure_model
 from evertune.nats_server import EmbeddedNats
 from evertune.percentiles import percentile
 from evertune.replay import RequestResult, replay
 from evertune.runtime.host import hosted
+from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import open_store
 from evertune.v1 import endpoint_pb2 as D
@@ -234,14 +235,6 @@ class Events:
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), left)
-
-
-async def _until(check: Callable[[], Any], *, timeout_s: float, what: str, every_s: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise Unavailable(f"{what}: not within {timeout_s:g} s")
-        await asyncio.sleep(every_s)
 
 
 @contextlib.asynccontextmanager
@@ -440,7 +433,9 @@ class _Run:
                 raise Unavailable(f"endpoint failed: {got.state_message}")
             return bool(got.state == D.ENDPOINT_STATE_READY)
 
-        await _until(ready, timeout_s=self.engines.ready_timeout_s + 30, what="endpoint READY")
+        await eventually(
+            ready, timeout_s=self.engines.ready_timeout_s + 30, what="endpoint READY", every_s=0.1
+        )
         return str(
             (await stub.GetEndpoint(pb.GetEndpointRequest(name=self.name))).endpoint.stable_deployment_id
         )
@@ -459,7 +454,9 @@ class _Run:
                 return await _state_of(self.deployer, self.name, first) == D.DEPLOYMENT_STATE_RETIRED
             return now in (D.DEPLOYMENT_STATE_ROLLED_BACK, D.DEPLOYMENT_STATE_FAILED)
 
-        await _until(swapped, timeout_s=self.engines.ready_timeout_s + 180, what="the good swap finished")
+        await eventually(
+            swapped, timeout_s=self.engines.ready_timeout_s + 180, what="the good swap finished", every_s=0.1
+        )
         return await _state_of(self.deployer, self.name, good)
 
     async def _bad_canary(self, stub: pb_grpc.EndpointServiceStub) -> _BadCanary:
@@ -470,7 +467,7 @@ class _Run:
         async def carried() -> bool:
             return await _weight(self.deployer, self.name, bad) > 0
 
-        await _until(
+        await eventually(
             carried, timeout_s=self.engines.ready_timeout_s + 60, what="the bad canary taking traffic",
             every_s=POLL_S,
         )  # fmt: skip
@@ -478,7 +475,7 @@ class _Run:
         async def out() -> bool:
             return await _weight(self.deployer, self.name, bad) == 0
 
-        await _until(out, timeout_s=180, what="the bad canary back to weight 0", every_s=POLL_S)
+        await eventually(out, timeout_s=180, what="the bad canary back to weight 0", every_s=POLL_S)
         weight0_at = time.time()
         verdict = await self.events.first(
             "deploy.canary_step",
@@ -492,7 +489,7 @@ class _Run:
         async def stopped() -> bool:
             return await _state_of(self.deployer, self.name, bad) == D.DEPLOYMENT_STATE_ROLLED_BACK
 
-        await _until(stopped, timeout_s=60, what="the bad canary stopped")
+        await eventually(stopped, timeout_s=60, what="the bad canary stopped", every_s=0.1)
         await asyncio.sleep(2.0)
         steps = [
             e.deploy_canary_step
@@ -560,8 +557,8 @@ async def _rows_of(shared: SharedSettings, name: str, deployment_id: str, *, sen
             rows = await store.query("SELECT count() FROM requests WHERE endpoint = {e:String}", {"e": name})
             return int(rows[0][0]) >= sent
 
-        with contextlib.suppress(Unavailable):
-            await _until(landed, timeout_s=30, what="telemetry rows", every_s=0.5)
+        with contextlib.suppress(DeadlineExceeded):  # counted as they are
+            await eventually(landed, timeout_s=30, what="telemetry rows", every_s=0.5)
         rows = await store.query(
             "SELECT count() FROM requests WHERE endpoint = {e:String} AND deployment = {d:String}",
             {"e": name, "d": deployment_id},

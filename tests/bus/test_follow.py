@@ -16,7 +16,7 @@ from nats.js.kv import KeyValue
 
 from evertune.bus import KvFollower, Resubscriber, connect, reconnect_signal
 from evertune.nats_server import EmbeddedNats
-from tests.eventually import eventually
+from evertune.runtime.waiting import eventually
 
 BUCKET = "follow-test"
 

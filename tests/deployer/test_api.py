@@ -13,12 +13,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from evertune.bus import Bucket
+from evertune.runtime.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2
 from tests.deployer.conftest import Stack
 from tests.deployer.helpers import BROKEN_MODEL, SLOW_MODEL, create_request, new_name, spec
-from tests.eventually import eventually
 
 
 async def endpoint_in(stack: Stack, name: str, state: int) -> D.Endpoint:

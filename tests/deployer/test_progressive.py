@@ -22,6 +22,7 @@ from nats.js import JetStreamContext
 from evertune.bus import publish_event
 from evertune.events import EventKind, new_event
 from evertune.runtime.tasks import cancel_and_wait
+from evertune.runtime.waiting import eventually
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -29,7 +30,6 @@ from evertune.v1 import events_pb2
 from tests.deployer.conftest import FAST, Stack, purge_state, start_stack, stop_stack
 from tests.deployer.helpers import create_request, insert_requests, new_name, request_row
 from tests.deployer.test_api import deployments, endpoint_in, events_of, routes
-from tests.eventually import eventually
 
 #: Settings of these tests: short steps, 20 requests per arm to judge.
 #: Rows written per arm with weight, every tick.

@@ -12,6 +12,7 @@ import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from evertune.cli import main
+from evertune.runtime.waiting import eventually
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -20,7 +21,6 @@ from tests.deployer.conftest import TOKEN_A, Stack
 from tests.deployer.helpers import new_name, spec
 from tests.deployer.test_api import deployments, endpoint_in, events_of
 from tests.deployer.test_progressive import traffic
-from tests.eventually import eventually
 
 
 async def _ready_endpoint(stack: Stack, rollout: D.RolloutPolicy) -> tuple[str, str]:

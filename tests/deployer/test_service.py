@@ -23,6 +23,7 @@ from evertune.bus import publish_event
 from evertune.errors import SettingsError
 from evertune.events import EventKind, new_event
 from evertune.runtime import run_unary
+from evertune.runtime.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
@@ -30,7 +31,6 @@ from evertune.v1 import events_pb2
 from tests.deployer.conftest import Stack, deployer_settings, purge_state, start_stack, stop_stack
 from tests.deployer.helpers import create_request, new_name
 from tests.deployer.test_api import deployments, endpoint_in, routes
-from tests.eventually import eventually
 
 
 async def consumers(js: JetStreamContext) -> set[str]:

@@ -10,8 +10,8 @@ from nats.js import JetStreamContext
 
 from evertune.bus import connect, declare, load_definitions, publish
 from evertune.nats_server import EmbeddedNats
+from evertune.runtime.waiting import eventually
 from evertune.v1 import telemetry_pb2
-from tests.eventually import eventually
 
 
 async def test_records_are_spooled_while_nats_is_down_then_drained(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ from nats.js.api import ConsumerInfo
 
 from evertune.bus import publish
 from evertune.runtime import ServiceContext
+from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings
 from evertune.store import Store, migrate
 from evertune.v1 import events_pb2
-from tests.eventually import eventually
 from tests.profiler.helpers import batch
 
 

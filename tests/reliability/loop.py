@@ -33,13 +33,13 @@ from evertune.engines.sim import SIM_SERVER_MODULE
 from evertune.nats_server import EmbeddedNats
 from evertune.replay import RequestResult, replay
 from evertune.runtime.host import hosted
+from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import Store, open_store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2
-from tests.eventually import eventually
 from tests.replay.helpers import chat_plan
 
 #: Deployer settings of the loop tests: a three-step canary of 2 s steps judged on 5 requests an arm.

@@ -29,10 +29,10 @@ from evertune.gateway import GatewayService, GatewaySettings
 from evertune.bus import connect
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime.host import host_services
+from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
-from tests.eventually import eventually
 from tests.reliability.loop import (
     Traffic,
     alive,

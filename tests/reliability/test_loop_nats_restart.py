@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from evertune.runtime.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
-from tests.eventually import eventually
 from tests.reliability.loop import (
     Traffic,
     check_consistent,

@@ -21,10 +21,10 @@ from evertune.runner import RunnerService
 from evertune.bus import connect, publish
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime.host import host_services
+from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import open_store
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
-from tests.eventually import eventually
 from tests.reliability.loop import watching
 from tests.reliability.runner_process import runner_settings
 from tests.runner.helpers import job

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from evertune.runtime.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import events_pb2
-from tests.eventually import eventually
 from tests.reliability.loop import (
     FAST_ROLLOUT,
     Traffic,

@@ -25,9 +25,9 @@ from evertune.bus import connect
 from evertune.nats_server import EmbeddedNats
 from evertune.replay import replay
 from evertune.runtime.host import host_services
+from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import Store, open_store
-from tests.eventually import eventually
 from tests.gateway.conftest import put_routes
 from tests.replay.conftest import fake_url
 from tests.replay.helpers import chat_plan

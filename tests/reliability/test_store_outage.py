@@ -18,8 +18,8 @@ from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink
 from nats.js import JetStreamContext
 
 from evertune.bus import publish
+from evertune.runtime.waiting import eventually
 from evertune.store import Store, migrate
-from tests.eventually import eventually
 from tests.profiler.helpers import batch
 
 pytestmark = pytest.mark.reliability

@@ -17,9 +17,9 @@ from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy
 from evertune.errors import InvalidArgument, SettingsError
 from evertune.nats_server import free_port
 from evertune.outbound import OutboundPolicy, parse_networks
+from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2
-from tests.eventually import eventually
 from tests.sla_monitor.test_receivers import Receiver, _running
 
 PRODUCTION = OutboundPolicy()  #: nothing internal allowed (a gateway joined to a NATS of its own)

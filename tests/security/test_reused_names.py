@@ -12,11 +12,11 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from nats.aio.client import Client
 
+from evertune.runtime.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import Stack, start_stack, stop_stack
 from tests.deployer.helpers import create_request, new_name
-from tests.eventually import eventually
 
 
 async def _ready(stack: Stack, name: str, metadata: tuple[tuple[str, str], ...]) -> D.Endpoint:
