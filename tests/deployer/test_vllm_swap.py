@@ -17,8 +17,9 @@ SHORT = Mode(before_s=10.0, step_s=3.0, min_requests=5, max_holds=15)
 #: The swap's mechanics under load are under test here, not the canary's judgement (tested on its
 #: own): a fresh engine on a loaded 2-core CI machine once served its first canary requests at
 #: TTFT p90 50 ms vs the stable's 23 ms, and was rightly rolled back at a 25 ms slack; another run
-#: (2026-12-01) rolled one back on its first 6 requests' p99 gaps, 21.1 vs 14.5 ms at a 2 ms slack.
-ENGINES = dataclasses.replace(VLLM, ttft_slack_ms=250.0, itl_slack_ms=50.0)
+#: (2026-12-01) rolled one back on its first 6 requests' p99 gaps, 21.1 vs 14.5 ms at a 2 ms slack,
+#: and one beside a second pytest worker (2026-12-05) at TTFT p90 377 ms vs 27.5 ms (250 ms slack).
+ENGINES = dataclasses.replace(VLLM, ttft_slack_ms=1000.0, itl_slack_ms=100.0)
 
 
 @pytest.mark.engine
