@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from evertune.percentiles import percentile_sorted
+from evertune.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
 from evertune.workloads.stats import coefficient_of_variation
 
 #: Bins of a length histogram (at most; a width of 1, 2 or 5 times a power of ten).
@@ -250,7 +251,7 @@ class ProfileConfig:
     """How a profile is measured."""
 
     block_tokens: int = 128  #: tokens per prefix-hash block (the gateway's prefix_block_tokens)
-    horizon_s: float = 600.0  #: prefix-cache horizon, seconds
+    horizon_s: float = HORIZON_S  #: prefix-cache horizon, seconds (`workloads.prefix_reuse`)
     histogram_bins: int = HISTOGRAM_BINS  #: bins of the length histograms (at most)
 
 
@@ -380,15 +381,8 @@ def chain_structure(samples: Sequence[RequestSample], *, horizon_s: float) -> St
         sample = samples[i]
         chain = sample.prefix_hashes
         t = sample.start_s
-        within = seen = 0
-        for h in chain:
-            when = last_seen.get(h)
-            if when is None:
-                break
-            seen += 1
-            if within == seen - 1 and when >= t - horizon_s:
-                within += 1
-        reused[i], unbounded[i] = within, seen
+        reused[i] = leading_reused(chain, last_seen, now=t, horizon_s=horizon_s)
+        unbounded[i] = leading_reused(chain, last_seen, now=t, horizon_s=math.inf)
         for position in range(len(chain) - 1, -1, -1):
             candidate = ends_at.get(chain[position])
             if candidate is not None and len(samples[candidate].prefix_hashes) == position + 1:
@@ -444,10 +438,12 @@ def prefix_reuse(
     block = config.block_tokens
     prompt = sum(s.prompt_tokens for s in samples)
     reused = sum(
-        min(b * block, s.prompt_tokens) for b, s in zip(structure.reused_blocks, samples, strict=True)
+        reused_tokens(b, block_tokens=block, prompt_tokens=s.prompt_tokens)
+        for b, s in zip(structure.reused_blocks, samples, strict=True)
     )
     unbounded = sum(
-        min(b * block, s.prompt_tokens) for b, s in zip(structure.unbounded_blocks, samples, strict=True)
+        reused_tokens(b, block_tokens=block, prompt_tokens=s.prompt_tokens)
+        for b, s in zip(structure.unbounded_blocks, samples, strict=True)
     )
     roots = Counter(s.prefix_hashes[0] for s in samples if s.prefix_hashes)
     sizes = Counter(structure.conversation)

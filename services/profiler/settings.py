@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from evertune.workloads.prefix_reuse import HORIZON_S
+
 
 class ProfilerSettings(BaseSettings):
     """Settings of the profiler service; loaded once at start and passed down."""
@@ -29,7 +31,7 @@ class ProfilerSettings(BaseSettings):
     #: Tokens per block of the gateway's prefix hashes (keep equal to EVERTUNE_GATEWAY_PREFIX_BLOCK_TOKENS).
     prefix_block_tokens: int = Field(default=128, ge=1)
     #: A prompt block counts as reusable when it was sent at most this many seconds before.
-    prefix_horizon_s: float = Field(default=600.0, gt=0)
+    prefix_horizon_s: float = Field(default=HORIZON_S, gt=0)
     #: Most requests (the most recent of the window) the per-request figures and the trace cover.
     max_samples: int = Field(default=200_000, ge=1, le=5_000_000)
     #: Durable consumer name of the drift.detected consumer.

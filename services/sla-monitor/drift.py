@@ -18,8 +18,9 @@ flags trivial shifts; the floor alone flags noise on small samples. After a find
 is quiet for `cooldown_s` (the same shift is not reported again until then; if it persists and the
 reference was not replaced, it is reported again after the cooldown).
 
-Prefix reuse share: the share of a request's prompt blocks whose prefix hash was already seen
-within `prefix_horizon_s` (the `prefix_hashes` chain of a RequestRecord). The first
+Prefix reuse share: the share of prompt tokens a prefix cache keeping blocks `prefix_horizon_s`
+could serve, by the profiler's definition (`workloads.prefix_reuse`: leading blocks of the
+`prefix_hashes` chain sent within the horizon, over all prompt tokens). The first
 `prefix_horizon_s` of any stream only primes the seen-set (nothing can be "seen before" at the
 start), in the reference and in the live window alike. Blocks of one request are strongly
 correlated (a chain), so the z-test counts requests, not blocks, as trials.
@@ -38,6 +39,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 from scipy.special import kolmogi, kolmogorov
+
+from evertune.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
 
 #: Feature names, as in `DriftSignal.feature` (plus "ttft_ms" for the change-point detector).
 Feature = Literal["prompt_tokens", "completion_tokens", "rate_rps", "prefix_reuse_share", "ttft_ms"]
@@ -132,19 +135,20 @@ class PrefixReuseTracker:
         self._seen: OrderedDict[int, float] = OrderedDict()  # hash -> last seen, oldest first
         self.first_s: float | None = None  #: time of the first request observed
 
-    def observe(self, now: float, hashes: Sequence[int]) -> tuple[int, int] | None:
-        """Record a request's block hashes; (reused blocks, blocks), or None while priming.
+    def observe(
+        self, now: float, hashes: Sequence[int], *, block_tokens: int, prompt_tokens: int
+    ) -> tuple[int, int] | None:
+        """Record a request's block hashes; (reused prompt tokens, prompt tokens) by the one
+        definition (`workloads.prefix_reuse`), or None while priming.
 
         Priming: during the first `horizon_s` after the first request nothing is counted, since
         nothing before the stream could have been seen.
         """
         if self.first_s is None:
             self.first_s = now
-        reused = 0
+        blocks = leading_reused(hashes, self._seen, now=now, horizon_s=self.horizon_s)
         for h in hashes:
             last = self._seen.get(h)
-            if last is not None and last >= now - self.horizon_s:
-                reused += 1
             self._seen[h] = max(now, last) if last is not None else now
             self._seen.move_to_end(h)
         cutoff = now - self.horizon_s
@@ -152,7 +156,7 @@ class PrefixReuseTracker:
             self._seen.popitem(last=False)
         if now < self.first_s + self.horizon_s:
             return None
-        return reused, len(hashes)
+        return reused_tokens(blocks, block_tokens=block_tokens, prompt_tokens=prompt_tokens), prompt_tokens
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,6 +171,7 @@ class DriftSample:
     prompt_tokens: int  #: prompt length, tokens
     output_tokens: int  #: completion length, tokens
     prefix_hashes: tuple[int, ...] = ()  #: prefix chain of the prompt's token blocks (keyed hashes)
+    prefix_block_tokens: int = 0  #: tokens per hashed block (0: no hashes made)
     ttft_ms: float = 0.0  #: client-observed TTFT, ms (0 = no token sent)
 
 
@@ -178,9 +183,9 @@ class DriftReference:
     output_sample: FloatArray  #: completion lengths, tokens (same requests as prompt_sample)
     requests: int  #: requests in the reference window
     span_s: float  #: time from the first to the last request, seconds
-    reuse_blocks: int  #: prompt blocks already seen within the horizon (after priming)
-    total_blocks: int  #: prompt blocks counted (after priming)
-    reuse_requests: int  #: requests with at least one block counted (after priming)
+    reuse_tokens: int  #: prompt tokens in blocks already sent within the horizon (after priming)
+    total_tokens: int  #: prompt tokens counted (after priming)
+    reuse_requests: int  #: requests counted for prefix reuse (after priming)
     profile_id: str = ""  #: id of the profile (e.g. the profiler's `profile.ready`), "" if none
     prompt_p50: float | None = None  #: median prompt length when no sample is held (a summary)
     output_p50: float | None = None  #: median completion length when no sample is held (a summary)
@@ -190,7 +195,7 @@ class DriftReference:
     def empty(cls) -> DriftReference:
         """No reference: every test is skipped (only the TTFT change-point runs)."""
         none: FloatArray = np.zeros(0, dtype=np.float64)
-        return cls(none, none, requests=0, span_s=0.0, reuse_blocks=0, total_blocks=0, reuse_requests=0)
+        return cls(none, none, requests=0, span_s=0.0, reuse_tokens=0, total_tokens=0, reuse_requests=0)
 
     @classmethod
     def from_summary(
@@ -213,14 +218,14 @@ class DriftReference:
         none: FloatArray = np.zeros(0, dtype=np.float64)
         span = (requests - 1) / rate_rps if rate_rps > 0 and requests > 1 else span_s
         reuse_n = requests if prefix_reuse_share is not None else 0
-        blocks = 1_000_000 if prefix_reuse_share is not None else 0
+        tokens = 1_000_000 if prefix_reuse_share is not None else 0
         return cls(
             none,
             none,
             requests=requests,
             span_s=span,
-            reuse_blocks=round((prefix_reuse_share or 0.0) * blocks),
-            total_blocks=blocks,
+            reuse_tokens=round((prefix_reuse_share or 0.0) * tokens),
+            total_tokens=tokens,
             reuse_requests=reuse_n,
             profile_id=profile_id,
             prompt_p50=prompt_p50 if prompt_p50 > 0 else None,
@@ -242,8 +247,8 @@ class DriftReference:
 
     @property
     def prefix_reuse_share(self) -> float | None:
-        """Share of prompt blocks already seen within the horizon; None when nothing was counted."""
-        return self.reuse_blocks / self.total_blocks if self.total_blocks else None
+        """Share of prompt tokens a prefix cache of the horizon could serve; None when nothing was counted."""
+        return self.reuse_tokens / self.total_tokens if self.total_tokens else None
 
     def prompt_quantiles(self) -> dict[str, float]:
         """p50/p90/p99 of prompt length, tokens."""
@@ -258,7 +263,7 @@ class DriftReference:
         cls,
         samples: Iterable[DriftSample],
         *,
-        prefix_horizon_s: float = 300.0,
+        prefix_horizon_s: float = HORIZON_S,
         max_prefix_hashes: int = 200_000,
         sample_size: int = 5000,
         seed: int = 0,
@@ -283,7 +288,7 @@ class ReferenceBuilder:
     def __init__(
         self,
         *,
-        prefix_horizon_s: float = 300.0,
+        prefix_horizon_s: float = HORIZON_S,
         max_prefix_hashes: int = 200_000,
         sample_size: int = 5000,
         seed: int = 0,
@@ -296,7 +301,7 @@ class ReferenceBuilder:
         self.requests = 0  #: requests added
         self.first_s = math.inf  #: earliest request time added
         self.last_s = -math.inf  #: latest request time added
-        self._reused = self._blocks = self._reuse_requests = 0
+        self._reused = self._tokens = self._reuse_requests = 0
 
     def add(self, s: DriftSample) -> None:
         """Add one request (times roughly in order; the span is max - min)."""
@@ -311,10 +316,13 @@ class ReferenceBuilder:
             if j < self.sample_size:
                 self._prompts[j] = float(s.prompt_tokens)
                 self._outputs[j] = float(s.output_tokens)
-        counted = self._tracker.observe(max(s.time_s, self.last_s), s.prefix_hashes)
+        counted = self._tracker.observe(
+            max(s.time_s, self.last_s), s.prefix_hashes, block_tokens=s.prefix_block_tokens,
+            prompt_tokens=s.prompt_tokens,
+        )  # fmt: skip
         if counted is not None and counted[1] > 0:
             self._reused += counted[0]
-            self._blocks += counted[1]
+            self._tokens += counted[1]
             self._reuse_requests += 1
 
     def build(self, *, profile_id: str = "") -> DriftReference:
@@ -324,8 +332,8 @@ class ReferenceBuilder:
             output_sample=np.asarray(self._outputs, dtype=np.float64),
             requests=self.requests,
             span_s=self.last_s - self.first_s if self.requests else 0.0,
-            reuse_blocks=self._reused,
-            total_blocks=self._blocks,
+            reuse_tokens=self._reused,
+            total_tokens=self._tokens,
             reuse_requests=self._reuse_requests,
             profile_id=profile_id,
             start_s=self.first_s if self.requests else 0.0,
@@ -443,7 +451,7 @@ class DriftConfig:
     min_reuse_shift: float = 0.10  #: absolute prefix-reuse-share shift a reuse finding needs
     rate_window_s: float = 300.0  #: arrivals are counted over the last this many seconds
     min_rate_count: int = 100  #: arrivals (live and reference) a rate test needs
-    prefix_horizon_s: float = 300.0  #: a block counts as reused when its hash was seen this recently
+    prefix_horizon_s: float = HORIZON_S  #: a block counts as reused when its hash was sent this recently
     max_prefix_hashes: int = 200_000  #: prefix hashes remembered (oldest forgotten first)
     cooldown_s: float = 1800.0  #: after a finding, the same feature is not reported for this long
     cusum_warmup: int = 1000  #: requests that learn the TTFT baseline (and re-learn after an alarm)
@@ -502,8 +510,8 @@ class DriftDetector:
         self.reference = reference
         self._prompt = _Ring(c.window_requests)
         self._output = _Ring(c.window_requests)
-        self._reused = _Ring(c.window_requests)  # reused blocks per request (after priming)
-        self._blocks = _Ring(c.window_requests)  # blocks per request (after priming)
+        self._reused = _Ring(c.window_requests)  # reused prompt tokens per request (after priming)
+        self._tokens = _Ring(c.window_requests)  # prompt tokens per request (after priming)
         self._times = _Ring(c.window_requests)  # arrival times of the length window's requests
         self._prefix = PrefixReuseTracker(horizon_s=c.prefix_horizon_s, max_hashes=c.max_prefix_hashes)
         self._arrivals: deque[list[int]] = deque()  # [second, count], oldest first
@@ -521,7 +529,7 @@ class DriftDetector:
     def reset_window(self) -> None:
         """Forget the live window (lengths, reuse counts, arrivals), keeping the prefix seen-set and
         the TTFT change-point state: the traffic before a finding is not compared again."""
-        for ring in (self._prompt, self._output, self._reused, self._blocks, self._times):
+        for ring in (self._prompt, self._output, self._reused, self._tokens, self._times):
             ring.clear()
         self._arrivals.clear()
         self._first_s = None
@@ -539,6 +547,7 @@ class DriftDetector:
         prompt_tokens: int,
         output_tokens: int,
         prefix_hashes: Sequence[int] = (),
+        prefix_block_tokens: int = 0,
         ttft_ms: float = 0.0,
     ) -> None:
         """Add one request (received at `now`, seconds since the epoch; times non-decreasing)."""
@@ -548,10 +557,12 @@ class DriftDetector:
         self._prompt.add(float(prompt_tokens))
         self._output.add(float(output_tokens))
         self._times.add(now)
-        counted = self._prefix.observe(now, prefix_hashes)
+        counted = self._prefix.observe(
+            now, prefix_hashes, block_tokens=prefix_block_tokens, prompt_tokens=prompt_tokens
+        )
         if counted is not None and counted[1] > 0:
             self._reused.add(float(counted[0]))
-            self._blocks.add(float(counted[1]))
+            self._tokens.add(float(counted[1]))
         second = math.floor(now)
         if self._arrivals and self._arrivals[-1][0] >= second:
             self._arrivals[-1][1] += 1
@@ -692,10 +703,10 @@ class DriftDetector:
     def _reuse(self, now: float) -> list[DriftFinding]:
         c, ref = self.config, self.reference
         ref_share = ref.prefix_reuse_share
-        n_live, n_ref = self._blocks.count, ref.reuse_requests
+        n_live, n_ref = self._tokens.count, ref.reuse_requests
         if ref_share is None or n_live < c.min_requests or n_ref < c.min_requests:
             return []
-        live_share = float(self._reused.values().sum() / self._blocks.values().sum())
+        live_share = float(self._reused.values().sum() / self._tokens.values().sum())
         if abs(live_share - ref_share) < c.min_reuse_shift:
             return []
         z = two_proportion_z(p1=live_share, n1=n_live, p0=ref_share, n0=n_ref)
@@ -802,6 +813,7 @@ class EndpointDrift:
             prompt_tokens=sample.prompt_tokens,
             output_tokens=sample.output_tokens,
             prefix_hashes=sample.prefix_hashes,
+            prefix_block_tokens=sample.prefix_block_tokens,
             ttft_ms=sample.ttft_ms,
         )
         if self._builder is not None:

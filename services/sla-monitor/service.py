@@ -79,6 +79,7 @@ def drift_sample(record: telemetry_pb2.RequestRecord) -> DriftSample | None:
         prompt_tokens=record.prompt_tokens,
         output_tokens=record.completion_tokens,
         prefix_hashes=tuple(record.prefix_hashes),
+        prefix_block_tokens=record.prefix_block_tokens,
         ttft_ms=record.ttft_ms,
     )
 

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from evertune.slo import DEFAULT_ATTAINMENT
+from evertune.workloads.prefix_reuse import HORIZON_S
 
 
 class SlaMonitorSettings(BaseSettings):
@@ -82,7 +83,7 @@ class SlaMonitorSettings(BaseSettings):
     #: a drifted feature is not reported again for this long, in seconds (before time_scale)
     drift_cooldown_s: float = Field(default=1800.0, ge=0)
     #: a prefix block counts as reused when seen this recently, in seconds (before time_scale)
-    drift_prefix_horizon_s: float = Field(default=300.0, gt=0)
+    drift_prefix_horizon_s: float = Field(default=HORIZON_S, gt=0)
     #: requests that learn the TTFT change-point baseline
     drift_cusum_warmup: int = Field(default=1000, ge=10)
     #: batch ids remembered to skip a redelivered telemetry batch

@@ -29,6 +29,7 @@ from evertune.runtime import ServiceContext
 from evertune.settings import SharedSettings
 from evertune.store import Store, migrate
 from evertune.v1 import endpoint_pb2, events_pb2, telemetry_pb2
+from evertune.workloads.prefix_reuse import HORIZON_S
 from tests.profiler.synthetic import as_record, reuse_share, voice
 from tests.profiler.test_bottleneck import metrics_text
 
@@ -91,7 +92,9 @@ async def test_sql_figures_match_the_pure_core(db: Store) -> None:
         config=ProfileConfig(block_tokens=BLOCK),
     )
     assert built.profile.rate == expected.rate
-    assert built.profile.prefix.share == pytest.approx(reuse_share(generated, block=BLOCK, horizon_s=600.0))
+    assert built.profile.prefix.share == pytest.approx(
+        reuse_share(generated, block=BLOCK, horizon_s=HORIZON_S)
+    )
     assert built.profile.bottleneck.verdict == "prefill"  # TTFT = 40 ms + 0.05 ms/token, nothing else
     assert len(built.records) == len(samples)
 

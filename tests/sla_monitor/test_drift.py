@@ -42,7 +42,8 @@ def traffic(
     unique_blocks: int = 2,
     ttft_scale: float = 1.0,
 ) -> Iterator[DriftSample]:
-    """Poisson arrivals; lognormal prompt/output/TTFT; prompts = a shared family prefix + unique blocks."""
+    """Poisson arrivals; lognormal prompt/output/TTFT; prompts = a shared family prefix + unique blocks
+    (the prompt cut into that many full blocks)."""
     rng = np.random.default_rng(seed)
     t = start_s
     for _ in range(n):
@@ -50,13 +51,20 @@ def traffic(
         family = int(rng.integers(0, FAMILIES))
         shared = tuple((1 << 40) + family * 1000 + i for i in range(shared_blocks))
         unique = tuple(int(h) for h in rng.integers(1 << 50, 1 << 62, size=unique_blocks))
+        prompt = max(1, round(prompt_scale * float(rng.lognormal(math.log(800), 0.6))))
         yield DriftSample(
             time_s=t,
-            prompt_tokens=max(1, round(prompt_scale * float(rng.lognormal(math.log(800), 0.6)))),
+            prompt_tokens=prompt,
             output_tokens=max(1, round(float(rng.lognormal(math.log(40), 0.5)))),
             prefix_hashes=shared + unique,
+            prefix_block_tokens=_block_tokens(prompt, shared_blocks + unique_blocks),
             ttft_ms=ttft_scale * float(rng.lognormal(math.log(150), 0.35)),
         )
+
+
+def _block_tokens(prompt: int, blocks: int) -> int:
+    """Tokens per block of a prompt hashed into `blocks` full blocks (its remainder unhashed)."""
+    return max(1, prompt // blocks)
 
 
 REFERENCE_N = 10_000  # 500 s at 20 requests/s
@@ -76,6 +84,7 @@ def feed(
             prompt_tokens=s.prompt_tokens,
             output_tokens=s.output_tokens,
             prefix_hashes=s.prefix_hashes,
+            prefix_block_tokens=s.prefix_block_tokens,
             ttft_ms=s.ttft_ms,
         )
         if next_check is None:
@@ -209,6 +218,7 @@ def _stationary_arrays(seed: int, n: int) -> Iterator[DriftSample]:
             prompt_tokens=int(prompts[i]),
             output_tokens=int(outputs[i]),
             prefix_hashes=(*shared, int(uniques[i, 0]), int(uniques[i, 1])),
+            prefix_block_tokens=_block_tokens(int(prompts[i]), 8),
             ttft_ms=float(ttfts[i]),
         )
 
