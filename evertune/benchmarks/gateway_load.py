@@ -46,8 +46,9 @@ def _upstream_app(*, ttft_s: float, tokens: int, itl_s: float) -> web.Applicatio
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         for i, chunk in enumerate(chunks):  # on an absolute schedule: sleeps' overshoot does not add up
-            delay = arrived + ttft_s + i * itl_s - time.perf_counter()
-            if delay > 0:
+            due = arrived + ttft_s + i * itl_s
+            # uvloop's timers count whole milliseconds and may wake up to one early: sleep again then
+            while (delay := due - time.perf_counter()) > 0:
                 await asyncio.sleep(delay)
             await response.write(chunk)
         await response.write(tail)
