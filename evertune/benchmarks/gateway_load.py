@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -46,10 +47,9 @@ def _upstream_app(*, ttft_s: float, tokens: int, itl_s: float) -> web.Applicatio
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         for i, chunk in enumerate(chunks):  # on an absolute schedule: sleeps' overshoot does not add up
-            due = arrived + ttft_s + i * itl_s
-            # uvloop's timers count whole milliseconds and may wake up to one early: sleep again then
-            while (delay := due - time.perf_counter()) > 0:
-                await asyncio.sleep(delay)
+            delay = arrived + ttft_s + i * itl_s - time.perf_counter()
+            if delay > 0:  # in whole milliseconds, rounded up: uvloop's timers cut a fraction off
+                await asyncio.sleep(math.ceil(delay * 1000.0) / 1000.0)
             await response.write(chunk)
         await response.write(tail)
         await response.write_eof()

@@ -8,6 +8,7 @@ from evertune.bus.consumer import (
     DurableConsumer,
     Handler,
     PoisonMessage,
+    backoff_delay,
     fetch_unless_stopped,
     terminate_poison,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "PoisonMessage",
     "ReconnectSignal",
     "Resubscriber",
+    "backoff_delay",
     "connect",
     "declare",
     "fetch_unless_stopped",

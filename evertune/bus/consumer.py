@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,14 @@ Handler = Callable[[Msg], Coroutine[Any, Any, None]]
 
 class PoisonMessage(EvertuneError):
     """Raised by a handler for a message that can never be handled: terminated, not retried."""
+
+
+def backoff_delay(deliveries: int, backoff_s: Sequence[float]) -> float:
+    """Nak delay after the `deliveries`-th failed delivery (1-based); the last step repeats, and no
+    steps means at once (0)."""
+    if not backoff_s:
+        return 0.0
+    return backoff_s[min(max(deliveries, 1) - 1, len(backoff_s) - 1)]
 
 
 @dataclass(frozen=True)
@@ -174,8 +182,7 @@ class DurableConsumer:
         if deliveries >= self._spec.max_deliver:
             await self._poison(msg, text)
             return
-        backoff = self._spec.backoff_s
-        delay = backoff[min(deliveries - 1, len(backoff) - 1)] if backoff else None
+        delay = backoff_delay(deliveries, self._spec.backoff_s)
         log.warning("handler failed; redelivering", subject=msg.subject, deliveries=deliveries, error=text)
         await msg.nak(delay=delay)
         self.stats.retried += 1

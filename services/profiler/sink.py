@@ -43,7 +43,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from evertune.bus import MSG_ID_HEADER, PoisonMessage, fetch_unless_stopped, terminate_poison
+from evertune.bus import MSG_ID_HEADER, PoisonMessage, backoff_delay, fetch_unless_stopped, terminate_poison
 from evertune.logging import get_logger
 from evertune.store import Store
 from evertune.v1 import telemetry_pb2
@@ -162,13 +162,6 @@ def group_token(msg_ids: Sequence[str]) -> str:
     """The insert dedup token of a group of messages: a digest of their ids, in order."""
     digest = hashlib.sha256("\n".join(msg_ids).encode()).hexdigest()
     return f"sink-{digest[:40]}"
-
-
-def backoff_delay(deliveries: int, backoff_s: Sequence[float]) -> float:
-    """Nak delay after the `deliveries`-th failed delivery (1-based); the last step repeats."""
-    if not backoff_s:
-        return 0.0
-    return backoff_s[min(max(deliveries, 1) - 1, len(backoff_s) - 1)]
 
 
 # --- the shell -------------------------------------------------------------------------------------

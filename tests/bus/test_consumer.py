@@ -8,7 +8,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.bus import MSG_ID_HEADER, ConsumerSpec, DurableConsumer, PoisonMessage, publish
+from evertune.bus import MSG_ID_HEADER, ConsumerSpec, DurableConsumer, PoisonMessage, backoff_delay, publish
 from evertune.store import Store
 from evertune.v1 import events_pb2
 
@@ -222,3 +222,9 @@ async def test_with_nak_on_stop_a_long_handler_is_cancelled_and_its_message_give
     second = DurableConsumer(js, spec, quick, source="test")
     await _run_until(second, lambda: second.stats.acked == 1, timeout_s=15)
     assert taken_over == ["job"]
+
+
+def test_the_nak_delay_steps_through_the_backoff_and_repeats_its_last_step() -> None:
+    assert [backoff_delay(n, (0.5, 2.0)) for n in (1, 2, 3, 9)] == [0.5, 2.0, 2.0, 2.0]
+    assert backoff_delay(0, (0.5, 2.0)) == 0.5  # a delivery count the server did not give
+    assert backoff_delay(1, ()) == 0.0  # no steps: at once

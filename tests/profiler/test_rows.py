@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from evertune.profiler.sink import COLUMNS, backoff_delay, decode, group_token, rows_of
+from evertune.profiler.sink import COLUMNS, decode, group_token, rows_of
 
 from evertune.bus import PoisonMessage
 from evertune.v1 import telemetry_pb2
@@ -77,8 +77,3 @@ def test_group_token_depends_on_ids_and_order() -> None:
     assert group_token(["a", "b"]) == group_token(["a", "b"])
     assert group_token(["a", "b"]) != group_token(["b", "a"])
     assert group_token(["a"]) != group_token(["a", "b"])
-
-
-def test_backoff_delay_repeats_last_step() -> None:
-    assert [backoff_delay(n, (0.5, 2.0)) for n in (1, 2, 3, 9)] == [0.5, 2.0, 2.0, 2.0]
-    assert backoff_delay(1, ()) == 0.0
