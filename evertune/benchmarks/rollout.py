@@ -36,7 +36,7 @@ import contextlib
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,13 +47,11 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from evertune.bus import connect
 from evertune.errors import DeadlineExceeded, Unavailable
 from evertune.events import event_filter_subject
+from evertune.harness.waiting import eventually
 from evertune.model import ensure_model
-from evertune.nats_server import EmbeddedNats
 from evertune.percentiles import percentile
 from evertune.replay import RequestResult, replay
-from evertune.runtime.host import hosted
-from evertune.runtime.waiting import eventually
-from evertune.settings import SharedSettings, load_settings
+from evertune.settings import SharedSettings
 from evertune.store import open_store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -66,6 +64,7 @@ if TYPE_CHECKING:
 
     from evertune.deployer import DeployerService
     from evertune.deployer.state import State
+    from evertune.harness.stack import LoopStack
 
 
 @dataclass(frozen=True)
@@ -237,28 +236,24 @@ class Events:
                 await asyncio.wait_for(self.changed.wait(), left)
 
 
-@contextlib.asynccontextmanager
-async def _hosted(
-    data_dir: Path, model_dir: Path, mode: Mode, engines: Engines, store_url: str | None
-) -> AsyncIterator[tuple[DeployerService, str, str, SharedSettings]]:
-    """NATS and the gateway, profiler and deployer in this process; yields (deployer service,
-    gateway URL, NATS URL, shared settings). `store_url`: a store to use, with a fresh database
-    (a process holds one chDB folder at most); None: a chDB folder in `data_dir`."""
-    from evertune.deployer import DeployerService, DeployerSettings
-    from evertune.gateway import GatewayService, GatewaySettings
-    from evertune.profiler import ProfilerService, ProfilerSettings
+def _stack(
+    folder: Path, model_dir: Path, mode: Mode, engines: Engines, store_url: str | None
+) -> contextlib.AbstractAsyncContextManager[LoopStack]:
+    """NATS and the gateway, profiler and deployer in this process, with the run's canary
+    settings (`harness.stack`). `store_url`: a store to use, with a fresh database (a process
+    holds one chDB folder at most); None: a chDB folder in `folder`."""
+    from evertune.deployer import DeployerSettings
+    from evertune.gateway import GatewaySettings
+    from evertune.harness.stack import loop_stack
+    from evertune.profiler import ProfilerSettings
 
-    nats = EmbeddedNats(data_dir / "nats")
-    await nats.start()
-    store = {} if store_url is None else {"clickhouse_url": store_url}
-    database = f"bench_rollout_{uuid.uuid4().hex[:12]}"
-    shared = load_settings(SharedSettings, data_dir=data_dir / "data", clickhouse_database=database, **store)
-    gateway = GatewayService(GatewaySettings(port=0, tokenizer_dir=model_dir, batch_ms=20.0))
-    profiler = ProfilerService(ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0))
-    deployer = DeployerService(
-        DeployerSettings(
+    return loop_stack(
+        folder,
+        gateway=GatewaySettings(port=0, tokenizer_dir=model_dir, batch_ms=20.0),
+        profiler=ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0),
+        deployer=DeployerSettings(
             grpc_port=0,
-            engine_log_dir=data_dir / "engines",
+            engine_log_dir=folder / "engines",
             rollout_steps=[1000, 5000, 10000],
             rollout_step_duration_s=mode.step_s,
             canary_min_requests=mode.min_requests,
@@ -270,19 +265,11 @@ async def _hosted(
             ready_timeout_s=engines.ready_timeout_s,
             health_interval_s=0.5,
             warmup_requests=WARMUP_REQUESTS,
-        )
+        ),
+        store_url=store_url,
+        name="bench-rollout",
+        start_timeout_s=120,
     )
-    try:
-        async with hosted(
-            [profiler, deployer, gateway],
-            shared=shared,
-            nats_url=nats.url,
-            client_name="bench-rollout",
-            start_timeout_s=120,
-        ):
-            yield deployer, f"http://127.0.0.1:{gateway.port}", nats.url, shared
-    finally:
-        await nats.stop()
 
 
 def _state(deployer: DeployerService) -> State:
@@ -319,20 +306,16 @@ async def measure(
     with tempfile.TemporaryDirectory(prefix="evertune-bench-rollout-") as tmp:
         root = Path(tmp)
         model_dir = await asyncio.to_thread(ensure_model, root / "model")
-        async with _hosted(root, model_dir, mode, engines, store_url) as (
-            deployer,
-            gateway_url,
-            nats_url,
-            shared,
-        ):
+        async with _stack(root, model_dir, mode, engines, store_url) as stack:
             run = _Run(
-                deployer=deployer, name=f"bench-rollout-{uuid.uuid4().hex[:6]}", mode=mode, engines=engines
-            )
-            nc = await connect(nats_url, name="bench-rollout")
-            channel = grpc.aio.insecure_channel(deployer.server.address)
+                deployer=stack.deployer, name=f"bench-rollout-{uuid.uuid4().hex[:6]}", mode=mode,
+                engines=engines,
+            )  # fmt: skip
+            nc = await connect(stack.nats.url, name="bench-rollout")
+            channel = grpc.aio.insecure_channel(stack.deployer.server.address)
             try:
                 return await run.measure(
-                    nc, channel, gateway_url=gateway_url, shared=shared, model_dir=model_dir,
+                    nc, channel, gateway_url=stack.gateway_url, shared=stack.shared, model_dir=model_dir,
                     bad_canary=bad_canary,
                 )  # fmt: skip
             finally:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +47,8 @@ def up(
     drift: bool = True,
     peak_calls_per_s: float | None = None,
 ) -> int:
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stop that hangs waits on
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     options: DemoOptions | None = None
     if not demo and (engine != "vllm" or not drift or peak_calls_per_s is not None):
         raise InvalidArgument("--engine, --no-drift and --peak-calls are options of --demo")

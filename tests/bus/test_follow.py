@@ -15,8 +15,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.kv import KeyValue
 
 from evertune.bus import KvFollower, Resubscriber, connect, reconnect_signal
+from evertune.harness.waiting import eventually
 from evertune.nats_server import EmbeddedNats
-from evertune.runtime.waiting import eventually
 
 BUCKET = "follow-test"
 

@@ -20,7 +20,7 @@ from nats.aio.client import Client
 
 from evertune.engines import EngineSpec, EngineStartFailed
 from evertune.errors import FailedPrecondition, InvalidArgument
-from evertune.runtime.waiting import eventually
+from evertune.harness.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import start_stack, stop_stack

@@ -13,8 +13,8 @@ import pytest
 from evertune.gateway import GatewayService
 from nats.aio.client import Client
 
+from evertune.harness.waiting import eventually
 from evertune.model import ensure_model
-from evertune.runtime.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import Stack, start_stack, stop_stack

@@ -21,8 +21,8 @@ from nats.js import JetStreamContext
 
 from evertune.bus import publish_event
 from evertune.events import EventKind, new_event
+from evertune.harness.waiting import eventually
 from evertune.runtime.tasks import cancel_and_wait
-from evertune.runtime.waiting import eventually
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb

@@ -12,7 +12,7 @@ import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 
 from evertune.cli import main
-from evertune.runtime.waiting import eventually
+from evertune.harness.waiting import eventually
 from evertune.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb

@@ -22,8 +22,8 @@ from pydantic import SecretStr
 from evertune.bus import publish_event
 from evertune.errors import SettingsError
 from evertune.events import EventKind, new_event
+from evertune.harness.waiting import eventually
 from evertune.runtime import run_unary
-from evertune.runtime.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc

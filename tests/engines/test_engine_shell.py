@@ -26,7 +26,7 @@ from evertune.engines import (
 )
 from evertune.engines.hardware import HardwareProfile, cpu_profile
 from evertune.engines.vllm import process_group_pids, start_failure_cause
-from evertune.runtime.waiting import eventually
+from evertune.harness.waiting import eventually
 
 CPU = cpu_profile(cores=2, memory_gib=10.0)
 SPEC = EngineSpec(model="/models/none", enforce_eager=True)

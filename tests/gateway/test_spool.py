@@ -9,8 +9,8 @@ from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
 from nats.js import JetStreamContext
 
 from evertune.bus import connect, declare, load_definitions, publish
+from evertune.harness.waiting import eventually
 from evertune.nats_server import EmbeddedNats
-from evertune.runtime.waiting import eventually
 from evertune.v1 import telemetry_pb2
 
 

@@ -16,8 +16,8 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 
 from evertune.bus import publish
+from evertune.harness.waiting import eventually
 from evertune.runtime import ServiceContext
-from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings
 from evertune.store import Store, migrate
 from evertune.v1 import events_pb2

@@ -30,11 +30,10 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.bus import connect
 from evertune.engines.sim import SIM_SERVER_MODULE
+from evertune.harness.stack import LoopStack, loop_stack
+from evertune.harness.waiting import eventually
 from evertune.nats_server import EmbeddedNats
 from evertune.replay import RequestResult, replay
-from evertune.runtime.host import hosted
-from evertune.runtime.waiting import eventually
-from evertune.settings import SharedSettings, load_settings
 from evertune.store import Store, open_store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -67,17 +66,33 @@ def deployer_settings(tmp_path: Path, **overrides: object) -> DeployerSettings:
 
 @dataclass
 class Loop:
-    """A running loop and what the tests need around it."""
+    """A running loop (`harness.stack`) and what the tests need around it."""
 
-    nats: EmbeddedNats
-    gateway: GatewayService
-    profiler: ProfilerService
-    deployer: DeployerService
+    stack: LoopStack  #: NATS, the gateway, the profiler and the deployer, hosted here
     store: Store  #: this test's database on the session's engine
-    database: str
     stub: pb_grpc.EndpointServiceStub
     model_dir: Path
     nc: Client  #: the test's own connection to the loop's NATS
+
+    @property
+    def nats(self) -> EmbeddedNats:
+        return self.stack.nats
+
+    @property
+    def gateway(self) -> GatewayService:
+        return self.stack.gateway
+
+    @property
+    def profiler(self) -> ProfilerService:
+        return self.stack.profiler
+
+    @property
+    def deployer(self) -> DeployerService:
+        return self.stack.deployer
+
+    @property
+    def database(self) -> str:
+        return self.stack.database
 
     @property
     def js(self) -> JetStreamContext:
@@ -85,12 +100,11 @@ class Loop:
 
     @property
     def gateway_url(self) -> str:
-        return f"http://127.0.0.1:{self.gateway.port}"
+        return self.stack.gateway_url
 
     async def state(self) -> State:
         """The deployer's KV state, read through the deployer's own connection."""
-        assert self.deployer.deployer is not None
-        return self.deployer.deployer.state
+        return self.stack.state
 
 
 @contextlib.asynccontextmanager
@@ -98,53 +112,31 @@ async def running_loop(
     tmp_path: Path, *, store_url: str, model_dir: Path, **deployer_overrides: object
 ) -> AsyncIterator[Loop]:
     """Start NATS and the hosted services; stop them all (and NATS, by its pid) afterwards."""
-    nats = EmbeddedNats(tmp_path / "nats")
-    await nats.start()
-    database = f"loop_{uuid.uuid4().hex[:10]}"
-    shared = load_settings(
-        SharedSettings, data_dir=tmp_path / "data", clickhouse_url=store_url, clickhouse_database=database
-    )
-    gateway = GatewayService(
-        GatewaySettings(
+    async with loop_stack(
+        tmp_path,
+        gateway=GatewaySettings(
             port=0, tokenizer_dir=model_dir, batch_ms=20.0, publish_timeout_s=0.5, spool_retry_s=0.2
-        )
-    )
-    profiler = ProfilerService(
-        ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0, sink_ack_wait_s=2.0)
-    )
-    deployer = DeployerService(deployer_settings(tmp_path, **deployer_overrides))
-    store: Store | None = None
-    try:
-        async with hosted(
-            [profiler, deployer, gateway],
-            shared=shared,
-            nats_url=nats.url,
-            client_name="reliability-loop",
-            start_timeout_s=60,
-        ):
-            store = await open_store(store_url, database=database)
-            nc = await connect(nats.url, name="reliability-loop-test")
-            channel = grpc.aio.insecure_channel(deployer.server.address)
-            try:
-                yield Loop(
-                    nats=nats,
-                    gateway=gateway,
-                    profiler=profiler,
-                    deployer=deployer,
-                    store=store,
-                    database=database,
-                    stub=pb_grpc.EndpointServiceStub(channel),  # type: ignore[no-untyped-call]
-                    model_dir=model_dir,
-                    nc=nc,
-                )
-            finally:
-                await nc.close()
-                await channel.close()
-    finally:
-        if store is not None:
-            await store.command(f"DROP DATABASE IF EXISTS `{database}`")
+        ),
+        profiler=ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0, sink_ack_wait_s=2.0),
+        deployer=deployer_settings(tmp_path, **deployer_overrides),
+        store_url=store_url,
+        name="reliability-loop",
+    ) as stack:
+        store = await open_store(store_url, database=stack.database)
+        nc = await connect(stack.nats.url, name="reliability-loop-test")
+        channel = grpc.aio.insecure_channel(stack.deployer.server.address)
+        try:
+            yield Loop(
+                stack=stack,
+                store=store,
+                stub=pb_grpc.EndpointServiceStub(channel),  # type: ignore[no-untyped-call]
+                model_dir=model_dir,
+                nc=nc,
+            )
+        finally:
+            await nc.close()
+            await channel.close()
             await store.close()
-        await nats.stop()
 
 
 def sim_spec(name: str, model_dir: Path, *, ttft_p99_ms: float = 1000.0) -> D.EndpointSpec:

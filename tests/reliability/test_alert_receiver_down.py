@@ -23,9 +23,9 @@ from nats.js import JetStreamContext
 
 from evertune.bus import publish
 from evertune.events import event_filter_subject
+from evertune.harness.waiting import eventually
 from evertune.nats_server import free_port
 from evertune.runtime import ServiceContext
-from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import events_pb2
 from tests.sla_monitor.helpers import record_batch

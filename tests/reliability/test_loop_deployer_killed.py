@@ -27,9 +27,9 @@ from evertune.deployer.state import State
 from evertune.gateway import GatewayService, GatewaySettings
 
 from evertune.bus import connect
+from evertune.harness.waiting import eventually
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime.host import host_services
-from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc

@@ -19,9 +19,9 @@ import pytest
 from evertune.runner import RunnerService
 
 from evertune.bus import connect, publish
+from evertune.harness.waiting import eventually
 from evertune.nats_server import EmbeddedNats
 from evertune.runtime.host import host_services
-from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import open_store
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2

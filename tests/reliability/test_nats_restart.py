@@ -22,10 +22,10 @@ from evertune.gateway import GatewayService, GatewaySettings
 from evertune.profiler import ProfilerService, ProfilerSettings
 
 from evertune.bus import connect
+from evertune.harness.waiting import eventually
 from evertune.nats_server import EmbeddedNats
 from evertune.replay import replay
 from evertune.runtime.host import host_services
-from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.store import Store, open_store
 from tests.gateway.conftest import put_routes

@@ -18,7 +18,7 @@ from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink
 from nats.js import JetStreamContext
 
 from evertune.bus import publish
-from evertune.runtime.waiting import eventually
+from evertune.harness.waiting import eventually
 from evertune.store import Store, migrate
 from tests.profiler.helpers import batch
 

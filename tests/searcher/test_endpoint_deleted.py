@@ -12,7 +12,7 @@ from nats.js import JetStreamContext
 from evertune.bus import publish_event
 from evertune.bus.kv import Bucket
 from evertune.events import EventKind, new_event
-from evertune.runtime.waiting import eventually
+from evertune.harness.waiting import eventually
 from evertune.store import Store, migrate
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb

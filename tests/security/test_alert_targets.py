@@ -15,9 +15,9 @@ from evertune.sla_monitor.guarded_resolver import GuardedResolver
 from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy
 
 from evertune.errors import InvalidArgument, SettingsError
+from evertune.harness.waiting import eventually
 from evertune.nats_server import free_port
 from evertune.outbound import OutboundPolicy, parse_networks
-from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2
 from tests.sla_monitor.test_receivers import Receiver, _running

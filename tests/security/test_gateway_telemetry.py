@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.bus import publish
-from evertune.runtime.waiting import eventually
+from evertune.harness.waiting import eventually
 from evertune.v1 import telemetry_pb2
 
 #: Prefix hashes of one swollen record: 2,000 x 8 bytes (a 256k-token prompt at 128-token blocks).

@@ -11,7 +11,7 @@ from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink, rows_of, un
 from nats.js import JetStreamContext
 
 from evertune.bus import publish
-from evertune.runtime.waiting import eventually
+from evertune.harness.waiting import eventually
 from evertune.store import Store, migrate
 from evertune.v1 import telemetry_pb2
 from tests.profiler.helpers import batch

@@ -22,9 +22,9 @@ from nats.js import JetStreamContext
 
 from evertune.bus import Bucket, publish, publish_event
 from evertune.events import EventKind, event_filter_subject, new_event
+from evertune.harness.waiting import eventually
 from evertune.nats_server import free_port
 from evertune.runtime import ServiceContext
-from evertune.runtime.waiting import eventually
 from evertune.settings import SharedSettings, load_settings
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 from tests.sla_monitor.test_receivers import Receiver
