@@ -540,25 +540,17 @@ class DriftDetector:
             return 0.0
         return max(0.0, now - float(self._times.values().min()))
 
-    def observe(
-        self,
-        *,
-        now: float,
-        prompt_tokens: int,
-        output_tokens: int,
-        prefix_hashes: Sequence[int] = (),
-        prefix_block_tokens: int = 0,
-        ttft_ms: float = 0.0,
-    ) -> None:
-        """Add one request (received at `now`, seconds since the epoch; times non-decreasing)."""
+    def observe(self, s: DriftSample) -> None:
+        """Add one request (times non-decreasing)."""
+        now = s.time_s
         self.observed += 1
         if self._first_s is None:
             self._first_s = now
-        self._prompt.add(float(prompt_tokens))
-        self._output.add(float(output_tokens))
+        self._prompt.add(float(s.prompt_tokens))
+        self._output.add(float(s.output_tokens))
         self._times.add(now)
         counted = self._prefix.observe(
-            now, prefix_hashes, block_tokens=prefix_block_tokens, prompt_tokens=prompt_tokens
+            now, s.prefix_hashes, block_tokens=s.prefix_block_tokens, prompt_tokens=s.prompt_tokens
         )
         if counted is not None and counted[1] > 0:
             self._reused.add(float(counted[0]))
@@ -569,8 +561,8 @@ class DriftDetector:
         else:
             self._arrivals.append([second, 1])
         self._expire_arrivals(now)
-        if ttft_ms > 0:
-            alarm = self.cusum.observe(now=now, ttft_ms=ttft_ms)
+        if s.ttft_ms > 0:
+            alarm = self.cusum.observe(now=now, ttft_ms=s.ttft_ms)
             if alarm is not None:
                 self._pending.append(
                     DriftFinding(
@@ -808,14 +800,7 @@ class EndpointDrift:
 
     def observe(self, sample: DriftSample) -> None:
         """Feed one served request."""
-        self.detector.observe(
-            now=sample.time_s,
-            prompt_tokens=sample.prompt_tokens,
-            output_tokens=sample.output_tokens,
-            prefix_hashes=sample.prefix_hashes,
-            prefix_block_tokens=sample.prefix_block_tokens,
-            ttft_ms=sample.ttft_ms,
-        )
+        self.detector.observe(sample)
         if self._builder is not None:
             self._builder.add(sample)
 

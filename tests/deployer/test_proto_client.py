@@ -116,7 +116,7 @@ async def test_generated_client_creates_an_endpoint_that_streams(store_url: str,
         script.write_text(CLIENT)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-I", "-S", str(script), ":".join([str(out), *_library_dirs()]), str(out),
-            loop.deployer.server.address, loop.gateway_url, name, str(model_dir), TOKEN,
+            loop.stack.deployer.server.address, loop.stack.gateway_url, name, str(model_dir), TOKEN,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
         )  # fmt: skip
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)

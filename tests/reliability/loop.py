@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from evertune.deployer import DeployerService, DeployerSettings
+from evertune.deployer import DeployerSettings
 from evertune.deployer.state import State
-from evertune.gateway import GatewayService, GatewaySettings
-from evertune.profiler import ProfilerService, ProfilerSettings
+from evertune.gateway import GatewaySettings
+from evertune.profiler import ProfilerSettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -32,7 +32,6 @@ from evertune.bus import connect
 from evertune.engines.sim import SIM_SERVER_MODULE
 from evertune.harness.stack import LoopStack, loop_stack
 from evertune.harness.waiting import eventually
-from evertune.nats_server import EmbeddedNats
 from evertune.replay import RequestResult, replay
 from evertune.store import Store, open_store
 from evertune.v1 import endpoint_pb2 as D
@@ -75,36 +74,8 @@ class Loop:
     nc: Client  #: the test's own connection to the loop's NATS
 
     @property
-    def nats(self) -> EmbeddedNats:
-        return self.stack.nats
-
-    @property
-    def gateway(self) -> GatewayService:
-        return self.stack.gateway
-
-    @property
-    def profiler(self) -> ProfilerService:
-        return self.stack.profiler
-
-    @property
-    def deployer(self) -> DeployerService:
-        return self.stack.deployer
-
-    @property
-    def database(self) -> str:
-        return self.stack.database
-
-    @property
     def js(self) -> JetStreamContext:
         return self.nc.jetstream()
-
-    @property
-    def gateway_url(self) -> str:
-        return self.stack.gateway_url
-
-    async def state(self) -> State:
-        """The deployer's KV state, read through the deployer's own connection."""
-        return self.stack.state
 
 
 @contextlib.asynccontextmanager

@@ -43,35 +43,37 @@ async def test_nats_killed_mid_rollout_loses_no_request_and_no_record(
     name = f"rel-nats-{uuid.uuid4().hex[:6]}"
     async with running_loop(tmp_path, store_url=store_url, model_dir=tokenizer_dir) as loop:
         stable = await create_endpoint(loop.stub, sim_spec(name, tokenizer_dir))
-        await eventually(lambda: name in loop.gateway.book.tables, timeout_s=10, what="the endpoint routed")
-        traffic = Traffic(loop.gateway_url, name, every_s=EVERY_S, requests=REQUESTS)
+        await eventually(
+            lambda: name in loop.stack.gateway.book.tables, timeout_s=10, what="the endpoint routed"
+        )
+        traffic = Traffic(loop.stack.gateway_url, name, every_s=EVERY_S, requests=REQUESTS)
         driving = asyncio.create_task(traffic.run())
         await asyncio.sleep(2.0)
         canary = await promote(loop.stub, name, max_num_seqs=32)
 
         async def canary_has_traffic() -> bool:
-            return await weight_of(await loop.state(), name, canary) > 0
+            return await weight_of(loop.stack.state, name, canary) > 0
 
         await eventually(canary_has_traffic, timeout_s=30, what="the canary's first step")
         killed = time.monotonic()
-        await loop.nats.kill()
+        await loop.stack.nats.kill()
         await asyncio.sleep(DOWN_S)
-        await loop.nats.restart()
+        await loop.stack.nats.restart()
         back = time.monotonic()
         await driving
-        publisher = loop.gateway.publisher
+        publisher = loop.stack.gateway.publisher
         assert publisher is not None
         assert publisher.stats.spooled_records > 0  # the outage was real: records went to the spool
         assert traffic.failures == []  # no request failed because NATS was away
         assert len(traffic.results) == len(traffic.sent) == REQUESTS
 
-        final = await rollout_finished(await loop.state(), name, canary, timeout_s=60)
+        final = await rollout_finished(loop.stack.state, name, canary, timeout_s=60)
         assert final in (D.DEPLOYMENT_STATE_ACTIVE, D.DEPLOYMENT_STATE_ROLLED_BACK)
         rows = await wait_rows(loop, name, REQUESTS, timeout_s=30)
         # (rows carry the gateway's request ids; nothing but this traffic goes to the endpoint)
         assert len(rows) == len(traffic.sent)  # a row for every request sent
         assert sorted(set(rows.values())) == [1]  # exactly one each
-        consistent = await check_consistent(await loop.state(), name)
+        consistent = await check_consistent(loop.stack.state, name)
         assert consistent.stable == (canary if final == D.DEPLOYMENT_STATE_ACTIVE else stable)
         print(
             f"\nloop-nats-restart: requests={REQUESTS} failed=0 rows={sum(rows.values())}"

@@ -57,10 +57,12 @@ async def test_store_outage_mid_rollout_holds_the_canary_and_loses_no_record(
         tmp_path, store_url=store_url, model_dir=tokenizer_dir, rollout_max_holds=max_holds
     ) as loop:
         stable = await create_endpoint(loop.stub, sim_spec(name, tokenizer_dir))
-        await eventually(lambda: name in loop.gateway.book.tables, timeout_s=10, what="the endpoint routed")
-        state = await loop.state()
+        await eventually(
+            lambda: name in loop.stack.gateway.book.tables, timeout_s=10, what="the endpoint routed"
+        )
+        state = loop.stack.state
         async with watching(loop.js, name) as seen:
-            traffic = Traffic(loop.gateway_url, name, every_s=EVERY_S, requests=ROUND)
+            traffic = Traffic(loop.stack.gateway_url, name, every_s=EVERY_S, requests=ROUND)
             traffic_stop = asyncio.Event()
             driving = asyncio.create_task(traffic.run_until(traffic_stop))
             await asyncio.sleep(1.0)
@@ -70,7 +72,7 @@ async def test_store_outage_mid_rollout_holds_the_canary_and_loses_no_record(
                 return await weight_of(state, name, canary) > 0
 
             await eventually(canary_has_traffic, timeout_s=30, what="the canary's first step")
-            sink = loop.profiler.sink
+            sink = loop.stack.profiler.sink
             assert sink is not None
             failed_before = sink.stats.failed_inserts
             await loop.store.command("DETACH TABLE requests")

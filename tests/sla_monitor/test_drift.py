@@ -79,14 +79,7 @@ def feed(
     found: list[tuple[int, DriftFinding]] = []
     next_check: float | None = None
     for i, s in enumerate(samples):
-        detector.observe(
-            now=s.time_s,
-            prompt_tokens=s.prompt_tokens,
-            output_tokens=s.output_tokens,
-            prefix_hashes=s.prefix_hashes,
-            prefix_block_tokens=s.prefix_block_tokens,
-            ttft_ms=s.ttft_ms,
-        )
+        detector.observe(s)
         if next_check is None:
             next_check = s.time_s + check_every_s
         if s.time_s >= next_check:
