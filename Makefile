@@ -45,7 +45,7 @@ SERVICES := gateway profiler sla-monitor searcher runner deployer
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m evertune.protogen --check
+	$(PY) -m evertune.infra.protogen --check
 	@rm -rf build/typecheck && mkdir -p build/typecheck/evertune
 	@for f in evertune/*; do ln -s "$(CURDIR)/$$f" build/typecheck/evertune/; done
 	@for s in $(SERVICES); do ln -s "$(CURDIR)/services/$$s" "build/typecheck/evertune/$${s//-/_}"; done
@@ -53,7 +53,7 @@ lint: $(STAMP)
 	MYPYPATH=build/typecheck $(VENV)/bin/mypy -p evertune -p tests
 
 proto: $(STAMP)
-	$(PY) -m evertune.protogen
+	$(PY) -m evertune.infra.protogen
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,5 +1,5 @@
 import sys
 
-from evertune.cli import main
+from evertune.apps.cli import main
 
 sys.exit(main())

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evertune.logging import get_logger
+from evertune.infra.logging import get_logger
 
 log = get_logger(__name__)
 
@@ -341,6 +341,6 @@ def triton_version() -> str:
 
 def default_data_dir() -> Path:
     """`$EVERTUNE_DATA_DIR`, else `~/.evertune` (as every evertune part)."""
-    from evertune.perfmodel.calibration import default_data_dir as data_dir
+    from evertune.domain.perfmodel.calibration import default_data_dir as data_dir
 
     return data_dir()

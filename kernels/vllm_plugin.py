@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from evertune.logging import get_logger
+from evertune.infra.logging import get_logger
 
 log = get_logger(__name__)
 
-#: The plugin's entry-point name (evertune.engines.vllm_args.EVERTUNE_KERNELS_PLUGIN says the same).
+#: The plugin's entry-point name (evertune.domain.engines.vllm_args.EVERTUNE_KERNELS_PLUGIN says the same).
 PLUGIN_NAME = "evertune_kernels"
 
 

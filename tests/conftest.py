@@ -21,9 +21,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from evertune.bus import connect, declare, load_definitions
-from evertune.nats_server import EmbeddedNats
-from evertune.store import Store, open_store
+from evertune.infra.bus import connect, declare, load_definitions
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.store import Store, open_store
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -51,9 +51,13 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+#: This script: tests run it as `python SCRIPT --port N [options]`.
+SCRIPT = Path(__file__).resolve()
 
 ARGS = web.AppKey("args", argparse.Namespace)
 STATE = web.AppKey("state", dict)

@@ -14,9 +14,9 @@ from google.protobuf.descriptor import (
     FieldDescriptor,
 )
 
-from evertune import protogen
 from evertune.errors import InvalidArgument
-from evertune.events import (
+from evertune.infra import protogen, repository
+from evertune.infra.events import (
     PAYLOAD_ONEOF,
     PAYLOAD_TYPES,
     SYSTEM_ENDPOINT_TOKEN,
@@ -38,7 +38,7 @@ from evertune.v1 import (
     telemetry_pb2,
 )
 
-STUB_DIR = protogen.REPO_ROOT / protogen.PACKAGE_DIR
+STUB_DIR = repository.ROOT / protogen.PACKAGE_DIR
 
 
 # --- generated stubs ------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from evertune.deployer.service import DeployerService
 from evertune.deployer.settings import DeployerSettings
 
-from evertune.settings import load_settings
+from evertune.infra.settings import load_settings
 
 
 def create() -> DeployerService:

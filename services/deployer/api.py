@@ -1,5 +1,5 @@
 """The EndpointService servicer: validate (validation.py), scope to the caller (auth.py), act
-(controller.py), answer. Errors become gRPC statuses in one place (`evertune.runtime.run_unary`).
+(controller.py), answer. Errors become gRPC statuses in one place (`evertune.infra.runtime.run_unary`).
 
 Deadlines: each unary call runs within the client's deadline; when it runs out the call answers
 DEADLINE_EXCEEDED (background work it started — engine starts, drains — carries on and is visible
@@ -18,10 +18,10 @@ from evertune.deployer.controller import Deployer
 from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.watch import Incarnation, TenantScope, watch
 
-from evertune.logging import bound_ids, get_logger
-from evertune.outbound import OutboundPolicy
-from evertune.runtime import run_unary
-from evertune.runtime.auth import caller
+from evertune.infra.logging import bound_ids, get_logger
+from evertune.infra.outbound import OutboundPolicy
+from evertune.infra.runtime import run_unary
+from evertune.infra.runtime.auth import caller
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2

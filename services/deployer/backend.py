@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
 from evertune.v1 import endpoint_pb2
 
 

@@ -41,10 +41,10 @@ from evertune.deployer.kubernetes import (
 )
 from evertune.deployer.plan import weights_of
 
-from evertune.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile, validate
-from evertune.engines.hardware import cpu_profile
+from evertune.domain.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile, validate
+from evertune.domain.engines.hardware import cpu_profile
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument
-from evertune.logging import get_logger
+from evertune.infra.logging import get_logger
 from evertune.v1 import endpoint_pb2
 
 log = get_logger("evertune.deployer.kubernetes")

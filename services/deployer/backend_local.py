@@ -1,6 +1,6 @@
 """The `local` serving backend: a deployment's engines are processes on this machine.
 
-Engines come from `evertune.engines.backend.make_engine` (kinds "vllm" and "sim"), one per replica,
+Engines come from `evertune.domain.engines.backend.make_engine` (kinds "vllm" and "sim"), one per replica,
 each on its own loopback port, serving the endpoint's name as its model (the gateway sends the
 endpoint name upstream). A supervisor checks each replica's process every `health_interval_s`;
 one that exited is restarted on the same port (so the route table stays right) at most
@@ -26,13 +26,13 @@ from evertune.deployer.backend import EngineReport, ReportSink, Target
 from evertune.deployer.cores import cores_per_engine, place
 from evertune.deployer.plan import RestartBudget
 
-from evertune.engines import EngineGroup, EngineSpec, HardwareProfile, MetricsUnavailable, get_profile
-from evertune.engines import backend as engines_backend
-from evertune.engines.metrics import fetch_metrics
+from evertune.domain.engines import EngineGroup, EngineSpec, HardwareProfile, MetricsUnavailable, get_profile
+from evertune.domain.engines import backend as engines_backend
+from evertune.domain.engines.metrics import fetch_metrics
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument
-from evertune.logging import get_logger
-from evertune.nats_server import free_port
-from evertune.runtime.tasks import cancel_and_wait
+from evertune.infra.logging import get_logger
+from evertune.infra.nats_server import free_port
+from evertune.infra.runtime.tasks import cancel_and_wait
 from evertune.v1 import endpoint_pb2
 
 log = get_logger("evertune.deployer.local")
@@ -78,7 +78,7 @@ def make_engine(
     served_model_name: str | None = None,
     cpu_cores: Sequence[int] = (),
 ) -> EngineHandle:
-    """One engine replica from `evertune.engines.backend.make_engine` (the backend starts one
+    """One engine replica from `evertune.domain.engines.backend.make_engine` (the backend starts one
     engine per replica, so it never gets an EngineGroup)."""
     engine = engines_backend.make_engine(
         spec,

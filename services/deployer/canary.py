@@ -31,7 +31,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.stats import mannwhitneyu
 
-from evertune.percentiles import percentile
+from evertune.domain.percentiles import percentile
 
 
 class Verdict(Enum):

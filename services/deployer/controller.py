@@ -16,7 +16,7 @@ from evertune.deployer.validation import CreateCommand, Page, PromoteCommand, Ro
 from evertune.deployer.winner_check import StoredWinners
 from evertune.deployer.workspace import Workspace
 
-from evertune.runtime.auth import Principal
+from evertune.infra.runtime.auth import Principal
 from evertune.v1 import endpoint_pb2, events_pb2
 
 

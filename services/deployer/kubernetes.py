@@ -27,9 +27,10 @@ import kubernetes_validate
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from evertune.engines import EngineSpec, HardwareProfile, server_command
-from evertune.engines.vllm import BASE_ENV
+from evertune.domain.engines import EngineSpec, HardwareProfile, server_command
+from evertune.domain.engines.vllm import BASE_ENV
 from evertune.errors import InvalidArgument, Unavailable
+from evertune.infra.repository import INFRA
 
 Manifest = dict[str, Any]
 
@@ -40,7 +41,7 @@ FIELD_MANAGER = "evertune"
 #: Label keys on everything evertune renders.
 LABEL_ENDPOINT = "evertune.dev/endpoint"
 LABEL_DEPLOYMENT = "evertune.dev/deployment"
-_SCHEMA_DIR = Path(__file__).resolve().parents[2] / "infra" / "kubernetes" / "schemas"
+_SCHEMA_DIR = INFRA / "kubernetes" / "schemas"
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 

@@ -31,9 +31,9 @@ from evertune.errors import (
     InvalidArgument,
     PermissionDenied,
 )
-from evertune.events import EventKind
-from evertune.logging import get_logger
-from evertune.runtime.auth import Principal
+from evertune.infra.events import EventKind
+from evertune.infra.logging import get_logger
+from evertune.infra.runtime.auth import Principal
 from evertune.v1 import endpoint_pb2, events_pb2
 
 log = get_logger("evertune.deployer")

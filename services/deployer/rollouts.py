@@ -53,19 +53,19 @@ from evertune.deployer.warmup import warm_up
 from evertune.deployer.winner_check import StoredWinners
 from evertune.deployer.workspace import Workspace, new_deployment_id
 
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
+from evertune.domain.percentiles import percentile
+from evertune.domain.slo import Slo
 from evertune.errors import (
     EvertuneError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
 )
-from evertune.events import EventKind
-from evertune.logging import bound_ids, get_logger
-from evertune.percentiles import percentile
-from evertune.runtime.auth import Principal
-from evertune.runtime.tasks import cancel_and_wait
-from evertune.slo import Slo
+from evertune.infra.events import EventKind
+from evertune.infra.logging import bound_ids, get_logger
+from evertune.infra.runtime.auth import Principal
+from evertune.infra.runtime.tasks import cancel_and_wait
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2
 
 log = get_logger("evertune.deployer")

@@ -21,12 +21,12 @@ from evertune.deployer.winner_check import StoredWinners
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
-from evertune.bus import ConsumerSpec, DurableConsumer, PoisonMessage
 from evertune.errors import InvalidArgument, SettingsError
-from evertune.events import EventKind, event_filter_subject
-from evertune.outbound import OutboundPolicy
-from evertune.runtime import GrpcServer, GrpcService, ServiceContext
-from evertune.runtime.auth import AuthInterceptor, TokenSource, load_tokens
+from evertune.infra.bus import ConsumerSpec, DurableConsumer, PoisonMessage
+from evertune.infra.events import EventKind, event_filter_subject
+from evertune.infra.outbound import OutboundPolicy
+from evertune.infra.runtime import GrpcServer, GrpcService, ServiceContext
+from evertune.infra.runtime.auth import AuthInterceptor, TokenSource, load_tokens
 from evertune.v1 import events_pb2
 
 #: Durable consumer names (deployers sharing one share the work).
@@ -35,7 +35,7 @@ BREACH_DURABLE = "deployer-sla-breach"
 
 
 def deployer_tokens(settings: DeployerSettings) -> TokenSource | None:
-    """The deployer's token table (`evertune.runtime.auth.load_tokens`); None when it has none."""
+    """The deployer's token table (`evertune.infra.runtime.auth.load_tokens`); None when it has none."""
     return load_tokens(
         token_file=settings.token_file,
         tokens=settings.tokens.get_secret_value(),

@@ -11,7 +11,7 @@ from evertune.deployer.rollout import RolloutPolicy
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from evertune.runtime.auth import LOOPBACK_HOSTS
+from evertune.infra.runtime.auth import LOOPBACK_HOSTS
 
 
 class DeployerSettings(BaseSettings):

@@ -31,10 +31,10 @@ from typing import Any, Final, TypeVar
 from google.protobuf.message import DecodeError, Message
 from nats.js import JetStreamContext
 
-from evertune.bus import Bucket, publish_event
 from evertune.errors import AlreadyExists, ConflictError, FailedPrecondition, NotFound
-from evertune.events import EventKind, EventPayload, new_event
-from evertune.logging import get_logger
+from evertune.infra.bus import Bucket, publish_event
+from evertune.infra.events import EventKind, EventPayload, new_event
+from evertune.infra.logging import get_logger
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2
 
 log = get_logger("evertune.deployer.state")

@@ -25,8 +25,8 @@ from typing import Final
 
 from evertune.deployer.canary import ArmWindow
 
-from evertune.slo import Slo
-from evertune.store import Store
+from evertune.domain.slo import Slo
+from evertune.infra.store import Store
 
 #: Most per-request figures fetched per arm (a uniform sample beyond that).
 MAX_SAMPLES: Final = 5000

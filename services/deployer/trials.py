@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.errors import FailedPrecondition, NotFound
-from evertune.events import EventKind, decode_event, event_filter_subject
+from evertune.infra.events import EventKind, decode_event, event_filter_subject
 from evertune.v1 import endpoint_pb2, events_pb2
 
 #: Messages fetched per batch.

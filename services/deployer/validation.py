@@ -26,12 +26,12 @@ from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.rollout import FULL_WEIGHT, RolloutOverrides
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evertune.engines import EngineSpec, InvalidEngineConfig
+from evertune.domain.engines import EngineSpec, InvalidEngineConfig
+from evertune.domain.gate_result import DEFAULT_AGREEMENT
+from evertune.domain.slo import DEFAULT_ATTAINMENT
 from evertune.errors import InvalidArgument
-from evertune.events import EventKind
-from evertune.gate_result import DEFAULT_AGREEMENT
-from evertune.outbound import OutboundPolicy
-from evertune.slo import DEFAULT_ATTAINMENT
+from evertune.infra.events import EventKind
+from evertune.infra.outbound import OutboundPolicy
 from evertune.v1 import common_pb2, endpoint_pb2, endpoint_service_pb2
 
 #: Endpoint names: 1-63 of [a-z0-9-], starting with a letter (a NATS token and part of URLs).
@@ -586,7 +586,7 @@ def _draft(engine: EngineSpec) -> str:
 
 def check_alert_targets(spec: EndpointDef, outbound: OutboundPolicy, *, field: str = "spec") -> None:
     """`InvalidArgument` naming the first alert route whose URL points where alerts may not go
-    (an internal address the operator did not allow: `evertune.outbound`)."""
+    (an internal address the operator did not allow: `evertune.infra.outbound`)."""
     for i, route in enumerate(spec.alert_routes):
         refusal = outbound.refusal(route.url) if route.url else ""
         if refusal:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from evertune.engines import EngineStartFailed
+from evertune.domain.engines import EngineStartFailed
 
 #: Seconds one warm-up request may take.
 WARMUP_TIMEOUT_S = 120.0

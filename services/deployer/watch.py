@@ -23,8 +23,8 @@ from evertune.deployer.validation import WatchFilter
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.events import EventKind, decode_event, event_filter_subject
-from evertune.runtime.auth import Principal
+from evertune.infra.events import EventKind, decode_event, event_filter_subject
+from evertune.infra.runtime.auth import Principal
 from evertune.v1 import events_pb2
 
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from evertune.engines import EngineSpec
-from evertune.engines.errors import InvalidEngineConfig
-from evertune.store import Store
+from evertune.domain.engines import EngineSpec
+from evertune.domain.engines.errors import InvalidEngineConfig
+from evertune.infra.store import Store
 from evertune.v1 import events_pb2
 
 

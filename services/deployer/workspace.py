@@ -20,14 +20,14 @@ from evertune.deployer import plan
 from evertune.deployer.backend import ServingBackend
 from evertune.deployer.state import State
 
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
 from evertune.errors import (
     NotFound,
 )
-from evertune.events import EventKind
-from evertune.logging import bound_ids, get_logger
-from evertune.runtime.auth import Principal
-from evertune.runtime.tasks import cancel_and_wait
+from evertune.infra.events import EventKind
+from evertune.infra.logging import bound_ids, get_logger
+from evertune.infra.runtime.auth import Principal
+from evertune.infra.runtime.tasks import cancel_and_wait
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2
 
 log = get_logger("evertune.deployer")

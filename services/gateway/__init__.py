@@ -3,7 +3,7 @@
 from evertune.gateway.service import GatewayService
 from evertune.gateway.settings import GatewaySettings
 
-from evertune.settings import load_settings
+from evertune.infra.settings import load_settings
 
 
 def create() -> GatewayService:

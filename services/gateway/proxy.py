@@ -43,9 +43,9 @@ from evertune.gateway.record import (
 from evertune.gateway.routing import NoDeployment, RouteBook, choose, unknown_model, upstream_model
 from evertune.gateway.settings import GatewaySettings
 
+from evertune.domain.replay.sse import SseDecoder
 from evertune.errors import Unauthenticated
-from evertune.replay.sse import SseDecoder
-from evertune.runtime.auth import Principal, TokenLookup, authenticate
+from evertune.infra.runtime.auth import Principal, TokenLookup, authenticate
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 
 #: Request headers not forwarded upstream (hop-by-hop, recomputed, or replaced).

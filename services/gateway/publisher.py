@@ -32,7 +32,7 @@ from evertune.gateway.prefix import chain_hashes, endpoint_key
 from nats.errors import MaxPayloadError
 from tokenizers import Tokenizer
 
-from evertune.logging import get_logger
+from evertune.infra.logging import get_logger
 from evertune.v1 import telemetry_pb2
 
 log = get_logger("evertune.gateway.publisher")

@@ -24,12 +24,12 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from tokenizers import Tokenizer
 
-from evertune.bus import KvFollower, publish
+from evertune.domain.model import ensure_model, load_tokenizer
 from evertune.errors import EvertuneError, SettingsError, Unavailable
-from evertune.model import ensure_model, load_tokenizer
-from evertune.runtime import Service, ServiceContext
-from evertune.runtime.auth import LOOPBACK_HOSTS, load_tokens
-from evertune.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
+from evertune.infra.bus import KvFollower, publish
+from evertune.infra.runtime import Service, ServiceContext
+from evertune.infra.runtime.auth import LOOPBACK_HOSTS, load_tokens
+from evertune.infra.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
 from evertune.v1 import telemetry_pb2
 
 

@@ -3,7 +3,7 @@
 from evertune.profiler.service import ProfilerService
 from evertune.profiler.settings import ProfilerSettings
 
-from evertune.settings import load_settings
+from evertune.infra.settings import load_settings
 
 
 def create() -> ProfilerService:

@@ -15,7 +15,7 @@ TTFT is split into four parts:
 
 From telemetry alone the parts are per request and reported over the slow requests (TTFT at or
 above the 90th percentile): their share of those requests' summed TTFT. When the engine's
-/metrics are given (`EngineFigures`, from `evertune.engines.metrics.delta`), vLLM's own queue and
+/metrics are given (`EngineFigures`, from `evertune.domain.engines.metrics.delta`), vLLM's own queue and
 prefill times replace the inference: queueing = mean queue time; the measured prefill time is split
 into prefill and decode interference by the telemetry's step slowdown; shares are of the mean TTFT
 (the engine's histograms give means per part, not per request).
@@ -39,7 +39,7 @@ from evertune.profiler.profile import (
     in_flight_at_arrival,
 )
 
-from evertune.engines.metrics import MetricsDelta
+from evertune.domain.engines.metrics import MetricsDelta
 
 #: Requests with a first token needed for a telemetry-only report.
 MIN_REQUESTS = 20

@@ -28,8 +28,8 @@ from evertune.profiler.profile import (
 from evertune.profiler.queries import request_samples, window_aggregates
 from evertune.profiler.trace_export import trace_records, trace_sha256, trace_text
 
-from evertune.store import Store
-from evertune.workloads.jsonl import TraceRecord
+from evertune.domain.workloads.jsonl import TraceRecord
+from evertune.infra.store import Store
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 from evertune.profiler.profile import WorkloadProfile, profile_from_jsonable, to_jsonable
 from google.protobuf.json_format import MessageToJson, Parse
 
-from evertune.store import Store
+from evertune.infra.store import Store
 from evertune.v1 import events_pb2
 
 TABLE = "profiles"

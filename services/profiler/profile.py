@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from evertune.percentiles import percentile_sorted
-from evertune.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
-from evertune.workloads.stats import coefficient_of_variation
+from evertune.domain.percentiles import percentile_sorted
+from evertune.domain.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
+from evertune.domain.workloads.stats import coefficient_of_variation
 
 #: Bins of a length histogram (at most; a width of 1, 2 or 5 times a power of ten).
 HISTOGRAM_BINS = 30
@@ -154,7 +154,7 @@ class RateProfile:
     per_minute_rps: tuple[float, ...]  #: requests/s in each 60 s window from the first arrival on
     mean_rps: float  #: requests / (last arrival - first arrival)
     #: 95th percentile of the per-minute rates (a last, partial minute counts when it covers half
-    #: a minute, rated over the part it covers: as `evertune.workloads.describe` counts a plan)
+    #: a minute, rated over the part it covers: as `evertune.domain.workloads.describe` counts a plan)
     peak_p95_rps: float
     max_rps: float  #: busiest minute's rate
     gap_cv: float  #: burstiness: coefficient of variation of gaps between arrivals (Poisson: 1)

@@ -22,7 +22,7 @@ from evertune.profiler.profile import (
     nice_width,
 )
 
-from evertune.store import Store
+from evertune.infra.store import Store
 
 #: Percentile levels reported everywhere.
 LEVELS = (0.5, 0.9, 0.99)

@@ -42,13 +42,13 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from evertune.bus import Bucket, ConsumerSpec, DurableConsumer, PoisonMessage, publish_event
-from evertune.engines.errors import MetricsUnavailable
-from evertune.engines.metrics import EMPTY_HISTOGRAM, EngineMetrics, delta, fetch_metrics
+from evertune.domain.engines.errors import MetricsUnavailable
+from evertune.domain.engines.metrics import EMPTY_HISTOGRAM, EngineMetrics, delta, fetch_metrics
 from evertune.errors import EvertuneError, InvalidArgument, NotFound
-from evertune.events import EventKind, new_event
-from evertune.runtime import Service, ServiceContext
-from evertune.store import Store
+from evertune.infra.bus import Bucket, ConsumerSpec, DurableConsumer, PoisonMessage, publish_event
+from evertune.infra.events import EventKind, new_event
+from evertune.infra.runtime import Service, ServiceContext
+from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
 
 #: Error codes of the request subject's replies.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from evertune.workloads.prefix_reuse import HORIZON_S
+from evertune.domain.workloads.prefix_reuse import HORIZON_S
 
 
 class ProfilerSettings(BaseSettings):

@@ -43,9 +43,15 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from evertune.bus import MSG_ID_HEADER, PoisonMessage, backoff_delay, fetch_unless_stopped, terminate_poison
-from evertune.logging import get_logger
-from evertune.store import Store
+from evertune.infra.bus import (
+    MSG_ID_HEADER,
+    PoisonMessage,
+    backoff_delay,
+    fetch_unless_stopped,
+    terminate_poison,
+)
+from evertune.infra.logging import get_logger
+from evertune.infra.store import Store
 from evertune.v1 import telemetry_pb2
 
 log = get_logger("evertune.profiler.sink")

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 
 from evertune.profiler.profile import RequestSample, Structure, chain_structure
 
-from evertune.workloads.jsonl import TraceRecord, format_record
+from evertune.domain.workloads.jsonl import TraceRecord, format_record
 
 
 def trace_records(

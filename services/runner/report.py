@@ -22,8 +22,8 @@ from evertune.runner.trial import TrialOutcome
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 
-from evertune.engines.fingerprint import Fingerprint, fingerprint_proto
-from evertune.replay import Summary
+from evertune.domain.engines.fingerprint import Fingerprint, fingerprint_proto
+from evertune.domain.replay import Summary
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 STATUS: dict[str, jobs_pb2.TrialStatus] = {

@@ -49,12 +49,12 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from evertune.bus import ConsumerSpec, DurableConsumer, publish_event
-from evertune.engines.fingerprint import Fingerprint
-from evertune.engines.fingerprint import detect as detect_hardware
-from evertune.events import EventKind, event_filter_subject, new_event
-from evertune.model import ensure_model
-from evertune.runtime import Service, ServiceContext
+from evertune.domain.engines.fingerprint import Fingerprint
+from evertune.domain.engines.fingerprint import detect as detect_hardware
+from evertune.domain.model import ensure_model
+from evertune.infra.bus import ConsumerSpec, DurableConsumer, publish_event
+from evertune.infra.events import EventKind, event_filter_subject, new_event
+from evertune.infra.runtime import Service, ServiceContext
 from evertune.v1 import common_pb2, events_pb2
 
 #: Stream holding the work queues of every hardware class.

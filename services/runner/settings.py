@@ -41,7 +41,7 @@ class RunnerSettings(BaseSettings):
     #: bf16 vLLM-CPU engine).
     warmup_turns: int = Field(default=4, ge=0, le=100)
     #: Before each measured replay, send every conversation already under way at the trace's cut its
-    #: earlier turns, unmeasured (`evertune.replay.priming`): a trial then measures the engine as
+    #: earlier turns, unmeasured (`evertune.domain.replay.priming`): a trial then measures the engine as
     #: it serves live conversations, not the cold-cache burst of a fresh engine. The searcher's
     #: model simulates the same (`SearchModel.primed`).
     prime_conversations: bool = True

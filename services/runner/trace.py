@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
+from evertune.domain.replay import plan_rps
+from evertune.domain.workloads import DailyCurve, PlannedRequest, VoiceWorkload, WordListText, plan_voice
+from evertune.domain.workloads.errors import WorkloadError
+from evertune.domain.workloads.jsonl import TraceRecord, parse_jsonl, plan_records, read_jsonl
+from evertune.domain.workloads.seeding import derive
+from evertune.domain.workloads.source import CorpusText, load_workload, tokens_text
+from evertune.domain.workloads.text import MakeText
 from evertune.errors import InvalidArgument
-from evertune.replay import plan_rps
-from evertune.workloads import DailyCurve, PlannedRequest, VoiceWorkload, WordListText, plan_voice
-from evertune.workloads.errors import WorkloadError
-from evertune.workloads.jsonl import TraceRecord, parse_jsonl, plan_records, read_jsonl
-from evertune.workloads.seeding import derive
-from evertune.workloads.source import CorpusText, load_workload, tokens_text
-from evertune.workloads.text import MakeText
 
 #: The profiler's table of profiles and their traces (infra/clickhouse/0002_profiles.sql).
 PROFILES_TABLE = "profiles"

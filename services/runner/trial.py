@@ -5,7 +5,7 @@ trace it cannot read, an engine that never gets ready or crashes, a deadline pas
 `TrialOutcome` with status "error" or "timeout", its one-line error, and the engine log's tail.
 The engine is always stopped before `run` returns (or is cancelled).
 
-Engines come from an `EngineFactory` (`evertune.engines.backend.make_engine` by default, vLLM's
+Engines come from an `EngineFactory` (`evertune.domain.engines.backend.make_engine` by default, vLLM's
 shell where that module is missing); anything with the `TrialEngine` methods serves, which is how
 the tests put a small HTTP server in the engine's place and how `sim-*` runners get the
 performance model (engine kind "sim").
@@ -13,12 +13,12 @@ performance model (engine kind "sim").
 A config with several replicas runs as a `ReplicaGroup`: every replica is started and checked, the
 warm-up goes to each, the golden answers come from the first (replicas are one config), and each
 measured replay spreads over all of them, one conversation per replica in turn
-(`evertune.replay.replay` with several targets), so prefix caching works per replica as it would
+(`evertune.domain.replay.replay` with several targets), so prefix caching works per replica as it would
 behind a session-affine balancer.
 
 Each measured replay starts primed (`RunnerSettings.prime_conversations`): the conversations under
 way at the trace's cut first get their earlier turns sent, unmeasured, so the engine's prefix cache
-holds what a live engine's would (`evertune.replay.priming`). The warm-up replay is not primed.
+holds what a live engine's would (`evertune.domain.replay.priming`). The warm-up replay is not primed.
 """
 
 from __future__ import annotations
@@ -48,17 +48,17 @@ from evertune.runner.measure import RateFigures, at_rate, rate_figures, skip_hig
 from evertune.runner.settings import RunnerSettings
 from evertune.runner.trace import TraceLookup, TraceSource, TraceUnavailable, open_trace, stored_trace_ref
 
-from evertune.engines import EngineGroup, EngineSpec, EngineStartFailed, get_profile
-from evertune.engines.backend import make_engine
-from evertune.engines.replicas import start_all, stop_all, wait_all_ready
-from evertune.engines.vllm import split_cores
+from evertune.domain.engines import EngineGroup, EngineSpec, EngineStartFailed, get_profile
+from evertune.domain.engines.backend import make_engine
+from evertune.domain.engines.replicas import start_all, stop_all, wait_all_ready
+from evertune.domain.engines.vllm import split_cores
+from evertune.domain.gate_result import GateResult
+from evertune.domain.replay import list_models, replay, summarize_run
+from evertune.domain.workloads import VoiceWorkload, plan_voice
+from evertune.domain.workloads.source import CorpusText
 from evertune.errors import EvertuneError, Unavailable
-from evertune.gate_result import GateResult
-from evertune.logging import get_logger
-from evertune.replay import list_models, replay, summarize_run
+from evertune.infra.logging import get_logger
 from evertune.v1 import events_pb2, jobs_pb2
-from evertune.workloads import VoiceWorkload, plan_voice
-from evertune.workloads.source import CorpusText
 
 log = get_logger("evertune.runner.trial")
 
@@ -199,7 +199,7 @@ class TrialOutcome:
 
 
 def default_engine_factory(settings: RunnerSettings) -> EngineFactory:
-    """Engines through `evertune.engines.backend.make_engine`, or vLLM's shell where it is missing.
+    """Engines through `evertune.domain.engines.backend.make_engine`, or vLLM's shell where it is missing.
 
     On CPU with `split_cores`, the engine is bound to every allowed core but the last, which the
     measuring client keeps (see `client_core`); several replicas split those cores evenly. Several

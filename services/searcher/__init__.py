@@ -3,7 +3,7 @@
 from evertune.searcher.service import SearcherService
 from evertune.searcher.settings import SearcherSettings
 
-from evertune.settings import load_settings
+from evertune.infra.settings import load_settings
 
 
 def create() -> SearcherService:

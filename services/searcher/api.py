@@ -1,8 +1,8 @@
 """The SearchService servicer: validate, scope to the caller, call `Searches`, answer. Errors become
-gRPC statuses in one place (`evertune.runtime.run_unary`): INVALID_ARGUMENT, NOT_FOUND and
+gRPC statuses in one place (`evertune.infra.runtime.run_unary`): INVALID_ARGUMENT, NOT_FOUND and
 FAILED_PRECONDITION with one-line details naming the field.
 
-Callers authenticate as the deployer's do (`evertune.runtime.auth`: bearer tokens scoped to a
+Callers authenticate as the deployer's do (`evertune.infra.runtime.auth`: bearer tokens scoped to a
 tenant). A tenant's token reaches only searches of its own endpoints: another tenant's endpoint or
 search is NOT_FOUND, as an unknown one is (no existence leaks); ListSearches needs an endpoint from
 a tenant's token. An operator's token (tenant `*`), or no tokens on loopback, reaches everything."""
@@ -17,8 +17,8 @@ from evertune.searcher.control import Searches
 from evertune.searcher.records import SearchRecord
 
 from evertune.errors import EvertuneError, InvalidArgument, NotFound
-from evertune.runtime import run_unary
-from evertune.runtime.auth import caller
+from evertune.infra.runtime import run_unary
+from evertune.infra.runtime.auth import caller
 from evertune.v1 import events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc

@@ -78,20 +78,20 @@ from google.protobuf.message import DecodeError
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.bus import Bucket, publish_event
-from evertune.engines import EngineSpec, HardwareProfile, InvalidEngineConfig, get_profile
+from evertune.domain.engines import EngineSpec, HardwareProfile, InvalidEngineConfig, get_profile
+from evertune.domain.model import ensure_model, load_tokenizer
+from evertune.domain.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
+from evertune.domain.perfmodel.simulate import block_size_of
+from evertune.domain.slo import Slo
+from evertune.domain.workloads.source import load_workload
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument, NotFound
-from evertune.events import EventKind, endpoint_token, event_filter_subject, new_event
-from evertune.logging import get_logger
-from evertune.model import ensure_model, load_tokenizer
-from evertune.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
-from evertune.perfmodel.simulate import block_size_of
-from evertune.runtime.tasks import cancel_and_wait
-from evertune.slo import Slo
-from evertune.store import Store
+from evertune.infra.bus import Bucket, publish_event
+from evertune.infra.events import EventKind, endpoint_token, event_filter_subject, new_event
+from evertune.infra.logging import get_logger
+from evertune.infra.runtime.tasks import cancel_and_wait
+from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
-from evertune.workloads.source import load_workload
 
 log = get_logger("evertune.searcher")
 

@@ -25,8 +25,8 @@ from evertune.searcher.orchestrate import TrialOrder, TrialResult
 from evertune.searcher.strategy import Figures
 from google.protobuf.duration_pb2 import Duration
 
-from evertune.gate_result import GateResult
-from evertune.slo import Slo
+from evertune.domain.gate_result import GateResult
+from evertune.domain.slo import Slo
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 #: Gates a search asks for, in order (settings may drop some).

@@ -50,12 +50,12 @@ from dataclasses import dataclass, field, replace
 from evertune.searcher.space import Candidate, UnpricedClass, unpriced_class
 from evertune.searcher.strategy import Figures
 
-from evertune.engines import HardwareProfile
+from evertune.domain.engines import HardwareProfile
+from evertune.domain.perfmodel import Efficiency, ModelArch, SimInput, simulate
+from evertune.domain.perfmodel.simulate import block_size_of, workload_rps
+from evertune.domain.perfmodel.workload import primer_inputs
+from evertune.domain.slo import Slo
 from evertune.errors import InvalidArgument
-from evertune.perfmodel import Efficiency, ModelArch, SimInput, simulate
-from evertune.perfmodel.simulate import block_size_of, workload_rps
-from evertune.perfmodel.workload import primer_inputs
-from evertune.slo import Slo
 
 #: Bounds of log(s) in the speed fit, relative to the prior factors (e^-6 ... e^6).
 LOG_SPEED_BOUND = 6.0

@@ -43,7 +43,7 @@ from evertune.searcher.strategy import (
     score,
 )
 
-from evertune.gate_result import GateResult
+from evertune.domain.gate_result import GateResult
 from evertune.v1 import jobs_pb2
 
 

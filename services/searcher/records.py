@@ -25,7 +25,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from evertune.store import Store
+from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
 

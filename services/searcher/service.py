@@ -26,12 +26,12 @@ from evertune.searcher.trials import TrialBus, completed_consumer
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
-from evertune.bus import ConsumerSpec, DurableConsumer, Handler, PoisonMessage
+from evertune.domain.perfmodel import Efficiency
 from evertune.errors import FailedPrecondition, NotFound, SettingsError
-from evertune.events import EventKind, event_filter_subject
-from evertune.perfmodel import Efficiency
-from evertune.runtime import GrpcService, ServiceContext
-from evertune.runtime.auth import LOOPBACK_HOSTS, AuthInterceptor, load_tokens
+from evertune.infra.bus import ConsumerSpec, DurableConsumer, Handler, PoisonMessage
+from evertune.infra.events import EventKind, event_filter_subject
+from evertune.infra.runtime import GrpcService, ServiceContext
+from evertune.infra.runtime.auth import LOOPBACK_HOSTS, AuthInterceptor, load_tokens
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 

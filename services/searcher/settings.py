@@ -19,7 +19,7 @@ class SearcherSettings(BaseSettings):
     #: gRPC port; 0 picks a free one.
     grpc_port: int = Field(default=50052, ge=0, le=65535)
     #: Token file: one `<token> <tenant>` per line (`*` = every tenant), as the deployer's
-    #: (`evertune.runtime.auth`): a tenant's token sees and starts searches of its endpoints only.
+    #: (`evertune.infra.runtime.auth`): a tenant's token sees and starts searches of its endpoints only.
     token_file: Path | None = None
     #: Tokens in the same format, entries separated by commas (added to the file's).
     tokens: SecretStr = SecretStr("")

@@ -2,7 +2,7 @@
 
 The space is the product of each knob's values (`SpaceLimits`, set in the searcher's settings)
 around a base configuration (the live one), filtered by the engines' own refusal rules for the
-hardware (`evertune.engines.knob_refusals`) and by vLLM's constraints between knobs:
+hardware (`evertune.domain.engines.knob_refusals`) and by vLLM's constraints between knobs:
 
 - `max_num_batched_tokens >= max_num_seqs` (vLLM refuses a step budget below its sequence limit);
 - chunked prefill off needs a step budget that holds a whole prompt: `max_num_batched_tokens >=
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from evertune.engines import EngineSpec, HardwareProfile, SpeculativeSpec, knob_refusals
+from evertune.domain.engines import EngineSpec, HardwareProfile, SpeculativeSpec, knob_refusals
 
 #: Step budget below which chunked prefill cannot be turned off when `max_model_len` is unknown.
 UNCHUNKED_MIN_BUDGET = 8192

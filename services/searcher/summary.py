@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from evertune.searcher.orchestrate import Outcome, SearchResult, TrialResult
 from evertune.searcher.strategy import Objective
 
-from evertune.engines import EngineSpec
-from evertune.slo import Slo
+from evertune.domain.engines import EngineSpec
+from evertune.domain.slo import Slo
 
 
 @dataclass(frozen=True)

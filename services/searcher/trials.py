@@ -31,10 +31,10 @@ from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from evertune.bus import ConsumerSpec, PoisonMessage, publish
-from evertune.events import EventKind, event_filter_subject
-from evertune.logging import get_logger
-from evertune.store import Store
+from evertune.infra.bus import ConsumerSpec, PoisonMessage, publish
+from evertune.infra.events import EventKind, event_filter_subject
+from evertune.infra.logging import get_logger
+from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
 
 log = get_logger("evertune.searcher.trials")

@@ -3,7 +3,7 @@
 from evertune.sla_monitor.service import SlaMonitorService
 from evertune.sla_monitor.settings import SlaMonitorSettings
 
-from evertune.settings import load_settings
+from evertune.infra.settings import load_settings
 
 
 def create() -> SlaMonitorService:

@@ -40,7 +40,7 @@ import numpy.typing as npt
 from scipy import stats
 from scipy.special import kolmogi, kolmogorov
 
-from evertune.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
+from evertune.domain.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
 
 #: Feature names, as in `DriftSignal.feature` (plus "ttft_ms" for the change-point detector).
 Feature = Literal["prompt_tokens", "completion_tokens", "rate_rps", "prefix_reuse_share", "ttft_ms"]

@@ -1,7 +1,7 @@
 """The alert sender's DNS resolver: aiohttp's, less the addresses the outbound policy refuses.
 
 Checked when an alert is sent, so a name that resolved to a public address when its route was
-created and to an internal one now is refused too (see `evertune.outbound`).
+created and to an internal one now is refused too (see `evertune.infra.outbound`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import socket
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-from evertune.outbound import OutboundPolicy
+from evertune.infra.outbound import OutboundPolicy
 
 
 class GuardedResolver(AbstractResolver):

@@ -23,7 +23,7 @@ from evertune.sla_monitor.burn_rate import (
 )
 from evertune.sla_monitor.window import LatencyWindow, Observation, WindowStats
 
-from evertune.slo import Slo
+from evertune.domain.slo import Slo
 
 
 @dataclass(frozen=True)

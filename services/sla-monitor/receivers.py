@@ -38,7 +38,7 @@ from evertune.sla_monitor.payloads import (
     signature,
 )
 
-from evertune.outbound import OutboundPolicy
+from evertune.infra.outbound import OutboundPolicy
 
 
 class Spawn(Protocol):

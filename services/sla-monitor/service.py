@@ -42,12 +42,19 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import BucketNotFoundError
 
-from evertune.bus import ConsumerSpec, DurableConsumer, KvFollower, PoisonMessage, Resubscriber, publish_event
+from evertune.domain.slo import Slo
 from evertune.errors import InvalidArgument
-from evertune.events import EventKind, event_filter_subject, new_event
-from evertune.runtime import Service, ServiceContext
-from evertune.runtime.metrics import MetricsServer, new_registry
-from evertune.slo import Slo
+from evertune.infra.bus import (
+    ConsumerSpec,
+    DurableConsumer,
+    KvFollower,
+    PoisonMessage,
+    Resubscriber,
+    publish_event,
+)
+from evertune.infra.events import EventKind, event_filter_subject, new_event
+from evertune.infra.runtime import Service, ServiceContext
+from evertune.infra.runtime.metrics import MetricsServer, new_registry
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 
 _SEVERITY = {"page": common_pb2.SEVERITY_CRITICAL, "ticket": common_pb2.SEVERITY_WARNING}

@@ -8,8 +8,8 @@ from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy, check_rec
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from evertune.slo import DEFAULT_ATTAINMENT
-from evertune.workloads.prefix_reuse import HORIZON_S
+from evertune.domain.slo import DEFAULT_ATTAINMENT
+from evertune.domain.workloads.prefix_reuse import HORIZON_S
 
 
 class SlaMonitorSettings(BaseSettings):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
 
-from evertune.slo import Slo
+from evertune.domain.slo import Slo
 
 #: Relative accuracy of every sketch: a reported quantile is within 1% of a true sample value.
 SKETCH_RELATIVE_ACCURACY = 0.01

@@ -15,11 +15,11 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from pydantic import SecretStr
 
-from evertune.bus import Bucket
 from evertune.errors import NotFound
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings
-from evertune.store import Store, migrate
+from evertune.infra.bus import Bucket
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings
+from evertune.infra.store import Store, migrate
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from tests.deployer.helpers import StandInFactory
 from tests.gateway.conftest import gateway

@@ -18,13 +18,13 @@ import aiohttp
 from evertune.deployer.kubernetes import KubernetesTarget, Rendered, deployment_manifests
 from evertune.profiler import sink
 
-from evertune.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile
-from evertune.nats_server import free_port
-from evertune.store import Store
+from evertune.domain.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile
+from evertune.infra.nats_server import free_port
+from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
+from tests.fake_engine import SCRIPT as FAKE_ENGINE
 
-SCRIPT = Path(__file__).parent.parent / "fake_engine.py"
 #: Endpoint model that makes the stand-in exit at start (a config that cannot run).
 BROKEN_MODEL = "broken-model"
 #: Endpoint model whose stand-in becomes ready only after SLOW_READY_S.
@@ -66,7 +66,7 @@ class StandInEngine:
     async def start(self) -> None:
         argv = [
             sys.executable,
-            str(SCRIPT),
+            str(FAKE_ENGINE),
             "--port",
             str(self.port),
             "--model",

@@ -12,8 +12,8 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from evertune.bus import Bucket
-from evertune.harness.waiting import eventually
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import Bucket
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2

@@ -18,9 +18,9 @@ from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_f
 from evertune.deployer.kubernetes import KubernetesTarget, object_name, validate_manifest
 from nats.aio.client import Client
 
-from evertune.engines import EngineSpec, EngineStartFailed
+from evertune.apps.harness.waiting import eventually
+from evertune.domain.engines import EngineSpec, EngineStartFailed
 from evertune.errors import FailedPrecondition, InvalidArgument
-from evertune.harness.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import start_stack, stop_stack

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from evertune.cli import main
-from evertune.cli.endpoint import engine_config
+from evertune.apps.cli import main
+from evertune.apps.cli.endpoint import engine_config
 from evertune.errors import InvalidArgument
 from evertune.v1 import endpoint_pb2 as D
 from tests.deployer.conftest import TOKEN_A, Stack

@@ -10,7 +10,7 @@ from evertune.deployer.backend import EngineReport, Target
 from evertune.deployer.backend_local import LocalBackend
 from evertune.deployer.cores import cores_per_engine, place
 
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
 from tests.deployer.helpers import StandInFactory
 
 

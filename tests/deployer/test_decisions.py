@@ -28,7 +28,7 @@ from evertune.deployer.decisions import (
 )
 from evertune.deployer.plan import AllTo, RollbackPlan, Silence, Without
 
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import events_pb2 as E
 

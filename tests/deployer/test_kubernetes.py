@@ -26,8 +26,8 @@ from evertune.deployer.kubernetes import (
     write_manifests,
 )
 
-from evertune.engines import EngineSpec, get_profile
-from evertune.engines.hardware import cpu_profile
+from evertune.domain.engines import EngineSpec, get_profile
+from evertune.domain.engines.hardware import cpu_profile
 from evertune.errors import InvalidArgument
 from tests.deployer.helpers import gpu_rendered
 

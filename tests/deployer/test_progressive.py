@@ -19,11 +19,11 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from evertune.bus import publish_event
-from evertune.events import EventKind, new_event
-from evertune.harness.waiting import eventually
-from evertune.runtime.tasks import cancel_and_wait
-from evertune.store import Store
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import publish_event
+from evertune.infra.events import EventKind, new_event
+from evertune.infra.runtime.tasks import cancel_and_wait
+from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2

@@ -26,10 +26,11 @@ import pytest
 from google import protobuf
 from pydantic import SecretStr
 
-from evertune.model import ensure_model
+from evertune.domain.model import ensure_model
+from evertune.infra import repository
 from tests.reliability.loop import running_loop, wait_rows
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = repository.ROOT
 TOKEN = "proto-client-token-0123456789"
 
 CLIENT = r"""
@@ -41,8 +42,9 @@ address, gateway, name, model, token = sys.argv[3:8]
 import grpc
 from evertune.v1 import endpoint_pb2, endpoint_service_pb2 as pb, endpoint_service_pb2_grpc
 import evertune.v1
+from evertune.infra import repository
 assert all(p.startswith(out) for p in evertune.v1.__path__), list(evertune.v1.__path__)
-assert not any(m == "evertune.errors" or m.startswith("evertune.bus") for m in sys.modules)
+assert not any(m == "evertune.errors" or m.startswith("evertune.infra.bus") for m in sys.modules)
 meta = (("authorization", "Bearer " + token),)
 channel = grpc.insecure_channel(address)
 stub = endpoint_service_pb2_grpc.EndpointServiceStub(channel)

@@ -21,7 +21,7 @@ from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.validation import rollout_overrides
 from pydantic import ValidationError
 
-from evertune.cli.endpoint import canary_steps, rollout_line, rollout_policy
+from evertune.apps.cli.endpoint import canary_steps, rollout_line, rollout_policy
 from evertune.errors import InvalidArgument
 from evertune.v1 import endpoint_pb2
 

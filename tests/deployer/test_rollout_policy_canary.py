@@ -11,9 +11,9 @@ from collections.abc import Mapping
 import pytest
 from google.protobuf.field_mask_pb2 import FieldMask
 
-from evertune.cli import main
-from evertune.harness.waiting import eventually
-from evertune.store import Store
+from evertune.apps.cli import main
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2

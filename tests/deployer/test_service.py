@@ -19,11 +19,11 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from pydantic import SecretStr
 
-from evertune.bus import publish_event
+from evertune.apps.harness.waiting import eventually
 from evertune.errors import SettingsError
-from evertune.events import EventKind, new_event
-from evertune.harness.waiting import eventually
-from evertune.runtime import run_unary
+from evertune.infra.bus import publish_event
+from evertune.infra.events import EventKind, new_event
+from evertune.infra.runtime import run_unary
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc

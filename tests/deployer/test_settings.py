@@ -8,7 +8,7 @@ from evertune.deployer.settings import DeployerSettings
 from nats.js import JetStreamContext
 
 from evertune.errors import SettingsError
-from evertune.settings import load_settings
+from evertune.infra.settings import load_settings
 
 
 def test_the_rollout_policy_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ import uuid
 from evertune.deployer.state import State
 from nats.js import JetStreamContext
 
-from evertune.bus import Bucket
+from evertune.infra.bus import Bucket
 from evertune.v1 import endpoint_pb2
 
 

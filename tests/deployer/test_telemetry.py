@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from evertune.deployer.telemetry import Telemetry
 
-from evertune.slo import Slo
-from evertune.store import Store, migrate
+from evertune.domain.slo import Slo
+from evertune.infra.store import Store, migrate
 from tests.deployer.helpers import insert_requests, request_row
 
 

@@ -12,11 +12,11 @@ from evertune.gateway import GatewayService, GatewaySettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from evertune.bus import Bucket
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings
+from evertune.infra.bus import Bucket
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings
 from evertune.v1 import endpoint_pb2, telemetry_pb2
-from tests.replay.conftest import fake_url
+from tests.domain.replay.conftest import fake_url
 
 __all__ = ["fake_url"]
 

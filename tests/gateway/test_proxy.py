@@ -17,8 +17,8 @@ from evertune.gateway.settings import GatewaySettings
 from nats.js import JetStreamContext
 from openai import AsyncOpenAI
 
-from evertune.nats_server import free_port
-from evertune.replay.sse import SseDecoder
+from evertune.domain.replay.sse import SseDecoder
+from evertune.infra.nats_server import free_port
 from evertune.v1 import telemetry_pb2
 from tests.gateway.conftest import base_url, new_endpoint, put_routes, read_records
 

@@ -13,12 +13,12 @@ from evertune.profiler import ProfilerService, ProfilerSettings
 from nats.js import JetStreamContext
 from openai import AsyncOpenAI
 
-from evertune.nats_server import EmbeddedNats
-from evertune.runtime.host import host_services
-from evertune.settings import SharedSettings, load_settings
-from evertune.store import open_store
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.runtime.host import host_services
+from evertune.infra.settings import SharedSettings, load_settings
+from evertune.infra.store import open_store
+from tests.domain.replay.conftest import fake_url
 from tests.gateway.conftest import put_routes
-from tests.replay.conftest import fake_url
 
 __all__ = ["fake_url"]
 

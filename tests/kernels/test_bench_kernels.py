@@ -11,8 +11,8 @@ from evertune.kernels import harness
 from evertune.kernels.harness import relative_error
 from evertune.kernels.tuning import ShapeKey
 
-from evertune.benchmarks import get_benchmark
-from evertune.benchmarks.kernels import Workload, run
+from evertune.apps.benchmarks import get_benchmark
+from evertune.apps.benchmarks.kernels import Workload, run
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU path times kernels; this checks the CPU path")

@@ -17,9 +17,10 @@ from evertune.kernels import vllm_plugin
 from evertune.kernels.vllm_plugin import PLUGIN_NAME, decide
 from structlog.testing import capture_logs
 
-from evertune.engines.vllm_args import EVERTUNE_KERNELS_PLUGIN
+from evertune.domain.engines.vllm_args import EVERTUNE_KERNELS_PLUGIN
+from evertune.infra import repository
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = repository.ROOT
 
 
 @pytest.mark.parametrize(

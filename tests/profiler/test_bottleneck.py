@@ -8,7 +8,7 @@ import pytest
 from evertune.profiler.bottleneck import EngineFigures, bottleneck_report, engine_figures
 from evertune.profiler.profile import RequestSample
 
-from evertune.engines.metrics import delta, parse_metrics
+from evertune.domain.engines.metrics import delta, parse_metrics
 
 
 def workload(kind: str, *, n: int = 600, seed: int = 0) -> tuple[list[RequestSample], list[int]]:

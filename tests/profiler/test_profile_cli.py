@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from evertune.cli.profile import ask, check_plot_path, plot, text_lines
+from evertune.apps.cli.profile import ask, check_plot_path, plot, text_lines
 from evertune.errors import InvalidArgument, NotFound
-from evertune.nats_server import EmbeddedNats
-from evertune.store import Store
-from tests.cli.helpers import REPO, assert_one_line_error, cli_env, evertune
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.store import Store
+from tests.apps.cli.helpers import REPO, assert_one_line_error, cli_env, evertune
 from tests.profiler.test_profiler_service import Running, db, insert, recent_samples, running
 
 __all__ = ["db", "running"]  # fixtures used here
@@ -123,7 +123,7 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
 FILL_STORE = """
 import asyncio, sys, time
 from datetime import UTC, datetime, timedelta
-from evertune.store import migrate, open_store
+from evertune.infra.store import migrate, open_store
 from evertune.profiler.builder import CreateRequest, create_profile
 from evertune.profiler.profile import ProfileConfig
 from tests.profiler.synthetic import voice

@@ -23,13 +23,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from evertune.bus import Bucket, publish_event
-from evertune.events import EventKind, new_event
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings
-from evertune.store import Store, migrate
+from evertune.domain.workloads.prefix_reuse import HORIZON_S
+from evertune.infra.bus import Bucket, publish_event
+from evertune.infra.events import EventKind, new_event
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings
+from evertune.infra.store import Store, migrate
 from evertune.v1 import endpoint_pb2, events_pb2, telemetry_pb2
-from evertune.workloads.prefix_reuse import HORIZON_S
 from tests.profiler.synthetic import as_record, reuse_share, voice
 from tests.profiler.test_bottleneck import metrics_text
 

@@ -16,7 +16,7 @@ from evertune.profiler.queries import (
 )
 from evertune.profiler.sink import COLUMNS, TABLE, rows_of
 
-from evertune.store import Store, migrate
+from evertune.infra.store import Store, migrate
 from evertune.v1 import telemetry_pb2
 from tests.profiler.helpers import BASE_NS, record
 

@@ -15,11 +15,11 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 
-from evertune.bus import publish
-from evertune.harness.waiting import eventually
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings
-from evertune.store import Store, migrate
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import publish
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings
+from evertune.infra.store import Store, migrate
 from evertune.v1 import events_pb2
 from tests.profiler.helpers import batch
 

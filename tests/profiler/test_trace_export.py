@@ -1,4 +1,4 @@
-"""The exported trace loads back with evertune.workloads and shows the profile's statistics."""
+"""The exported trace loads back with evertune.domain.workloads and shows the profile's statistics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from evertune.profiler.profile import ProfileConfig, aggregates_of, build_profile
 from evertune.profiler.trace_export import trace_records, trace_sha256, trace_text
 
-from evertune.workloads import WordListText, describe, load_jsonl_trace, read_jsonl, words_as_tokens
+from evertune.domain.workloads import WordListText, describe, load_jsonl_trace, read_jsonl, words_as_tokens
 from tests.profiler.synthetic import voice
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

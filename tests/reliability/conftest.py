@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evertune.model import ensure_model
+from evertune.domain.model import ensure_model
 
 
 @pytest.fixture(scope="session")

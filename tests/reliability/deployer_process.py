@@ -22,9 +22,9 @@ from pathlib import Path
 from evertune.deployer import DeployerService
 from evertune.profiler import ProfilerService, ProfilerSettings
 
-from evertune.logging import configure_logging
-from evertune.runtime.host import host_services
-from evertune.settings import SharedSettings, load_settings
+from evertune.infra.logging import configure_logging
+from evertune.infra.runtime.host import host_services
+from evertune.infra.settings import SharedSettings, load_settings
 from tests.reliability.loop import deployer_settings
 
 

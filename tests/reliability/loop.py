@@ -28,17 +28,17 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.bus import connect
-from evertune.engines.sim import SIM_SERVER_MODULE
-from evertune.harness.stack import LoopStack, loop_stack
-from evertune.harness.waiting import eventually
-from evertune.replay import RequestResult, replay
-from evertune.store import Store, open_store
+from evertune.apps.harness.stack import LoopStack, loop_stack
+from evertune.apps.harness.waiting import eventually
+from evertune.domain.engines.sim import SIM_SERVER_MODULE
+from evertune.domain.replay import RequestResult, replay
+from evertune.infra.bus import connect
+from evertune.infra.store import Store, open_store
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2
-from tests.replay.helpers import chat_plan
+from tests.domain.replay.helpers import chat_plan
 
 #: Deployer settings of the loop tests: a three-step canary of 2 s steps judged on 5 requests an arm.
 FAST_ROLLOUT: dict[str, Any] = {

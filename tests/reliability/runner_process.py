@@ -16,9 +16,9 @@ from pathlib import Path
 
 from evertune.runner import RunnerService, RunnerSettings
 
-from evertune.logging import configure_logging
-from evertune.runtime.host import host_services
-from evertune.settings import SharedSettings, load_settings
+from evertune.infra.logging import configure_logging
+from evertune.infra.runtime.host import host_services
+from evertune.infra.settings import SharedSettings, load_settings
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -26,9 +26,9 @@ from typing import Any
 
 from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink
 
-from evertune.bus import connect
-from evertune.store import QueryResult, Store, migrate, open_store
-from evertune.store.client import Parameters
+from evertune.infra.bus import connect
+from evertune.infra.store import QueryResult, Store, migrate, open_store
+from evertune.infra.store.client import Parameters
 
 
 class DiesAfterInsert(Store):

@@ -21,12 +21,12 @@ from evertune.sla_monitor.burn_rate import BurnRateRule
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from evertune.bus import publish
-from evertune.events import event_filter_subject
-from evertune.harness.waiting import eventually
-from evertune.nats_server import free_port
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings, load_settings
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import publish
+from evertune.infra.events import event_filter_subject
+from evertune.infra.nats_server import free_port
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings, load_settings
 from evertune.v1 import events_pb2
 from tests.sla_monitor.helpers import record_batch
 

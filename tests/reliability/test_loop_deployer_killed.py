@@ -26,11 +26,11 @@ import pytest
 from evertune.deployer.state import State
 from evertune.gateway import GatewayService, GatewaySettings
 
-from evertune.bus import connect
-from evertune.harness.waiting import eventually
-from evertune.nats_server import EmbeddedNats
-from evertune.runtime.host import host_services
-from evertune.settings import SharedSettings, load_settings
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import connect
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.runtime.host import host_services
+from evertune.infra.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from tests.reliability.loop import (

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from evertune.runner import RunnerService
 
-from evertune.bus import connect, publish
-from evertune.harness.waiting import eventually
-from evertune.nats_server import EmbeddedNats
-from evertune.runtime.host import host_services
-from evertune.settings import SharedSettings, load_settings
-from evertune.store import open_store
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import connect, publish
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.runtime.host import host_services
+from evertune.infra.settings import SharedSettings, load_settings
+from evertune.infra.store import open_store
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from tests.reliability.loop import watching
 from tests.reliability.runner_process import runner_settings

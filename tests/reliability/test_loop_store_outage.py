@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from evertune.harness.waiting import eventually
+from evertune.apps.harness.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import events_pb2
 from tests.reliability.loop import (

@@ -21,16 +21,16 @@ import pytest
 from evertune.gateway import GatewayService, GatewaySettings
 from evertune.profiler import ProfilerService, ProfilerSettings
 
-from evertune.bus import connect
-from evertune.harness.waiting import eventually
-from evertune.nats_server import EmbeddedNats
-from evertune.replay import replay
-from evertune.runtime.host import host_services
-from evertune.settings import SharedSettings, load_settings
-from evertune.store import Store, open_store
+from evertune.apps.harness.waiting import eventually
+from evertune.domain.replay import replay
+from evertune.infra.bus import connect
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.runtime.host import host_services
+from evertune.infra.settings import SharedSettings, load_settings
+from evertune.infra.store import Store, open_store
+from tests.domain.replay.conftest import fake_url
+from tests.domain.replay.helpers import chat_plan
 from tests.gateway.conftest import put_routes
-from tests.replay.conftest import fake_url
-from tests.replay.helpers import chat_plan
 
 __all__ = ["fake_url"]
 

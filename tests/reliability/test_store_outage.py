@@ -17,9 +17,9 @@ import pytest
 from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink
 from nats.js import JetStreamContext
 
-from evertune.bus import publish
-from evertune.harness.waiting import eventually
-from evertune.store import Store, migrate
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import publish
+from evertune.infra.store import Store, migrate
 from tests.profiler.helpers import batch
 
 pytestmark = pytest.mark.reliability

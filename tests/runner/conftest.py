@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evertune.model import make_model
+from evertune.domain.model import make_model
 
 
 @pytest.fixture(scope="session")

@@ -19,11 +19,11 @@ from evertune.runner.trial import (
 )
 from google.protobuf.duration_pb2 import Duration
 
-from evertune.engines import EngineSpec, VllmEngine
-from evertune.settings import load_settings
+from evertune.domain.engines import EngineSpec, VllmEngine
+from evertune.infra.settings import load_settings
 from evertune.v1 import endpoint_pb2, jobs_pb2
+from tests.fake_engine import SCRIPT as FAKE_ENGINE
 
-SERVER = Path(__file__).parent.parent / "fake_engine.py"
 #: The stand-in's pace unless a test's behaviour says otherwise: faster than vLLM on these cores.
 PACE = ["--ttft-ms", "10", "--itl-ms", "2"]
 
@@ -36,7 +36,7 @@ class FakeEngine(VllmEngine):
         self.fake_args = args
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        return [sys.executable, str(SERVER), "--port", str(self.port), *PACE, *self.fake_args], dict(
+        return [sys.executable, str(FAKE_ENGINE), "--port", str(self.port), *PACE, *self.fake_args], dict(
             os.environ
         )
 

@@ -28,7 +28,7 @@ import torch
 from evertune.runner.trial import Reference, TrialOutcome, TrialRunner
 from safetensors.torch import load_file, save_file
 
-from evertune.model import make_model
+from evertune.domain.model import make_model
 from evertune.v1 import endpoint_pb2, events_pb2
 
 from .helpers import job, real_runner, reference_of

@@ -17,9 +17,9 @@ from evertune.runner.gates.correctness import logprob_closeness
 from evertune.runner.golden import hash_answer
 from evertune.runner.measure import goodput_rps, rate_figures, skip_higher
 
-from evertune.engines import EngineSpec, SpeculativeSpec
-from evertune.replay import RequestResult, summarize
-from evertune.slo import Slo
+from evertune.domain.engines import EngineSpec, SpeculativeSpec
+from evertune.domain.replay import RequestResult, summarize
+from evertune.domain.slo import Slo
 
 SLO = Slo(ttft_ms=100.0, itl_ms=50.0, share=0.9)
 

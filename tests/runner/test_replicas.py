@@ -15,9 +15,9 @@ from evertune.runner.trial import (
     engine_urls,
 )
 
-from evertune.engines import EngineSpec, VllmEngine
-from evertune.engines.vllm import split_cores
-from evertune.replay.priming import PRIMER_SUFFIX
+from evertune.domain.engines import EngineSpec, VllmEngine
+from evertune.domain.engines.vllm import split_cores
+from evertune.domain.replay.priming import PRIMER_SUFFIX
 from evertune.v1 import endpoint_pb2
 
 from .helpers import FakeEngine, job, settings
@@ -59,7 +59,7 @@ async def test_a_two_replica_config_spreads_each_rate_over_both_replicas(tmp_pat
     measured = sum(r.pooled.requests for r in outcome.rates)
     # Each replica got its own warm-up turn, then a share of the runs, each run primed (a primer per
     # conversation under way, on the replica its turns went to); no request was sent twice.
-    # (Which conversation goes where is tested with the replay client: tests/replay/test_spread.py.)
+    # (Which conversation goes where is tested with the replay client: tests/domain/replay/test_spread.py.)
     assert first[0] == second[0] and first[0].startswith("v99-")
     primers = [(i, served) for served in (first, second) for i in served if i.endswith(PRIMER_SUFFIX)]
     assert primers

@@ -17,14 +17,14 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.bus import publish, publish_event
-from evertune.engines import EngineSpec, VllmEngine
-from evertune.engines.fingerprint import detect as detect_hardware
-from evertune.events import EventKind, new_event
-from evertune.nats_server import EmbeddedNats
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings, load_settings
-from evertune.store import Store, migrate
+from evertune.domain.engines import EngineSpec, VllmEngine
+from evertune.domain.engines.fingerprint import detect as detect_hardware
+from evertune.infra.bus import publish, publish_event
+from evertune.infra.events import EventKind, new_event
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings, load_settings
+from evertune.infra.store import Store, migrate
 from evertune.v1 import events_pb2, jobs_pb2
 
 from .helpers import fake_factory, job, settings

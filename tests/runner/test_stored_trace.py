@@ -19,7 +19,7 @@ from evertune.runner.trace import (
 )
 from evertune.runner.trial import Reference, TrialRunner
 
-from evertune.store import Store, migrate
+from evertune.infra.store import Store, migrate
 
 from ..profiler.synthetic import voice
 from ..profiler.test_profiler_service import insert

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from evertune.runner.trial import Reference, TrialOutcome, TrialRunner, default_engine_factory
 
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
 from evertune.v1 import endpoint_pb2, events_pb2
 
 from .helpers import fake_factory, job, settings

@@ -12,10 +12,10 @@ import pytest
 from evertune.runner import RunnerService
 from nats.aio.client import Client
 
-from evertune.cli.trial import TrialRequest, build_job, parse_rates
+from evertune.apps.cli.trial import TrialRequest, build_job, parse_rates
 from evertune.errors import InvalidArgument
-from evertune.nats_server import EmbeddedNats
-from evertune.store import Store
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.store import Store
 
 from .helpers import fake_factory, settings
 from .test_service import running

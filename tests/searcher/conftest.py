@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evertune.model import make_model
-from evertune.perfmodel import SimInput
-from evertune.perfmodel.calibration import save_calibration
+from evertune.domain.model import make_model
+from evertune.domain.perfmodel import SimInput
+from evertune.domain.perfmodel.calibration import save_calibration
 
 from .helpers import CPU_TRUTH, voice_inputs
 

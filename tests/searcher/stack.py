@@ -19,15 +19,15 @@ from google.protobuf.json_format import MessageToJson
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from evertune.bus import Bucket
-from evertune.model import load_tokenizer
-from evertune.runtime import Service, ServiceContext
-from evertune.settings import SharedSettings, load_settings
-from evertune.store import Store
+from evertune.domain.model import load_tokenizer
+from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
+from evertune.domain.workloads.jsonl import format_records, records_of_plan
+from evertune.domain.workloads.source import CorpusText
+from evertune.infra.bus import Bucket
+from evertune.infra.runtime import Service, ServiceContext
+from evertune.infra.settings import SharedSettings, load_settings
+from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
-from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
-from evertune.workloads.jsonl import format_records, records_of_plan
-from evertune.workloads.source import CorpusText
 
 from .helpers import CPU_TRUTH
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from evertune.bus import publish_event
-from evertune.bus.kv import Bucket
-from evertune.events import EventKind, new_event
-from evertune.harness.waiting import eventually
-from evertune.store import Store, migrate
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import publish_event
+from evertune.infra.bus.kv import Bucket
+from evertune.infra.events import EventKind, new_event
+from evertune.infra.store import Store, migrate
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 

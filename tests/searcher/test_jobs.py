@@ -13,8 +13,8 @@ from evertune.searcher.space import Candidate, config_key
 from evertune.searcher.strategy import TrialRequest
 from evertune.searcher.summary import knob_changes
 
-from evertune.engines import EngineSpec
-from evertune.slo import Slo
+from evertune.domain.engines import EngineSpec
+from evertune.domain.slo import Slo
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 SPEC = EngineSpec(model="/models/tiny", max_num_seqs=64, enable_prefix_caching=True)

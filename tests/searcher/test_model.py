@@ -9,8 +9,8 @@ import pytest
 from evertune.searcher.model import scaled
 from evertune.searcher.space import Candidate, config_key
 
-from evertune.perfmodel import SimInput
-from evertune.slo import Slo
+from evertune.domain.perfmodel import SimInput
+from evertune.domain.slo import Slo
 
 from .helpers import CPU_TRUTH, base_spec, search_model
 

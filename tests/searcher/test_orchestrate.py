@@ -30,13 +30,13 @@ from evertune.searcher.space import (
 from evertune.searcher.strategy import Figures, NoiseRule, Objective, score
 from evertune.searcher.summary import Context, explain
 
-from evertune.gate_result import GateResult
-from evertune.model import load_tokenizer
-from evertune.perfmodel import PromptTokens, SimInput, prepare
-from evertune.perfmodel.steptime import Efficiency
-from evertune.slo import Slo
-from evertune.workloads import DailyCurve, VoiceWorkload, plan_voice
-from evertune.workloads.source import CorpusText
+from evertune.domain.gate_result import GateResult
+from evertune.domain.model import load_tokenizer
+from evertune.domain.perfmodel import PromptTokens, SimInput, prepare
+from evertune.domain.perfmodel.steptime import Efficiency
+from evertune.domain.slo import Slo
+from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
+from evertune.domain.workloads.source import CorpusText
 
 from .helpers import CPU, CPU_TRUTH, LIMITS, TruthExecutor, base_spec, prior, search_model, space
 

@@ -13,8 +13,8 @@ from evertune.searcher.control import Searches
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from evertune.bus.kv import Bucket
-from evertune.store import Store, migrate
+from evertune.infra.bus.kv import Bucket
+from evertune.infra.store import Store, migrate
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import search_service_pb2 as pb
 

@@ -17,8 +17,8 @@ from evertune.searcher.space import (
     unpriced_representatives,
 )
 
-from evertune.engines import EngineSpec, get_profile, refuse_reasons
-from evertune.engines.hardware import cpu_profile
+from evertune.domain.engines import EngineSpec, get_profile, refuse_reasons
+from evertune.domain.engines.hardware import cpu_profile
 
 CPU = cpu_profile(cores=2, memory_gib=11.5)
 BASE = EngineSpec(model="/models/tiny", kv_cache_space_gib=2)

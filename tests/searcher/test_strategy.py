@@ -13,7 +13,7 @@ from evertune.searcher.noise import Verdict
 from evertune.searcher.space import Candidate, config_key
 from evertune.searcher.strategy import Figures, NoiseRule, Objective, SuccessiveHalving, score
 
-from evertune.engines import EngineSpec
+from evertune.domain.engines import EngineSpec
 
 
 def _candidates(n: int) -> list[Candidate]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from evertune.deployer import validation as v
 
-from evertune.cli.events import format_event
+from evertune.apps.cli.events import format_event
 from evertune.errors import InvalidArgument
-from evertune.events import EventKind, new_event
+from evertune.infra.events import EventKind, new_event
 from evertune.v1 import endpoint_pb2, events_pb2
 from tests.deployer.helpers import spec
 

@@ -14,11 +14,11 @@ from evertune.sla_monitor.burn_rate import BurnRateRule, RuleEvaluation, WindowB
 from evertune.sla_monitor.guarded_resolver import GuardedResolver
 from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy
 
+from evertune.apps.harness.waiting import eventually
 from evertune.errors import InvalidArgument, SettingsError
-from evertune.harness.waiting import eventually
-from evertune.nats_server import free_port
-from evertune.outbound import OutboundPolicy, parse_networks
-from evertune.settings import SharedSettings, load_settings
+from evertune.infra.nats_server import free_port
+from evertune.infra.outbound import OutboundPolicy, parse_networks
+from evertune.infra.settings import SharedSettings, load_settings
 from evertune.v1 import endpoint_pb2
 from tests.sla_monitor.test_receivers import Receiver, _running
 

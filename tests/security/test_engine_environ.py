@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evertune.engines import EngineSpec
-from evertune.engines.hardware import cpu_profile
-from evertune.engines.sim import SimEngine
-from evertune.engines.vllm import VllmEngine
-from evertune.engines.vllm_args import engine_environ
+from evertune.domain.engines import EngineSpec
+from evertune.domain.engines.hardware import cpu_profile
+from evertune.domain.engines.sim import SimEngine
+from evertune.domain.engines.vllm import VllmEngine
+from evertune.domain.engines.vllm_args import engine_environ
 
 SECRETS = {
     "EVERTUNE_DEPLOYER_TOKENS": "op:tok-123",

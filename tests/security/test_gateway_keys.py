@@ -18,10 +18,10 @@ from nats.aio.client import Client
 from openai import AsyncOpenAI
 from pydantic import SecretStr
 
-from evertune.bus import Bucket
 from evertune.errors import SettingsError
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings
+from evertune.infra.bus import Bucket
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings
 from evertune.v1 import endpoint_pb2
 
 KEY_A = "sk-tenant-a-0123456789abcdef"

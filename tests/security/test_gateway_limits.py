@@ -16,7 +16,7 @@ from evertune.gateway.proxy import Proxy
 from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import GatewaySettings
 
-from evertune.nats_server import free_port
+from evertune.infra.nats_server import free_port
 from evertune.v1 import endpoint_pb2
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from evertune.nats_server import EmbeddedNats
-from tests.cli.helpers import assert_one_line_error, cli_env, evertune
+from evertune.infra.nats_server import EmbeddedNats
+from tests.apps.cli.helpers import assert_one_line_error, cli_env, evertune
 
 
 async def test_run_gateway_refuses_the_public_prefix_secret(nats_server: EmbeddedNats) -> None:

@@ -20,8 +20,8 @@ from evertune.gateway.publisher import (
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from evertune.bus import publish
-from evertune.harness.waiting import eventually
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import publish
 from evertune.v1 import telemetry_pb2
 
 #: Prefix hashes of one swollen record: 2,000 x 8 bytes (a 256k-token prompt at 128-token blocks).

@@ -12,7 +12,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from nats.aio.client import Client
 
-from evertune.harness.waiting import eventually
+from evertune.apps.harness.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import Stack, start_stack, stop_stack

@@ -20,11 +20,11 @@ from nats.js import JetStreamContext
 from pydantic import SecretStr
 
 from evertune.errors import SettingsError
-from evertune.store import Store, migrate
+from evertune.infra.store import Store, migrate
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
-from tests.cli.helpers import assert_one_line_error, cli_env, evertune
+from tests.apps.cli.helpers import assert_one_line_error, cli_env, evertune
 from tests.searcher.stack import make_endpoint, make_searcher, running, store_profile
 
 OWNER = "tenant-t-token-0123456789"  # make_endpoint's endpoints belong to tenant "t"

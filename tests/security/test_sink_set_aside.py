@@ -10,9 +10,9 @@ import uuid
 from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink, rows_of, unfit
 from nats.js import JetStreamContext
 
-from evertune.bus import publish
-from evertune.harness.waiting import eventually
-from evertune.store import Store, migrate
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import publish
+from evertune.infra.store import Store, migrate
 from evertune.v1 import telemetry_pb2
 from tests.profiler.helpers import batch
 

@@ -15,12 +15,12 @@ from evertune.deployer.validation import WatchFilter
 from evertune.deployer.watch import Incarnation, TenantScope, watch
 from nats.js import JetStreamContext
 
-from evertune.bus import publish, publish_event
-from evertune.events import EventKind, decode_event, event_subject, new_event
-from evertune.nats_server import EmbeddedNats
-from evertune.runtime.auth import ALL_TENANTS, Principal
+from evertune.infra.bus import publish, publish_event
+from evertune.infra.events import EventKind, decode_event, event_subject, new_event
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.runtime.auth import ALL_TENANTS, Principal
 from evertune.v1 import endpoint_pb2, events_pb2
-from tests.cli.helpers import evertune
+from tests.apps.cli.helpers import evertune
 
 #: Bytes no protobuf parser accepts (a field tag whose varint never ends).
 GARBAGE = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"

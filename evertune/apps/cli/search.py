@@ -1,0 +1,275 @@
+"""`evertune search start|show|list|trials|cancel`: a gRPC client of the searcher's SearchService.
+
+Where the searcher is: `--address`, else `EVERTUNE_SEARCHER_ADDRESS`, else the address the
+`evertune up` on the data dir wrote to its runtime file, else 127.0.0.1:50052. `start` waits for
+the search by default, printing a line per trial as it ends (`--no-wait` returns at once).
+`trials` lists a search's finished trials (ListTrials, every page), one line each: the config's
+difference from the baseline trial's, the figures, the gates, passed or not. The bearer token:
+`--token`, else `EVERTUNE_TOKEN` (none: no credentials, for a searcher with auth off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from evertune.apps.cli.common import OBJECTIVES, grpc_address
+from evertune.errors import EvertuneError
+from evertune.infra.runtime.auth import BearerToken
+from evertune.v1 import events_pb2, jobs_pb2
+from evertune.v1 import search_service_pb2 as pb
+from evertune.v1 import search_service_pb2_grpc as pb_grpc
+
+DEFAULT_ADDRESS = "127.0.0.1:50052"
+
+
+class RemoteError(EvertuneError):
+    """The searcher refused a call; the message is its status and one-line detail."""
+
+
+def add_commands(commands: Any) -> None:
+    """Register `search` on the top-level subparsers."""
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--address", default=None, help="searcher host:port")
+        parser.add_argument("--token", default=None, help="bearer token (default $EVERTUNE_TOKEN)")
+        parser.add_argument("--data-dir", type=Path, default=None, help="data dir of a local `evertune up`")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+    search = commands.add_parser(
+        "search", help="start, show, list, cancel configuration searches and list their trials (gRPC)"
+    )
+    sub = search.add_subparsers(dest="search_command", required=True, metavar="COMMAND")
+    start = sub.add_parser("start", help="start a search for an endpoint and follow it")
+    start.add_argument("endpoint")
+    start.add_argument("--budget", type=int, default=0, help="real trials (default: the searcher's)")
+    start.add_argument("--hardware", action="append", default=[], help="hardware class, repeatable")
+    start.add_argument("--profile", default=None, help="profile id (default: the endpoint's latest)")
+    start.add_argument(
+        "--objective",
+        choices=sorted(OBJECTIVES),
+        default=None,
+        help="what to optimise (default: the endpoint's)",
+    )
+    start.add_argument("--request-id", default=None, help="idempotency key (default: a new uuid)")
+    start.add_argument("--no-wait", action="store_true", help="return once the search is accepted")
+    common(start)
+    show = sub.add_parser("show", help="show one search")
+    show.add_argument("search_id")
+    common(show)
+    listing = sub.add_parser("list", help="list searches, newest first")
+    listing.add_argument("--endpoint", default="", help="only this endpoint's")
+    common(listing)
+    trials = sub.add_parser("trials", help="list a search's finished trials, one line each")
+    trials.add_argument("search_id")
+    common(trials)
+    cancel = sub.add_parser("cancel", help="cancel a running search")
+    cancel.add_argument("search_id")
+    cancel.add_argument("--reason", default="", help="one line for the record")
+    common(cancel)
+
+
+def _address(args: argparse.Namespace) -> str:
+    return grpc_address(
+        service="searcher", given=args.address, data_dir=args.data_dir, default=DEFAULT_ADDRESS
+    )
+
+
+def _ms(value: float) -> str:
+    return f"{value:.0f} ms" if math.isfinite(value) and value > 0 else "-"
+
+
+def _metrics(m: jobs_pb2.TrialMetrics) -> str:
+    return (
+        f"goodput {m.goodput_rps:.2f} rps, TTFT p50 {_ms(m.ttft_p50_ms)} p99 {_ms(m.ttft_p99_ms)}, "
+        f"attainment {m.attainment:.2f}"
+    )
+
+
+def describe(search: pb.Search) -> str:
+    """A few lines for a person."""
+    state = pb.SearchState.Name(search.state).removeprefix("SEARCH_STATE_").lower()
+    lines = [
+        f"{search.id}  {search.endpoint}  {state}"
+        + (
+            f"  {events_pb2.SearchOutcome.Name(search.outcome).removeprefix('SEARCH_OUTCOME_').lower()}"
+            if search.state == pb.SEARCH_STATE_DONE
+            else ""
+        ),
+        f"  profile {search.profile_id}, on {', '.join(search.hardware_classes)}, trigger {search.trigger}",
+        f"  trials {search.trials_completed}/{search.trials_started} of {search.trial_budget}, "
+        f"{search.modeled_candidates} candidates modelled",
+    ]
+    if search.HasField("baseline_metrics"):
+        lines.append(f"  baseline: {_metrics(search.baseline_metrics)}")
+    if search.best_trial_id:
+        knobs = MessageToDict(search.best_engine_config, preserving_proto_field_name=True)
+        knobs.pop("model", None)
+        lines.append(f"  best ({search.best_trial_id}{'' if search.verified else ', not verified'}): {knobs}")
+        lines.append(f"        {_metrics(search.best_metrics)}")
+    if search.error:
+        lines.append(f"  {search.error}")
+    return "\n".join(lines)
+
+
+def _trial_line(event: events_pb2.Event) -> str:
+    done = event.trial_completed
+    status = jobs_pb2.TrialStatus.Name(done.status).removeprefix("TRIAL_STATUS_").lower()
+    verdict = "passed" if done.passed else "failed"
+    tag = " baseline" if done.baseline else ""
+    extra = f" ({done.error})" if done.error else ""
+    return (
+        f"  trial {done.trial_id}{tag}: {status}, {verdict}, goodput {done.goodput_rps:.2f} rps, "
+        f"TTFT p50 {_ms(done.ttft_p50_ms)}{extra}"
+    )
+
+
+def _knobs(config: Any) -> dict[str, Any]:
+    knobs = MessageToDict(config, preserving_proto_field_name=True)
+    knobs.pop("model", None)
+    return knobs
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+def config_diff(config: Any, baseline: Any | None) -> str:
+    """The knobs where `config` differs from `baseline` ("k a -> b, ..."; "= baseline" when none);
+    every knob set when there is no baseline to compare with."""
+    mine = _knobs(config)
+    if baseline is None:
+        return " ".join(f"{k}={_value(v)}" for k, v in sorted(mine.items())) or "engine defaults"
+    theirs = _knobs(baseline)
+    changes = [
+        f"{k} {_value(theirs.get(k))} -> {_value(mine.get(k))}"
+        for k in sorted(set(mine) | set(theirs))
+        if mine.get(k) != theirs.get(k)
+    ]
+    return ", ".join(changes) or "= baseline"
+
+
+def _gate(gate: jobs_pb2.GateResult) -> str:
+    text = f"{gate.name} {'ok' if gate.passed else 'FAIL'} {gate.value:.2f}/{gate.threshold:.2f}"
+    return text + (f" ({gate.detail})" if gate.detail and not gate.passed else "")
+
+
+def trial_line(trial: pb.Trial, baseline: Any | None) -> str:
+    """One line per trial: id, class, status, verdict, config vs the baseline, figures, gates."""
+    r = trial.result
+    status = jobs_pb2.TrialStatus.Name(r.status).removeprefix("TRIAL_STATUS_").lower()
+    verdict = "passed" if r.passed else "FAILED"
+    config = "baseline" if r.baseline else config_diff(r.engine_config, baseline)
+    line = f"{r.trial_id}  {r.hardware_class}  {status}  {verdict}  [{config}]"
+    if r.status == jobs_pb2.TRIAL_STATUS_OK:
+        line += f"  {_metrics(r.metrics)}"
+    if r.gates:
+        line += "  gates: " + ", ".join(_gate(g) for g in r.gates)
+    if r.error:
+        line += f"  error: {r.error}"
+    return line
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one of the commands; raises RemoteError when the searcher refuses."""
+
+    def show(search: pb.Search) -> None:
+        print(json.dumps(MessageToDict(search)) if args.json else describe(search))
+
+    async def call(stub: pb_grpc.SearchServiceStub) -> int:
+        command = args.search_command
+        if command == "start":
+            request = pb.StartSearchRequest(
+                request_id=args.request_id or uuid.uuid4().hex,
+                endpoint=args.endpoint,
+                hardware_classes=args.hardware,
+                trial_budget=args.budget,
+            )
+            if args.objective is not None:
+                request.objective = OBJECTIVES[args.objective]
+            if args.profile is not None:
+                request.profile_id = args.profile
+            search = (await stub.StartSearch(request)).search
+            if args.no_wait:
+                show(search)
+                return 0
+            if not args.json:
+                print(f"{search.id}: searching {search.endpoint} ...", flush=True)
+            async for event in stub.WatchSearch(pb.WatchSearchRequest(search_id=search.id, replay=True)):
+                if args.json:
+                    continue
+                if event.kind == "search.started":
+                    print(
+                        f"  {event.search_started.candidates} candidates predicted to meet the SLO",
+                        flush=True,
+                    )
+                elif event.kind == "trial.completed":
+                    print(_trial_line(event), flush=True)
+            show((await stub.GetSearch(pb.GetSearchRequest(search_id=search.id))).search)
+            return 0
+        if command == "show":
+            show((await stub.GetSearch(pb.GetSearchRequest(search_id=args.search_id))).search)
+            return 0
+        if command == "trials":
+            trials: list[pb.Trial] = []
+            token = ""
+            while True:
+                page = await stub.ListTrials(
+                    pb.ListTrialsRequest(search_id=args.search_id, page_token=token, page_size=1000)
+                )
+                trials.extend(page.trials)
+                token = page.next_page_token
+                if not token:
+                    break
+            if args.json:
+                print(
+                    json.dumps([MessageToDict(t, always_print_fields_with_no_presence=True) for t in trials])
+                )
+                return 0
+            base = next((t.result.engine_config for t in trials if t.result.baseline), None)
+            for trial in trials:
+                print(trial_line(trial, base))
+            if not trials:
+                print(f"{args.search_id}: no finished trials yet")
+            return 0
+        if command == "cancel":
+            show(
+                (
+                    await stub.CancelSearch(
+                        pb.CancelSearchRequest(search_id=args.search_id, reason=args.reason)
+                    )
+                ).search
+            )
+            return 0
+        page = await stub.ListSearches(pb.ListSearchesRequest(endpoint=args.endpoint))
+        if args.json:
+            print(json.dumps([MessageToDict(s) for s in page.searches]))
+        else:
+            for search in page.searches:
+                print(describe(search).splitlines()[0])
+        return 0
+
+    async def main() -> int:
+        token = args.token or os.environ.get("EVERTUNE_TOKEN", "")
+        interceptors = [BearerToken(token)] if token else None
+        async with grpc.aio.insecure_channel(_address(args), interceptors=interceptors) as channel:
+            stub = pb_grpc.SearchServiceStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                return await call(stub)
+            except grpc.aio.AioRpcError as err:
+                raise RemoteError(f"{err.code().name}: {err.details()}") from None
+
+    return asyncio.run(main())

@@ -1,0 +1,165 @@
+"""`evertune model calibrate`: fit a hardware profile's efficiency factors and report the fit.
+
+Points come from a JSON file (`--points`: a list of points, or `{"points": [...]}`; see
+`CalibrationPoint`) or are measured now on vLLM-CPU (`--measure`, CPU only; the points are saved
+beside the calibration as `<hardware>-points.json`). The factors fitted on all points are stored in
+`<data_dir>/calibration/<hardware>.json`. With 4 points or more the report also gives a holdout
+score: factors fitted on every other point, scored on the rest, so the error shown is not only
+the error on the data the fit saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from evertune.domain.engines.config import EngineSpec
+from evertune.domain.engines.hardware import get_profile
+from evertune.domain.model.folder import ensure_model
+from evertune.domain.perfmodel.arch import load_arch
+from evertune.domain.perfmodel.calibrate import CalibrationPoint, Fit, fit, residuals
+from evertune.domain.perfmodel.calibration import (
+    calibration_path,
+    default_data_dir,
+    efficiency_dict,
+    save_calibration,
+)
+from evertune.domain.perfmodel.measure import DEFAULT_SHAPES, Shape, measure_points
+from evertune.errors import InvalidArgument
+
+
+def read_points(path: Path) -> list[CalibrationPoint]:
+    """Points of a JSON file; one-line error when unreadable."""
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as err:
+        raise InvalidArgument(f"cannot read {path}: {err.strerror or err}") from None
+    except ValueError:
+        raise InvalidArgument(f"{path} is not JSON") from None
+    items = raw.get("points") if isinstance(raw, dict) else raw
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise InvalidArgument(f"{path} must hold a list of points (objects)")
+    return [CalibrationPoint.parse(item) for item in items]
+
+
+def _summary(result: Fit) -> dict[str, Any]:
+    return {
+        "points": len({r.name for r in result.residuals}),
+        "median_rel_err": result.median_abs_err,
+        "max_rel_err": result.max_abs_err,
+        "loss": result.loss,
+        "evaluations": result.evaluations,
+        "at_bound": list(result.at_bound),
+    }
+
+
+def calibrate_command(
+    *,
+    hardware_name: str,
+    data_dir: Path | None,
+    model_dir: Path | None,
+    points_file: Path | None,
+    measure: bool,
+    quick: bool,
+    as_json: bool,
+) -> int:
+    data_dir = data_dir or default_data_dir()
+    hardware = get_profile(hardware_name)
+    model_dir = model_dir or ensure_model(data_dir)
+    arch = load_arch(model_dir)
+    measured_at: dict[str, Any] = {}
+    if measure:
+        if not hardware.is_cpu:
+            raise InvalidArgument(
+                f"--measure runs vLLM-CPU on this machine: use --hardware cpu, not {hardware_name}"
+            )
+        shapes: tuple[Shape, ...] = DEFAULT_SHAPES[:5] if quick else DEFAULT_SHAPES
+        points, spec, startup_s = asyncio.run(
+            measure_points(
+                shapes,
+                model_dir=model_dir,
+                log_dir=data_dir / "engines",
+                hardware=hardware,
+                repeats=1 if quick else 2,
+            )
+        )
+        saved = calibration_path(data_dir, hardware.name).with_name(f"{hardware.name}-points.json")
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps({"points": [p.as_dict() for p in points]}, indent=2) + "\n")
+        measured_at = {
+            "points_file": str(saved),
+            "engine_startup_s": startup_s,
+            "engine": spec.model_dump(exclude_none=True),
+        }
+    elif points_file is not None:
+        points = read_points(points_file)
+    else:
+        raise InvalidArgument(
+            "give --points FILE (measured points) or --measure (measure them now on vLLM-CPU)"
+        )
+    base = EngineSpec(model=str(model_dir))
+    started = time.perf_counter()
+    result = fit(points, model=arch, hardware=hardware, base=base)
+    record: dict[str, Any] = {
+        "model": f"{arch.name} {arch.layers}x{arch.hidden}",
+        "fitted_at": time.time(),
+        "peak_flops": hardware.peak_flops,
+        "memory_bandwidth": hardware.memory_bandwidth,
+        "efficiency": efficiency_dict(result.efficiency),
+        "fit": _summary(result),
+        "residuals": [
+            {
+                "name": r.name,
+                "measure": r.measure,
+                "measured": r.measured,
+                "predicted": r.predicted,
+                "rel_err": r.rel_err,
+            }
+            for r in result.residuals
+        ],
+        **measured_at,
+    }
+    if len(points) >= 4:
+        train, test = list(points[::2]), list(points[1::2])
+        held = fit(train, model=arch, hardware=hardware, base=base)
+        scored = residuals(test, model=arch, hardware=hardware, efficiency=held.efficiency, base=base)
+        errs = sorted(abs(r.rel_err) for r in scored)
+        record["holdout"] = {
+            "trained_on": [p.name for p in train],
+            "scored_on": [p.name for p in test],
+            "median_rel_err": errs[len(errs) // 2] if errs else math.nan,
+            "max_rel_err": errs[-1] if errs else math.nan,
+        }
+    record["fit_wall_s"] = time.perf_counter() - started
+    path = save_calibration(data_dir, hardware.name, record)
+    if as_json:
+        print(json.dumps({"calibration_file": str(path), **record}, sort_keys=True))
+        return 0
+    eff = result.efficiency
+    print(f"calibration of {hardware.name} ({record['model']}) from {len(points)} points -> {path}")
+    print(
+        f"  efficiency: compute {eff.compute:.4f}, bandwidth {eff.bandwidth:.4f}, "
+        f"attention {eff.attention:.4f}"
+    )
+    print(
+        f"  overheads: step {eff.step_overhead_s * 1000:.3f} ms, "
+        f"per sequence {eff.seq_overhead_s * 1000:.4f} ms, per request {eff.request_overhead_s * 1000:.3f} ms"
+        f" + {eff.request_overhead_per_token_s * 1e6:.3f} us per prompt token"
+    )
+    print(f"  {'point':<18} {'measure':<8} {'measured':>10} {'predicted':>10} {'rel err':>8}")
+    for r in result.residuals:
+        print(f"  {r.name:<18} {r.measure:<8} {r.measured:>10.2f} {r.predicted:>10.2f} {r.rel_err:>+8.1%}")
+    print(f"  fit: median |rel err| {result.median_abs_err:.1%}, max {result.max_abs_err:.1%}")
+    if result.at_bound:
+        print(f"  at the search bound (not pinned by these points): {', '.join(result.at_bound)}")
+    if "holdout" in record:
+        h = record["holdout"]
+        print(
+            f"  holdout (fit on half, scored on the other half): "
+            f"median {h['median_rel_err']:.1%}, max {h['max_rel_err']:.1%}"
+        )
+    return 0

@@ -1,0 +1,102 @@
+"""Settings shared by every service, and the loader that turns invalid settings into one line.
+
+Each service has its own pydantic-settings class (`EVERTUNE_<SERVICE>_` prefix) in its package;
+the shared one here uses the `EVERTUNE_` prefix. Both are loaded once at start with
+`load_settings` and passed down explicitly: nothing reads the environment later.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from evertune.errors import InvalidArgument, SettingsError
+from evertune.infra.outbound import OutboundPolicy, parse_networks
+
+DEFAULT_DATA_DIR = Path("~/.evertune").expanduser()
+#: URL schemes a NATS server address may have.
+NATS_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+
+
+class SharedSettings(BaseSettings):
+    """Settings every service and the CLI read (`EVERTUNE_*`)."""
+
+    model_config = SettingsConfigDict(env_prefix="EVERTUNE_", extra="ignore")
+
+    #: Folder for the embedded NATS store, the chDB store, spools and reports.
+    data_dir: Path = DEFAULT_DATA_DIR
+    #: NATS servers, comma separated (`nats://host:4222,...`). Empty: `evertune up` starts an
+    #: embedded nats-server; `evertune run` requires it.
+    nats_url: str = ""
+    #: `chdb:///<folder>` for the in-process engine or `http(s)://user:pass@host:port/` for a server.
+    #: Empty: `chdb:///<data_dir>/clickhouse`.
+    clickhouse_url: str = ""
+    #: ClickHouse database that holds evertune's tables.
+    clickhouse_database: str = "evertune"
+    #: `json` lines (services), `console` (people), or `auto`: console when stderr is a terminal.
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: Seconds a stopping service waits for in-flight work before it gives up on it.
+    shutdown_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    #: JetStream replicas for streams and buckets: 1 on one server, 3 on a cluster.
+    nats_replicas: int = Field(default=1, ge=1, le=5)
+    #: Seconds to wait for NATS at start before failing.
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=120)
+    #: Internal networks (comma-separated CIDRs) alert URLs may reach: loopback, link-local (the
+    #: cloud's metadata service), private and reserved addresses are refused otherwise. Empty: none,
+    #: except loopback for the embedded single-machine setup (no `nats_url`). `evertune.infra.outbound`.
+    alert_allowed_networks: str = ""
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_scheme(cls, value: str) -> str:
+        for server in filter(None, (s.strip() for s in value.split(","))):
+            if not server.startswith(NATS_SCHEMES):
+                raise ValueError(f"{server!r} is not a NATS URL (nats://host:port)")
+        return value
+
+    @field_validator("clickhouse_url")
+    @classmethod
+    def _clickhouse_scheme(cls, value: str) -> str:
+        if value and not value.startswith(("chdb://", "http://", "https://")):
+            raise ValueError(f"{value!r} must start with chdb://, http:// or https://")
+        return value
+
+    @field_validator("alert_allowed_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        try:
+            parse_networks(value)
+        except InvalidArgument as err:
+            raise ValueError(str(err)) from None
+        return value
+
+    def outbound_policy(self) -> OutboundPolicy:
+        """Which internal networks alert URLs may reach (`evertune.infra.outbound`)."""
+        return OutboundPolicy.from_setting(self.alert_allowed_networks, embedded=not self.nats_url)
+
+    @property
+    def store_url(self) -> str:
+        """The ClickHouse URL in force: the setting, or the embedded default under the data dir."""
+        return self.clickhouse_url or f"chdb://{self.data_dir.expanduser().resolve()}/clickhouse"
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+
+def load_settings(cls: type[SettingsT], **overrides: Any) -> SettingsT:
+    """Build `cls` from the environment (and explicit overrides), or raise a one-line `SettingsError`.
+
+    The message names the first invalid setting by its environment variable.
+    """
+    try:
+        return cls(**overrides)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "?"
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        name = field if field in overrides else f"{prefix}{field}".upper()
+        raise SettingsError(f"invalid setting {name}: {first['msg']}") from None
