@@ -173,6 +173,10 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
                 return None
             return Incarnation(tenant=stored.spec.tenant, created=stored.create_time.ToDatetime(tzinfo=UTC))
 
+        async def live() -> None:  # initial metadata tells the client the watch is live
+            await context.send_initial_metadata(())
+
         scope = TenantScope(who, incarnation_of)
-        async for event in watch(self.deployer.state.js, filt, scope=scope, stopping=self.stopping):
+        events = watch(self.deployer.state.js, filt, scope=scope, stopping=self.stopping, on_live=live)
+        async for event in events:
             yield event

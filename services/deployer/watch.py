@@ -86,8 +86,12 @@ async def watch(
     *,
     scope: TenantScope,
     stopping: asyncio.Event,
+    on_live: Callable[[], Awaitable[None]],
 ) -> AsyncGenerator[events_pb2.Event, None]:
-    """Yield matching events until `stopping` is set (returns) or the consumer is cancelled."""
+    """Yield matching events until `stopping` is set (returns) or the consumer is cancelled.
+
+    `on_live` is awaited once the consumer exists: every event published after it is delivered.
+    """
     if filt.since is not None:
         config = ConsumerConfig(
             deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=filt.since.astimezone(UTC)
@@ -95,6 +99,7 @@ async def watch(
     else:
         config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
     sub = await js.subscribe(subject_for(filt), stream="EVENTS", ordered_consumer=True, config=config)
+    await on_live()
     stop = asyncio.ensure_future(stopping.wait())
     messages = sub.messages
     try:

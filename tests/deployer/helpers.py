@@ -19,6 +19,7 @@ from evertune.deployer.kubernetes import KubernetesTarget, Rendered, deployment_
 from evertune.profiler import sink
 
 from evertune.domain.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile
+from evertune.domain.engines.metrics import fetch_metrics
 from evertune.infra.nats_server import free_port
 from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, telemetry_pb2
@@ -151,6 +152,12 @@ class StandInFactory:
     async def stop_all(self) -> None:
         for engine in self.engines:
             await engine.stop()
+
+
+async def requests_running(engine_url: str) -> float:
+    """How many requests the engine at `engine_url` has in flight now (its `/metrics`)."""
+    async with aiohttp.ClientSession() as session:
+        return (await fetch_metrics(session, engine_url)).requests_running
 
 
 def new_name() -> str:

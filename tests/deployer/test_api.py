@@ -18,7 +18,14 @@ from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import events_pb2
 from tests.deployer.conftest import Stack
-from tests.deployer.helpers import BROKEN_MODEL, SLOW_MODEL, create_request, new_name, spec
+from tests.deployer.helpers import (
+    BROKEN_MODEL,
+    SLOW_MODEL,
+    create_request,
+    new_name,
+    requests_running,
+    spec,
+)
 
 
 async def endpoint_in(stack: Stack, name: str, state: int) -> D.Endpoint:
@@ -369,7 +376,7 @@ async def test_delete_drains_in_flight_requests_then_forgets_the_endpoint(stack:
                 return r.status
 
     in_flight = asyncio.create_task(slow_request())
-    await asyncio.sleep(0.3)
+    await eventually(lambda: requests_running(url), what="the slow request in flight")
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stack.stub.DeleteEndpoint(
             pb.DeleteEndpointRequest(name=name, expected_revision=1), metadata=stack.a
@@ -483,7 +490,7 @@ async def test_rollback_to_a_draining_deployment_reuses_it(stack: Stack) -> None
                 return r.status
 
     holding = asyncio.create_task(held_request())
-    await asyncio.sleep(0.2)
+    await eventually(lambda: requests_running(old_url), what="the held request in flight")
     promote = pb.PromoteRequest(
         endpoint=name, request_id="p", engine_config=D.EngineConfig(max_num_seqs=2), skip_canary=True
     )

@@ -50,6 +50,7 @@ async def test_watch_streams_new_events_filtered_and_ends_on_cancel(stack: Stack
         async for event in call:
             received.append(event)
 
+    await call.initial_metadata()  # the watch is live
     reader = asyncio.create_task(read())
     await stack.stub.CreateEndpoint(create_request(name), metadata=stack.a)
     await eventually(lambda: len(received) >= 2, what="two events")
@@ -81,8 +82,8 @@ async def test_a_tenants_watch_of_everything_holds_only_its_events(stack: Stack)
         async for event in call:
             received.append(event.endpoint)
 
+    await call.initial_metadata()  # the watch is live
     reader = asyncio.create_task(read())
-    await asyncio.sleep(0.3)
     await stack.stub.CreateEndpoint(create_request(theirs), metadata=stack.b)
     await stack.stub.CreateEndpoint(create_request(mine), metadata=stack.a)
     await eventually(lambda: mine in received, what="tenant a's own event")
@@ -96,8 +97,8 @@ async def test_watches_end_cleanly_when_the_deployer_stops(nc: Client, tmp_path:
     stack = await start_stack(nc, tmp_path)
     try:
         call = stack.stub.WatchEvents(pb.WatchEventsRequest(), metadata=stack.op)
+        await call.initial_metadata()  # the watch is live
         reader = asyncio.create_task(_drain(call))
-        await asyncio.sleep(0.3)
         stopping = asyncio.create_task(stack.service.stop(5.0))
         assert await asyncio.wait_for(reader, 5.0) == grpc.StatusCode.OK  # the stream ended, not failed
         await stopping

@@ -46,8 +46,8 @@ async def test_a_reused_name_keeps_each_tenants_events_its_own(nc: Client, tmp_p
             async for event in b_watch:
                 b_saw.append(event.endpoint)
 
+        await b_watch.initial_metadata()  # B's watch is live
         reader = asyncio.create_task(read_b())
-        await asyncio.sleep(0.3)
         await stack.stub.CreateEndpoint(create_request(name), metadata=stack.b)
         first = await _ready(stack, name, stack.b)
         await eventually(lambda: name in b_saw, what="B's own event")

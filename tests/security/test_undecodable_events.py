@@ -56,9 +56,14 @@ async def test_watch_events_goes_on_past_a_forged_message(js: JetStreamContext) 
     stopping = asyncio.Event()
     scope = TenantScope(Principal(tenant=ALL_TENANTS, label="operator"), lambda _: _incarnation())
     filt = WatchFilter(endpoint=endpoint, kinds=frozenset(), min_severity=0, since=None)
-    events = watch(js, filt, scope=scope, stopping=stopping)
+    live = asyncio.Event()
+
+    async def on_live() -> None:
+        live.set()
+
+    events = watch(js, filt, scope=scope, stopping=stopping, on_live=on_live)
     first = asyncio.ensure_future(events.__anext__())
-    await asyncio.sleep(0.3)  # the watch is subscribed (new events only)
+    await asyncio.wait_for(live.wait(), 10.0)  # subscribed: new events only from here
     await _plant(js, EventKind.TRIAL_COMPLETED, endpoint)
     real = _trial_completed(endpoint, "t-after")
     await publish_event(js, real)
