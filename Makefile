@@ -32,9 +32,9 @@ demo: $(STAMP)
 	$(VENV)/bin/evertune up --demo $(DEMO_ARGS) $(ARGS)
 
 # The workers take a test file at a time, and the tests on real vLLM one after another on one worker
-# (the groups: tests/conftest.py). The kernel tests
-# run after them in a process of their own: Triton reads TRITON_INTERPRET when it is first imported,
-# and a worker may have imported it (through vLLM) before them (tests/kernels/conftest.py).
+# (the groups: tests/conftest.py). The kernel tests run after them in a process of their own: Triton
+# reads TRITON_INTERPRET when it is first imported, and a worker may have imported it (through vLLM)
+# before them (tests/kernels/conftest.py). PYTEST_ARGS are options for both runs (`-k`, `-x`, `-m`).
 test: $(STAMP) lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/kernels $(PYTEST_ARGS)
 	$(PY) -m pytest -q tests/kernels $(PYTEST_ARGS)
