@@ -3,6 +3,10 @@
 Started with JetStream on a free loopback port, its store under the data dir, in its own process
 group (so a Ctrl-C in the terminal reaches evertune, which stops NATS last, after the services have
 drained) and with a parent-death signal (so it never outlives a killed evertune).
+
+A node of a cluster (`ClusterNode`) starts from `infra/nats/cluster.conf` instead, its address,
+store and routes given as that file's variables; the harness starts three such nodes
+(`evertune.apps.harness.nats_cluster`).
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ import shutil
 import signal
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from evertune.errors import BusUnavailable
+from evertune.infra.repository import INFRA
+
+#: The configuration every cluster node starts from (its variables: `ClusterNode.variables`).
+CLUSTER_CONFIG = INFRA / "nats" / "cluster.conf"
 
 _PR_SET_PDEATHSIG = 1
 
@@ -47,11 +56,39 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-class EmbeddedNats:
-    """One nats-server process. `await start()`, use `.url`, `await stop()`."""
+@dataclass(frozen=True)
+class ClusterNode:
+    """A node's place in a cluster of nats-servers on loopback."""
 
-    def __init__(self, store_dir: Path, *, port: int | None = None) -> None:
+    name: str  #: the node's server name, unique in the cluster (JetStream places replicas by it)
+    cluster_port: int  #: the port the other nodes' routes connect to
+    routes: tuple[str, ...]  #: every node's route URL (`nats-route://127.0.0.1:P`), its own included
+
+    def variables(self, *, port: int, store_dir: Path) -> dict[str, str]:
+        """The environment `CLUSTER_CONFIG` reads for this node."""
+        return {
+            "NATS_SERVER_NAME": self.name,
+            "NATS_LISTEN": f"127.0.0.1:{port}",
+            "NATS_STORE_DIR": str(store_dir),
+            "NATS_CLUSTER_LISTEN": f"127.0.0.1:{self.cluster_port}",
+            "NATS_ROUTES": "[" + ", ".join(self.routes) + "]",
+        }
+
+
+class EmbeddedNats:
+    """One nats-server process. `await start()`, use `.url`, `await stop()`.
+
+    Alone by default; with `cluster` a node of a cluster, started from `CLUSTER_CONFIG` (then `port`
+    is required: the other nodes and the clients are told it before it starts).
+    """
+
+    def __init__(
+        self, store_dir: Path, *, port: int | None = None, cluster: ClusterNode | None = None
+    ) -> None:
+        if cluster is not None and not port:
+            raise BusUnavailable(f"cluster node {cluster.name} needs its client port chosen up front")
         self.store_dir = store_dir
+        self.cluster = cluster
         self._wanted_port = port
         self.port = 0
         self._proc: asyncio.subprocess.Process | None = None
@@ -77,17 +114,8 @@ class EmbeddedNats:
             self.port = self._wanted_port or free_port()
             self._proc = await asyncio.create_subprocess_exec(
                 str(binary),
-                "--addr",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--jetstream",
-                "--store_dir",
-                str(self.store_dir),
-                "--log",
-                str(self.log_file),
-                "--server_name",
-                f"evertune-{os.getpid()}",
+                *self._arguments(),
+                env=self._environment(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
@@ -99,6 +127,20 @@ class EmbeddedNats:
             await self.stop()
         tail = self._log_tail()
         raise BusUnavailable(f"embedded nats-server did not start (log {self.log_file}): {tail}")
+
+    def _arguments(self) -> list[str]:
+        if self.cluster is not None:
+            return ["--config", str(CLUSTER_CONFIG), "--log", str(self.log_file)]
+        return [
+            *("--addr", "127.0.0.1", "--port", str(self.port)),
+            *("--jetstream", "--store_dir", str(self.store_dir)),
+            *("--log", str(self.log_file), "--server_name", f"evertune-{os.getpid()}"),
+        ]
+
+    def _environment(self) -> dict[str, str] | None:
+        if self.cluster is None:
+            return None  # inherited
+        return {**os.environ, **self.cluster.variables(port=self.port, store_dir=self.store_dir)}
 
     async def _wait_ready(self, timeout_s: float) -> bool:
         """True once the port accepts a connection; False if the process exits or time runs out."""
