@@ -33,6 +33,7 @@ from nats.errors import MaxPayloadError
 from tokenizers import Tokenizer
 
 from evertune.infra.logging import get_logger
+from evertune.infra.retry import StepBackoff
 from evertune.v1 import telemetry_pb2
 
 log = get_logger("evertune.gateway.publisher")
@@ -281,10 +282,10 @@ class Publisher:
         self._queue: asyncio.Queue[Pending] = asyncio.Queue(maxsize=queue_records)
         self._batch_records = batch_records
         self._batch_s = batch_ms / 1000.0
-        self._retry_s = retry_s
+        self._backoff = StepBackoff((retry_s,))  #: the wait between two tries while the bus fails
         self._source = source or default_source()
-        self._bus_down = False
-        self._last_try = 0.0
+        self._failures = 0  #: publishes failed in a row (0: the bus works)
+        self._last_try = 0.0  #: monotonic time the latest publish began
         self.stats = PublisherStats()
 
     def offer(self, item: Pending) -> None:
@@ -312,8 +313,17 @@ class Publisher:
         if self.spool.has_data():
             await self.drain()
 
+    @property
+    def _bus_down(self) -> bool:
+        return self._failures > 0
+
+    def _retry_wait_s(self) -> float:
+        """Seconds from one try to the next while the bus fails (and the wait for a first record
+        while the spool holds batches)."""
+        return self._backoff.delay(self._failures)
+
     def _retry_due(self) -> bool:
-        return time.monotonic() - self._last_try >= self._retry_s
+        return time.monotonic() - self._last_try >= self._retry_wait_s()
 
     async def _collect(self, closing: asyncio.Task[bool]) -> list[Pending]:
         """Wait for a first record (or close, or a spool retry), then up to a batch or batch_ms."""
@@ -322,7 +332,7 @@ class Publisher:
             if closing.done():
                 return items
             getting = asyncio.create_task(self._queue.get())
-            timeout = self._retry_s if self.spool.has_data() else None
+            timeout = self._retry_wait_s() if self.spool.has_data() else None
             done, _ = await asyncio.wait(
                 {getting, closing}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
@@ -402,11 +412,11 @@ class Publisher:
             self.stats.last_error = f"{type(err).__name__}: {err}"
             if not self._bus_down:
                 log.warning("telemetry publish failed; spooling", error=self.stats.last_error)
-            self._bus_down = True
+            self._failures += 1
             return None
         if self._bus_down:
             log.info("telemetry publish works again; draining the spool")
-        self._bus_down = False
+        self._failures = 0
         self.stats.published_batches += 1
         return len(batch.records)
 

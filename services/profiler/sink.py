@@ -1,12 +1,13 @@
 """The telemetry sink: `RequestRecordBatch` messages from the TELEMETRY stream into `requests` rows.
 
 Pure core: `rows_of` (the one conversion of a record to a row, in `COLUMNS` order), `decode`,
-`group_token`. Thin shell: `TelemetrySink.run(stop)`, a batching durable pull consumer.
+`group_token`. Thin shell: `TelemetrySink`, the `BatchHandler` of a bus `BatchingConsumer`, which
+does the fetching, acking, nak'ing, resting and stopping; the sink decodes, dedups and inserts.
 
 How a group of messages reaches the store exactly once:
-- the sink fetches messages and accumulates their rows until `batch_rows` rows or `flush_ms`
-  since the group's first message, then writes the group with ONE `Store.insert` whose dedup
-  token is derived from the group's message ids (`group_token`), and acks the group's messages;
+- the consumer fetches messages and the sink accumulates their rows until `batch_rows` rows or
+  `flush_ms` since the group's first message; the group is written with ONE `Store.insert` whose
+  dedup token is derived from the group's message ids (`group_token`), then its messages acked;
 - an insert that fails (store down, table missing) naks every message of the group with a growing
   delay, and the consumer itself rests that long before it fetches again (the delay grows with the
   failures in a row and resets at the first success), so a store that is down costs one insert
@@ -30,26 +31,18 @@ How a group of messages reaches the store exactly once:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import ConsumerConfig
 
-from evertune.infra.bus import (
-    MSG_ID_HEADER,
-    PoisonMessage,
-    backoff_delay,
-    fetch_unless_stopped,
-    terminate_poison,
-)
+from evertune.infra.bus import MSG_ID_HEADER, BatchingConsumer, BatchSpec, PoisonMessage
 from evertune.infra.logging import get_logger
 from evertune.infra.store import Store
 from evertune.v1 import telemetry_pb2
@@ -89,9 +82,6 @@ API_NAMES: dict[int, str] = {
 }
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-#: Longest error text kept in the stats and logs (ClickHouse errors can quote a whole statement).
-_MAX_ERROR = 500
 
 #: Longest list of request ids checked against the table in one query.
 _CHECK_CHUNK = 5000
@@ -189,6 +179,20 @@ class SinkConfig:
     source: str = "profiler"  #: source named in poison reports
     remember_messages: int = 100_000  #: ids of inserted messages kept, to skip them when they return
 
+    def batch_spec(self) -> BatchSpec:
+        """The bus consumer's part of the configuration."""
+        return BatchSpec(
+            stream=self.stream,
+            durable=self.durable,
+            filter_subject=self.filter_subject,
+            group_size=self.batch_rows,
+            flush_s=self.flush_ms / 1000,
+            fetch_batch=self.fetch_batch,
+            fetch_timeout_s=self.fetch_timeout_s,
+            ack_wait_s=self.ack_wait_s,
+            backoff_s=self.backoff_s,
+        )
+
 
 @dataclass
 class SinkStats:
@@ -219,18 +223,18 @@ def _msg_id(msg: Msg, batch: telemetry_pb2.RequestRecordBatch | None = None) -> 
 
 @dataclass
 class _Group:
-    """Messages in hand and their rows, waiting for one insert."""
+    """The rows of the messages in hand, waiting for one insert (the consumer holds the messages)."""
 
-    msgs: list[Msg] = field(default_factory=list)  #: messages of the group, in fetch order
-    ids: list[str] = field(default_factory=list)  #: their message ids, same order
+    ids: list[str] = field(default_factory=list)  #: the message ids, in fetch order
     id_set: set[str] = field(default_factory=set)  #: the same ids, for lookups
     rows: list[list[Any]] = field(default_factory=list)  #: rows of messages delivered once
     redelivered: list[list[Any]] = field(default_factory=list)  #: rows of redelivered messages
-    started: float = 0.0  #: monotonic time the first message joined
     skipped: int = 0  #: messages of the group whose rows are stored or in hand already
 
-    def __len__(self) -> int:
-        return len(self.msgs)
+    @property
+    def size(self) -> int:
+        """Rows in hand: what `batch_rows` is compared with."""
+        return len(self.rows) + len(self.redelivered)
 
 
 class RecentIds:
@@ -256,28 +260,33 @@ class RecentIds:
 
 
 class TelemetrySink:
-    """Runs the batching durable consumer over TELEMETRY into `store` until a stop event is set."""
+    """The batching durable consumer over TELEMETRY into `store`: `run(stop)` until a stop event
+    is set. The sink is the consumer's `BatchHandler` (`take`, `flush`)."""
 
     def __init__(self, js: JetStreamContext, store: Store, config: SinkConfig | None = None) -> None:
-        self._js = js
         self._store = store
         self.config = config or SinkConfig()
-        self.stats = SinkStats()
+        self._consumer = BatchingConsumer(js, self.config.batch_spec(), self, source=self.config.source)
+        self._counts = SinkStats()  #: the sink's own counters (the consumer keeps the others)
         self._inserted = RecentIds(self.config.remember_messages)
-        self._failures = 0  #: inserts failed in a row (reset by a success)
+        self._group = _Group()
+
+    @property
+    def stats(self) -> SinkStats:
+        """The counters now: the sink's and its consumer's."""
+        c = self._consumer.stats
+        return replace(
+            self._counts,
+            messages_acked=c.acked,
+            retried=c.retried,
+            failed_inserts=c.failed_flushes,
+            poisoned=c.poisoned,
+            last_error=c.last_error,
+        )
 
     def consumer_config(self) -> ConsumerConfig:
         """The durable consumer's configuration (created by `run` when missing)."""
-        c = self.config
-        return ConsumerConfig(
-            durable_name=c.durable,
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=c.ack_wait_s,
-            max_deliver=-1,
-            filter_subject=c.filter_subject,
-            max_ack_pending=max(1000, 4 * c.fetch_batch),
-        )
+        return self._consumer.consumer_config()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop` is set; the group in hand is inserted (or nak'ed) before returning.
@@ -285,65 +294,19 @@ class TelemetrySink:
         Stopping never waits on a fetch: it is cancelled, and what it would have delivered stays
         unacked on the server for the next fetch or another instance.
         """
-        c = self.config
-        sub = await self._js.pull_subscribe(
-            c.filter_subject, durable=c.durable, stream=c.stream, config=self.consumer_config()
-        )
-        stopping = asyncio.create_task(stop.wait())
-        group = _Group()
-        pause = 0.0  # after a failed insert: how long the consumer rests before it tries again
-        try:
-            while not stop.is_set():
-                if pause > 0:
-                    await asyncio.wait({stopping}, timeout=pause)
-                    pause = 0.0
-                    continue
-                if group:
-                    left = c.flush_ms / 1000 - (time.monotonic() - group.started)
-                    if left <= 0:
-                        pause = await self._flush(group)
-                        group = _Group()
-                        continue
-                    timeout = max(left, 0.001)
-                else:
-                    timeout = c.fetch_timeout_s
-                msgs = await fetch_unless_stopped(
-                    sub, batch=c.fetch_batch, timeout_s=timeout, stopping=stopping
-                )
-                if msgs is None:
-                    break
-                for i, msg in enumerate(msgs):
-                    await self._take(group, msg)
-                    if len(group.rows) + len(group.redelivered) >= c.batch_rows:
-                        pause = await self._flush(group)
-                        group = _Group()
-                        if pause > 0:  # the rest of this fetch waits out the pause on the server
-                            await self._nak(msgs[i + 1 :], pause)
-                            break
-            if group:
-                await self._flush(group)
-        finally:
-            stopping.cancel()
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        await self._consumer.run(stop)
 
-    async def _take(self, group: _Group, msg: Msg) -> None:
-        """Decode one message into the group; terminate it when it is poison."""
-        try:
-            batch = decode(msg.data)
-        except PoisonMessage as err:
-            await self._poison(msg, str(err))
-            return
-        if not group:
-            group.started = time.monotonic()
+    def take(self, msg: Msg) -> int:
+        """Decode one message into the group (`PoisonMessage` when it cannot be); the rows in hand."""
+        batch = decode(msg.data)
+        group = self._group
         msg_id = _msg_id(msg, batch)
         known = msg_id in self._inserted or msg_id in group.id_set
-        group.msgs.append(msg)
         group.ids.append(msg_id)
         group.id_set.add(msg_id)
         if known:  # inserted by this sink already, or in hand: acked with the group, no rows
             group.skipped += 1
-            return
+            return group.size
         rows = rows_of(batch)
         if len(rows) < len(batch.records):
             self._set_aside(msg, batch)
@@ -351,7 +314,8 @@ class TelemetrySink:
             group.redelivered.extend(rows)
         else:
             group.rows.extend(rows)
-        self.stats.rows_pending += len(rows)
+        self._counts.rows_pending += len(rows)
+        return group.size
 
     def _set_aside(self, msg: Msg, batch: telemetry_pb2.RequestRecordBatch) -> None:
         """Count and log the records of `batch` the table cannot hold; the rest go on. The message
@@ -360,7 +324,7 @@ class TelemetrySink:
         for record in batch.records:
             reason = unfit(record)
             if reason:
-                self.stats.records_set_aside += 1
+                self._counts.records_set_aside += 1
                 log.warning(
                     "telemetry record set aside",
                     endpoint=record.endpoint,
@@ -369,28 +333,21 @@ class TelemetrySink:
                     stream_sequence=sequence,
                 )
 
-    async def _flush(self, group: _Group) -> float:
-        """Insert the group's rows with one insert, then ack: returns 0. On failure nak every message
-        of the group and return the delay before the next try (the consumer rests meanwhile)."""
-        self.stats.rows_pending -= len(group.rows) + len(group.redelivered)
-        try:
-            rows = group.rows
-            if group.redelivered:
-                fresh = await self._not_stored(group.redelivered)
-                self.stats.redelivered_rows_skipped += len(group.redelivered) - len(fresh)
-                rows = rows + fresh
-            await self._store.insert(TABLE, rows, COLUMNS, dedup_token=group_token(group.ids))
-        except Exception as err:  # the store failing in any way must not lose or stop anything
-            return await self._nak_all(group, err)
+    async def flush(self) -> None:
+        """Insert the group's rows with one insert and start a new group; raise when the insert
+        failed (the consumer naks the group's messages and rests)."""
+        group, self._group = self._group, _Group()
+        self._counts.rows_pending -= group.size
+        rows = group.rows
+        if group.redelivered:
+            fresh = await self._not_stored(group.redelivered)
+            self._counts.redelivered_rows_skipped += len(group.redelivered) - len(fresh)
+            rows = rows + fresh
+        await self._store.insert(TABLE, rows, COLUMNS, dedup_token=group_token(group.ids))
         self._inserted.add_all(group.ids)
-        self.stats.rows_inserted += len(rows)
-        self.stats.batches += 1
-        self.stats.known_messages_skipped += group.skipped
-        self._failures = 0
-        for msg in group.msgs:
-            await msg.ack()
-        self.stats.messages_acked += len(group.msgs)
-        return 0.0
+        self._counts.rows_inserted += len(rows)
+        self._counts.batches += 1
+        self._counts.known_messages_skipped += group.skipped
 
     async def _not_stored(self, rows: list[list[Any]]) -> list[list[Any]]:
         """The rows whose (endpoint, request_id) the table does not hold yet."""
@@ -405,39 +362,3 @@ class TelemetrySink:
             )
             stored.update((str(e), str(r)) for e, r in result)
         return [row for row in rows if (row[0], row[2]) not in stored]
-
-    async def _nak_all(self, group: _Group, err: Exception) -> float:
-        """A failed insert: nak the group with the next backoff step; return that delay."""
-        text = f"{type(err).__name__}: {err}"[:_MAX_ERROR]
-        self.stats.last_error = text
-        self.stats.failed_inserts += 1
-        self._failures += 1
-        deliveries = max((m.metadata.num_delivered or 1) for m in group.msgs)
-        delay = backoff_delay(max(deliveries, self._failures), self.config.backoff_s)
-        log.warning(
-            "telemetry insert failed; resting, then redelivering",
-            messages=len(group),
-            failures=self._failures,
-            delay_s=delay,
-            error=text,
-        )
-        await self._nak(group.msgs, delay)
-        return delay
-
-    async def _nak(self, msgs: Sequence[Msg], delay: float) -> None:
-        for msg in msgs:
-            with contextlib.suppress(Exception):
-                await msg.nak(delay=delay)
-        self.stats.retried += len(msgs)
-
-    async def _poison(self, msg: Msg, error: str) -> None:
-        self.stats.poisoned += 1
-        self.stats.last_error = error[:_MAX_ERROR]
-        await terminate_poison(
-            self._js,
-            msg,
-            stream=self.config.stream,
-            consumer=self.config.durable,
-            source=self.config.source,
-            error=error,
-        )

@@ -8,7 +8,7 @@ each receiver kind turns the facts into its own JSON body:
 - `webhook`: the decision as plain JSON.
 
 `RetryPolicy` says what to do with an HTTP answer (done, retry, drop) and how long to wait before
-the next try (exponential, capped, jittered; the random draw is an argument).
+the next try (`evertune.infra.retry.ExponentialBackoff`: capped, jittered; the draw is an argument).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from evertune.sla_monitor.alerts import Breach, Decision
+
+from evertune.infra.retry import ExponentialBackoff
 
 #: Integration kinds (EVERTUNE_SLA_MONITOR_RECEIVERS `kind`); "log" writes a structured log line.
 ReceiverKind = Literal["alertmanager", "pagerduty", "webhook", "log"]
@@ -263,11 +265,11 @@ class RetryPolicy:
             return "retry"
         return "delivered" if 200 <= status < 300 else "drop"
 
-    def delay(self, attempt: int, draw: float) -> float:
-        """Seconds to wait after failed attempt number `attempt` (1-based): full jitter, `draw` in
-        [0, 1) times min(cap, base * 2^(attempt-1)), at least base/10."""
-        ceiling = min(self.cap_s, self.base_s * 2.0 ** min(attempt - 1, 60))
-        return max(self.base_s / 10, draw * ceiling)
+    @property
+    def backoff(self) -> ExponentialBackoff:
+        """The wait after a failed attempt: full jitter, `draw` in [0, 1) times min(cap, base *
+        2^(attempt-1)), at least base/10."""
+        return ExponentialBackoff(base_s=self.base_s, cap_s=self.cap_s, floor_s=self.base_s / 10)
 
     def expired(self, created_at: float, now: float) -> bool:
         """Whether an alert decided at `created_at` is too old to deliver at `now`."""

@@ -6,7 +6,8 @@ body is built there (pure, `payloads.py`) and appended to the queue of every rec
 the settings' (`defaults`) unless the caller passes an endpoint's own; a queue and its delivery
 task are made the first time a receiver is used. A "log" receiver writes a log line at once.
 Each receiver's task POSTs its queue in order with aiohttp; 429, 5xx and
-connection errors are retried with capped, jittered exponential backoff; other answers (400, ...)
+connection errors are retried with capped, jittered exponential backoff (`RetryPolicy.backoff`,
+from `evertune.infra.retry`); other answers (400, ...)
 drop the alert (counted); an alert older than `max_age_s` is dropped; a full queue drops its oldest.
 Tasks wait on their queue or the service's stop event; nothing polls.
 """
@@ -39,6 +40,7 @@ from evertune.sla_monitor.payloads import (
 )
 
 from evertune.infra.outbound import OutboundPolicy
+from evertune.infra.retry import rest
 
 
 class Spawn(Protocol):
@@ -268,7 +270,7 @@ class AlertDispatcher:
                 continue
             else:
                 q.stats.retried += 1
-                delay = self.policy.delay(alert.attempts, self.rand())
+                delay = self.policy.backoff.delay(alert.attempts, self.rand())
                 self.log.warning(
                     "alert delivery failed; will retry",
                     receiver=q.config.name,
@@ -278,7 +280,7 @@ class AlertDispatcher:
                     attempt=alert.attempts,
                     retry_in_s=round(delay, 3),
                 )
-                await _wait_either(stopping, timeout_s=delay)
+                await rest(stopping, delay)
 
     def _drop(self, q: ReceiverQueue, alert: PendingAlert, why: str, **fields: Any) -> None:
         if not _remove(q, alert):
@@ -336,15 +338,11 @@ def _remove(q: ReceiverQueue, alert: PendingAlert) -> bool:
     return False
 
 
-async def _wait_either(
-    first: asyncio.Event, second: asyncio.Event | None = None, *, timeout_s: float | None = None
-) -> None:
-    """Return when either event is set (or after `timeout_s`)."""
-    waits = [asyncio.ensure_future(first.wait())]
-    if second is not None:
-        waits.append(asyncio.ensure_future(second.wait()))
+async def _wait_either(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Return when either event is set."""
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
     try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for w in waits:
             w.cancel()

@@ -130,10 +130,11 @@ def test_retry_policy() -> None:
         "drop",
         "drop",
     ]
-    assert [policy.delay(n, 0.999999) for n in (1, 2, 3, 4, 5, 50, 5000)] == pytest.approx(
+    backoff = policy.backoff  # the settings' base and cap, floored at base/10
+    assert [backoff.delay(n, 0.999999) for n in (1, 2, 3, 4, 5, 50, 5000)] == pytest.approx(
         [1, 2, 4, 8, 10, 10, 10], rel=1e-5
     )
-    assert policy.delay(3, 0.0) == 0.1 and policy.delay(3, 0.5) == 2.0  # jitter, floored at base/10
+    assert backoff.delay(3, 0.0) == 0.1 and backoff.delay(3, 0.5) == 2.0  # jitter, floored at base/10
     assert not policy.expired(100, 160) and policy.expired(100, 160.5)
 
 

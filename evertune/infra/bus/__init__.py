@@ -1,6 +1,8 @@
-"""The message bus: NATS with JetStream. Connect, declare, publish with ids, consume durably, KV,
-follow KV buckets and subscriptions across NATS restarts."""
+"""The message bus: NATS with JetStream. Connect, declare, publish with ids, consume durably (a
+message at a time, or in groups written at once), KV, follow KV buckets and subscriptions across
+NATS restarts."""
 
+from evertune.infra.bus.batching import BatchHandler, BatchingConsumer, BatchSpec
 from evertune.infra.bus.connection import connect
 from evertune.infra.bus.consumer import (
     ConsumerSpec,
@@ -8,9 +10,6 @@ from evertune.infra.bus.consumer import (
     DurableConsumer,
     Handler,
     PoisonMessage,
-    backoff_delay,
-    fetch_unless_stopped,
-    terminate_poison,
 )
 from evertune.infra.bus.definitions import DeclareReport, Definitions, declare, load_definitions
 from evertune.infra.bus.follow import KvFollower, ReconnectSignal, Resubscriber, reconnect_signal
@@ -19,6 +18,9 @@ from evertune.infra.bus.publish import MSG_ID_HEADER, publish, publish_event
 
 __all__ = [
     "MSG_ID_HEADER",
+    "BatchHandler",
+    "BatchSpec",
+    "BatchingConsumer",
     "Bucket",
     "ConsumerSpec",
     "ConsumerStats",
@@ -31,13 +33,10 @@ __all__ = [
     "PoisonMessage",
     "ReconnectSignal",
     "Resubscriber",
-    "backoff_delay",
     "connect",
     "declare",
-    "fetch_unless_stopped",
     "load_definitions",
     "publish",
     "publish_event",
     "reconnect_signal",
-    "terminate_poison",
 ]

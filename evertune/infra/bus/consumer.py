@@ -11,13 +11,16 @@ A handler that runs long is kept alive with in-progress acks (three per ack wait
 is logged and the next tried), so it is not redelivered meanwhile. On stop, the batch in hand is
 finished, or, with `nak_on_stop` (a handler that runs for minutes, such as a trial), the handler
 is cancelled and its message nak'ed at once, for another instance to take.
+
+For messages written in groups (one store insert for many), `batching.BatchingConsumer` runs the
+same fetch, nak and poison steps over a group at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,7 @@ from evertune.errors import EvertuneError
 from evertune.infra.bus.publish import MSG_ID_HEADER, publish_event
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.logging import get_logger
+from evertune.infra.retry import StepBackoff
 from evertune.v1 import events_pb2
 
 log = get_logger("evertune.infra.bus.consumer")
@@ -39,14 +43,6 @@ Handler = Callable[[Msg], Coroutine[Any, Any, None]]
 
 class PoisonMessage(EvertuneError):
     """Raised by a handler for a message that can never be handled: terminated, not retried."""
-
-
-def backoff_delay(deliveries: int, backoff_s: Sequence[float]) -> float:
-    """Nak delay after the `deliveries`-th failed delivery (1-based); the last step repeats, and no
-    steps means at once (0)."""
-    if not backoff_s:
-        return 0.0
-    return backoff_s[min(max(deliveries, 1) - 1, len(backoff_s) - 1)]
 
 
 @dataclass(frozen=True)
@@ -66,14 +62,15 @@ class ConsumerSpec:
 
 @dataclass
 class ConsumerStats:
-    """Counters a service reports in its status."""
+    """Counters a service reports in its status (of a `DurableConsumer` or a `BatchingConsumer`)."""
 
     acked: int = 0  #: messages handled and acked
-    retried: int = 0  #: failures nak'ed for redelivery
+    retried: int = 0  #: messages nak'ed for redelivery
     poisoned: int = 0  #: messages terminated and reported
     abandoned: int = 0  #: messages given back unfinished at stop (`nak_on_stop`)
-    in_flight: int = 0  #: messages being handled now
-    last_error: str = field(default="")  #: the most recent handler error
+    in_flight: int = 0  #: messages being handled now (batching: the messages of the group in hand)
+    failed_flushes: int = 0  #: batching only: group writes that failed (each followed by a rest)
+    last_error: str = field(default="")  #: the most recent handler (or flush, or poison) error
 
 
 class DurableConsumer:
@@ -84,6 +81,7 @@ class DurableConsumer:
         self._spec = spec
         self._handler = handler
         self._source = source
+        self._backoff = StepBackoff(spec.backoff_s)
         self.stats = ConsumerStats()
 
     def _config(self) -> ConsumerConfig:
@@ -182,7 +180,7 @@ class DurableConsumer:
         if deliveries >= self._spec.max_deliver:
             await self._poison(msg, text)
             return
-        delay = backoff_delay(deliveries, self._spec.backoff_s)
+        delay = self._backoff.delay(deliveries)
         log.warning("handler failed; redelivering", subject=msg.subject, deliveries=deliveries, error=text)
         await msg.nak(delay=delay)
         self.stats.retried += 1

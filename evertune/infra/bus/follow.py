@@ -29,6 +29,7 @@ from nats.js.kv import KeyValue
 
 from evertune.infra.bus.kv import KV_DELETES, read_initial_entries
 from evertune.infra.logging import get_logger
+from evertune.infra.retry import rest
 from evertune.infra.runtime.tasks import cancel_and_wait
 
 log = get_logger("evertune.infra.bus")
@@ -200,8 +201,7 @@ class KvFollower:
         except Exception as err:  # NATS or JetStream not back yet: keep what we have, retry
             self.stats.failed_loads += 1
             log.warning("kv watch restart failed", bucket=self.bucket, error=f"{type(err).__name__}: {err}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), self._retry_s)
+            await rest(stopping, self._retry_s)
 
     async def stop(self) -> None:
         """End the current watch (run() ends only with its `stopping`)."""
@@ -248,8 +248,7 @@ class Resubscriber:
                         "re-subscribe failed", subscription=self.name, error=f"{type(err).__name__}: {err}"
                     )
                     self._generation = -1  # not subscribed: the next round tries again
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stopping.wait(), self._retry_s)
+                    await rest(stopping, self._retry_s)
         finally:
             await self._unsubscribe()
 

@@ -13,7 +13,6 @@ from evertune.infra.bus import (
     ConsumerSpec,
     DurableConsumer,
     PoisonMessage,
-    backoff_delay,
     publish,
 )
 from evertune.infra.store import Store
@@ -229,9 +228,3 @@ async def test_with_nak_on_stop_a_long_handler_is_cancelled_and_its_message_give
     second = DurableConsumer(js, spec, quick, source="test")
     await _run_until(second, lambda: second.stats.acked == 1, timeout_s=15)
     assert taken_over == ["job"]
-
-
-def test_the_nak_delay_steps_through_the_backoff_and_repeats_its_last_step() -> None:
-    assert [backoff_delay(n, (0.5, 2.0)) for n in (1, 2, 3, 9)] == [0.5, 2.0, 2.0, 2.0]
-    assert backoff_delay(0, (0.5, 2.0)) == 0.5  # a delivery count the server did not give
-    assert backoff_delay(1, ()) == 0.0  # no steps: at once
