@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from pathlib import Path
 
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.apps.harness.waiting import eventually
@@ -70,6 +72,24 @@ class NatsCluster:
         if info.cluster is None or not info.cluster.leader:
             raise BusUnavailable(f"stream {stream} has no leader now")
         return self.node(info.cluster.leader)
+
+    async def move_leader(self, nc: Client, stream: str, *, to: EmbeddedNats) -> None:
+        """Make `to` lead `stream` (a step-down with it as the preferred leader), and wait for it."""
+        js = nc.jetstream()
+        if await self.leader_of(js, stream) is to:
+            return
+        assert to.cluster is not None
+        request = json.dumps({"placement": {"preferred": to.cluster.name}}).encode()
+        reply = await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", request, timeout=5)
+        if not json.loads(reply.data).get("success"):
+            raise BusUnavailable(f"stream {stream}: leader step-down refused: {reply.data[:200]!r}")
+
+        async def moved() -> bool:
+            with contextlib.suppress(BusUnavailable):
+                return await self.leader_of(js, stream) is to
+            return False
+
+        await eventually(moved, timeout_s=15, what=f"{stream} led by {to.cluster.name}")
 
     async def stop(self) -> None:
         """Stop every node (safe to call twice)."""

@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 
 from evertune.errors import EvertuneError
 from evertune.infra.bus.publish import MSG_ID_HEADER, publish_event
@@ -37,6 +39,12 @@ from evertune.infra.retry import StepBackoff
 from evertune.v1 import events_pb2
 
 log = get_logger("evertune.infra.bus.consumer")
+
+#: What a fetch raises while its stream or consumer has no leader for a moment (a cluster electing
+#: one after a node went away, a server restarting): the loop rests and fetches again.
+LEADERLESS = (ServiceUnavailableError, NoStreamResponseError, NoRespondersError)
+#: Seconds that rest lasts (cut short by stop).
+LEADERLESS_REST_S = 0.5
 
 Handler = Callable[[Msg], Coroutine[Any, Any, None]]
 
@@ -200,9 +208,10 @@ class DurableConsumer:
 async def fetch_unless_stopped(
     sub: JetStreamContext.PullSubscription, *, batch: int, timeout_s: float, stopping: asyncio.Task[Any]
 ) -> list[Msg] | None:
-    """One fetch raced against `stopping`: the messages ([] when the fetch timed out empty), or None
-    when stop came first. A fetch cut short leaves its messages unacked on the server, for the
-    next fetch or another instance."""
+    """One fetch raced against `stopping`: the messages ([] when the fetch timed out empty, or when
+    JetStream had no leader to answer it: then after a rest of `LEADERLESS_REST_S`), or None when
+    stop came first. A fetch cut short leaves its messages unacked on the server, for the next
+    fetch or another instance."""
     fetching = asyncio.create_task(sub.fetch(batch, timeout=timeout_s))
     done, _ = await asyncio.wait({fetching, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if fetching not in done:
@@ -214,6 +223,10 @@ async def fetch_unless_stopped(
         return fetching.result()
     except (NatsTimeoutError, TimeoutError):
         return []
+    except LEADERLESS as err:
+        log.warning("fetch found no leader; fetching again", error=type(err).__name__)
+        rested, _ = await asyncio.wait({stopping}, timeout=LEADERLESS_REST_S)
+        return None if stopping in rested else []
 
 
 async def terminate_poison(
