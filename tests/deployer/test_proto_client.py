@@ -42,7 +42,6 @@ address, gateway, name, model, token = sys.argv[3:8]
 import grpc
 from evertune.v1 import endpoint_pb2, endpoint_service_pb2 as pb, endpoint_service_pb2_grpc
 import evertune.v1
-from evertune.infra import repository
 assert all(p.startswith(out) for p in evertune.v1.__path__), list(evertune.v1.__path__)
 assert not any(m == "evertune.errors" or m.startswith("evertune.infra.bus") for m in sys.modules)
 meta = (("authorization", "Bearer " + token),)

@@ -1,4 +1,5 @@
-"""`evertune profile show`: against a running profiler on the test NATS, and its one-line errors."""
+"""`evertune profile show`: against a running profiler on the test NATS, and its one-line errors (in
+this process), and reading a chDB store of its own (a subprocess: chDB runs one engine per process)."""
 
 from __future__ import annotations
 
@@ -15,25 +16,16 @@ from evertune.apps.cli.profile import ask, check_plot_path, plot, text_lines
 from evertune.errors import InvalidArgument, NotFound
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.store import Store
-from tests.apps.cli.helpers import REPO, assert_one_line_error, cli_env, evertune
+from tests.apps.cli.helpers import REPO, assert_one_line_error, cli_env, evertune, run_cli
 from tests.profiler.test_profiler_service import Running, db, insert, recent_samples, running
 
 __all__ = ["db", "running"]  # fixtures used here
 
 
-async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "evertune",
-        *args,
-        env=env,
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    return process.returncode or 0, out.decode(), err.decode()
+async def profile_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """The command in this process, on a thread (the profiler answers on this test's loop)."""
+    result = await asyncio.to_thread(run_cli, *args, env=env)
+    return result.returncode, result.stdout, result.stderr
 
 
 async def test_show_json_text_and_plot(
@@ -43,7 +35,7 @@ async def test_show_json_text_and_plot(
     await insert(db, running.endpoint, samples)
     env = cli_env(EVERTUNE_PROFILER_REQUEST_SUBJECT=running.settings.request_subject)
     png = tmp_path / "profile.png"
-    code, out, err = await run_cli(
+    code, out, err = await profile_cli(
         "profile",
         "show",
         "--endpoint",
@@ -59,7 +51,7 @@ async def test_show_json_text_and_plot(
     stored = json.loads(out.strip().splitlines()[-1])
     assert stored["version"] == 1 and stored["profile"]["requests"] == len(samples)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code, out, err = await run_cli(
+    code, out, err = await profile_cli(
         "profile", "show", "--endpoint", running.endpoint, "--nats-url", nats_server.url, env=env
     )
     assert code == 0, err
@@ -69,11 +61,11 @@ async def test_show_json_text_and_plot(
         and "bottleneck (telemetry): prefill" in out
     )
     # Unknown endpoint and an endpoint without data: one line each.
-    code, _, err = await run_cli(
+    code, _, err = await profile_cli(
         "profile", "show", "--endpoint", "nope", "--nats-url", nats_server.url, env=env
     )
     assert code != 0 and err.strip() == "evertune: unknown endpoint 'nope': no telemetry and no profile of it"
-    code, _, err = await run_cli(
+    code, _, err = await profile_cli(
         "profile",
         "show",
         "--endpoint",
@@ -114,9 +106,9 @@ def test_plot_path_checks(tmp_path: Path) -> None:
 
 
 def test_errors_are_one_line(tmp_path: Path) -> None:
-    result = evertune("profile", "show", "--endpoint", "x", "--plot", str(tmp_path / "missing" / "x.png"))
+    result = run_cli("profile", "show", "--endpoint", "x", "--plot", str(tmp_path / "missing" / "x.png"))
     assert_one_line_error(result, "cannot write plot", "does not exist")
-    result = evertune("profile", "show", "--endpoint", "x", "--data-dir", str(tmp_path))
+    result = run_cli("profile", "show", "--endpoint", "x", "--data-dir", str(tmp_path))
     assert_one_line_error(result, "nothing runs on data dir")
 
 
@@ -153,6 +145,8 @@ def test_without_a_running_stack_the_store_is_read(tmp_path: Path) -> None:
     )
     assert filled.returncode == 0, filled.stderr
     env = cli_env(EVERTUNE_PROFILER_PREFIX_BLOCK_TOKENS="16")
+    # subprocesses: the command opens the chDB store on the data dir, and this process holds the
+    # session's chDB engine (one a process)
     stored = evertune(
         "profile", "show", "--endpoint", "voice", "--data-dir", str(tmp_path), "--json", env=env
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from evertune.apps.cli.trial import TrialRequest, build_job, parse_rates
 from evertune.errors import InvalidArgument
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.store import Store
+from tests.apps.cli.helpers import run_cli
 
 from .helpers import fake_factory, settings
 from .test_service import running
@@ -85,18 +85,16 @@ async def test_a_trial_submitted_by_hand_is_run_and_its_result_printed(
 ) -> None:
     service = RunnerService(settings(), engine_factory=fake_factory(), model_dir=tmp_path)
     async with running(service, nc, store):
-        command = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "evertune", "trial", "run",
+        # the command in this process, on a thread: the runner answers on this test's loop
+        command = await asyncio.to_thread(
+            run_cli, "trial", "run",
             "--nats-url", nats_server.url,
             "--hardware", service.settings.hardware,
             "--config", '{"model": "/models/fake"}',
             "--rates", "8", "--duration", "1.5", "--timeout", "120", "--json",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        out, err = await asyncio.wait_for(command.communicate(), 120)
-    assert command.returncode == 0, err.decode()
-    result = json.loads(out.decode().strip().splitlines()[-1])
+    assert command.returncode == 0, command.stderr
+    result = json.loads(command.stdout.strip().splitlines()[-1])
     assert result["status"] == "TRIAL_STATUS_OK" and result["passed"] is True
     assert [g["name"] for g in result["gates"]] == ["slo", "stability"]
-    assert "submitted trial" in err.decode() and "replaying 8 rps" in err.decode()
+    assert "submitted trial" in command.stderr and "replaying 8 rps" in command.stderr

@@ -24,7 +24,7 @@ from evertune.infra.store import Store, migrate
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
-from tests.apps.cli.helpers import assert_one_line_error, cli_env, evertune
+from tests.apps.cli.helpers import assert_one_line_error, cli_env, run_cli
 from tests.searcher.stack import make_endpoint, make_searcher, running, store_profile
 
 OWNER = "tenant-t-token-0123456789"  # make_endpoint's endpoints belong to tenant "t"
@@ -84,10 +84,10 @@ async def test_searches_are_scoped_to_the_callers_tenant(
         ]
         # The CLI sends its token ($EVERTUNE_TOKEN) with every call.
         args = ("search", "list", "--address", searcher.grpc.address, "--endpoint", endpoint, "--json")
-        listed_by_cli = await asyncio.to_thread(evertune, *args, env=cli_env(EVERTUNE_TOKEN=OWNER))
+        listed_by_cli = await asyncio.to_thread(run_cli, *args, env=cli_env(EVERTUNE_TOKEN=OWNER))
         assert listed_by_cli.returncode == 0, listed_by_cli.stderr
         assert search.id in [s["id"] for s in json.loads(listed_by_cli.stdout)]
-        refused = await asyncio.to_thread(evertune, *args)
+        refused = await asyncio.to_thread(run_cli, *args)
         assert_one_line_error(refused, "UNAUTHENTICATED")
         cancelled = await stub.CancelSearch(cancel, metadata=_as(OPERATOR))
         assert cancelled.search.id == search.id

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, cast
@@ -37,7 +38,13 @@ def shared_settings(
 
 def stop_on_signals(stop: asyncio.Event, *, on_signal: Callable[[], None] | None = None) -> None:
     """SIGINT and SIGTERM set `stop` (after calling `on_signal`, when given); a second signal is
-    ignored while shutdown runs."""
+    ignored while shutdown runs.
+
+    Signals reach the main thread only: a command run on another thread (called in-process, as
+    the tests call it) installs nothing and stops by its own end (asyncio refuses a signal handler
+    there)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
     loop = asyncio.get_running_loop()
 
     def handle() -> None:

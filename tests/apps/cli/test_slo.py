@@ -1,9 +1,10 @@
-"""`evertune slo status` against a real sla-monitor on the session's NATS (run as a user runs it),
-its one-line errors, and `evertune events tail`'s drift.detected line."""
+"""`evertune slo status` against a real sla-monitor on the session's NATS (in this process; `--watch`
+until Ctrl-C as a subprocess), its one-line errors, and `evertune events tail`'s drift.detected line."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import signal
 import time
@@ -14,9 +15,10 @@ from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
 from evertune.sla_monitor.burn_rate import BurnRateRule
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from rich.console import Console
 
 from evertune.apps.cli.events import format_event
-from evertune.apps.cli.slo import format_table, rows_from_status
+from evertune.apps.cli.slo import rows_from_status, slo_table
 from evertune.infra.bus import publish
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.nats_server import EmbeddedNats
@@ -24,7 +26,7 @@ from evertune.infra.runtime import ServiceContext
 from evertune.infra.runtime.micro import InstanceStatus, register
 from evertune.infra.settings import SharedSettings, load_settings
 from evertune.v1 import events_pb2, telemetry_pb2
-from tests.apps.cli.helpers import assert_one_line_error, evertune, start_evertune
+from tests.apps.cli.helpers import assert_one_line_error, run_cli, start_evertune
 
 
 def _status() -> InstanceStatus:
@@ -50,7 +52,9 @@ def test_rows_and_table() -> None:
     rows = rows_from_status([_status()])
     assert [(r.endpoint, r.deployment) for r in rows] == [("voice", ""), ("voice", "dep-a")]
     assert rows[0].ttft_target_ms == 500.0 and rows[1].ttft_target_ms == 500.0
-    table = format_table(rows).splitlines()
+    console = Console(file=io.StringIO(), width=200)  # not a terminal: plain text
+    console.print(slo_table(rows))
+    table = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
     assert table[0].split() == [
         "ENDPOINT",
         "DEPLOYMENT",
@@ -107,14 +111,14 @@ async def test_slo_status_reads_the_running_monitor(
                 break
             await asyncio.sleep(0.05)
         args = ("slo", "status", "--nats-url", nats_server.url, "--endpoint", endpoint)
-        done = await asyncio.to_thread(evertune, *args, "--json")
+        done = await asyncio.to_thread(run_cli, *args, "--json")
         assert done.returncode == 0, done.stderr
         [row, dep] = json.loads(done.stdout.strip().splitlines()[-1])["rows"]
         assert (row["endpoint"], row["deployment"], dep["deployment"]) == (endpoint, "", "dep-a")
         assert row["requests"] == 50 and row["attainment"] == 1.0 and row["ttft_target_ms"] == 300.0
         assert 60 < row["ttft_p50_ms"] < 160 and row["slo_source"] == "default"
         assert row["burn_rates"]["page-fast"]["long"] == 0.0
-        table = await asyncio.to_thread(evertune, *args)
+        table = await asyncio.to_thread(run_cli, *args)
         assert table.returncode == 0, table.stderr
         lines = table.stdout.strip().splitlines()
         assert (
@@ -136,7 +140,7 @@ async def test_slo_status_reads_the_running_monitor(
                 watcher.wait()
         # an endpoint the monitor has not seen is a one-line NOT_FOUND
         missing = await asyncio.to_thread(
-            evertune, "slo", "status", "--nats-url", nats_server.url, "--endpoint", "nope"
+            run_cli, "slo", "status", "--nats-url", nats_server.url, "--endpoint", "nope"
         )
         assert_one_line_error(missing, "the sla-monitor has seen no traffic for endpoint 'nope'")
     finally:
@@ -144,14 +148,14 @@ async def test_slo_status_reads_the_running_monitor(
         await service.stop(5.0)
         await js.delete_consumer("TELEMETRY", settings.durable)
     # nothing answers now: one line, non-zero
-    gone = await asyncio.to_thread(evertune, "slo", "status", "--nats-url", nats_server.url, "--wait", "0.3")
+    gone = await asyncio.to_thread(run_cli, "slo", "status", "--nats-url", nats_server.url, "--wait", "0.3")
     assert_one_line_error(gone, f"no sla-monitor answered on {nats_server.url} within 0.3 s")
 
 
 def test_slo_status_bad_input_and_no_nats_are_one_line(closed_port: int) -> None:
-    bad = evertune("slo", "status", "--nats-url", f"nats://127.0.0.1:{closed_port}", "--watch", "0")
+    bad = run_cli("slo", "status", "--nats-url", f"nats://127.0.0.1:{closed_port}", "--watch", "0")
     assert_one_line_error(bad, "--watch must be > 0 seconds, got 0")
-    down = evertune("slo", "status", "--nats-url", f"nats://127.0.0.1:{closed_port}")
+    down = run_cli("slo", "status", "--nats-url", f"nats://127.0.0.1:{closed_port}")
     assert_one_line_error(down, "cannot reach NATS")
 
 
