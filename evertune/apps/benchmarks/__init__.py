@@ -1,5 +1,6 @@
 """Benchmarks, by name. Each is an async function `(quick: bool) -> dict[str, float | int | str]`
-returning its figures; `evertune bench <name> --json` prints them as the last line.
+returning its figures; `evertune bench <name> --json` prints them as the last line. A benchmark
+says what it is doing with `step(...)`; `evertune bench` shows it on a terminal (`showing_steps`).
 
 Speed goals live here, not in timed tests: the machines are noisy, so a benchmark compares within
 one run (ratios) and repeats, reporting medians.
@@ -7,14 +8,39 @@ one run (ratios) and repeats, reporting medians.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from evertune.errors import InvalidArgument
 
 Figures = dict[str, Any]
 Benchmark = Callable[[bool], Coroutine[Any, Any, Figures]]
+#: Shows a step of a running benchmark: (what it is doing, steps done, steps in all; 0: not counted).
+StepShower = Callable[[str, int, int], None]
+
+_SHOW: ContextVar[StepShower | None] = ContextVar("evertune_bench_step", default=None)
+
+
+def step(what: str, done: int = 0, total: int = 0) -> None:
+    """Say what the running benchmark is doing now (`done` of `total` steps when counted); nothing
+    happens unless someone shows it. Never part of the figures."""
+    show = _SHOW.get()
+    if show is not None:
+        show(what, done, total)
+
+
+@contextlib.contextmanager
+def showing_steps(show: StepShower) -> Iterator[None]:
+    """Within: `step(...)` calls `show` (tasks and threads started inside inherit it)."""
+    token = _SHOW.set(show)
+    try:
+        yield
+    finally:
+        _SHOW.reset(token)
+
 
 #: name -> (module, function, one-line description)
 BENCHMARKS: dict[str, tuple[str, str, str]] = {

@@ -51,7 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import ParseDict
+from rich.console import RenderableType
 
+from evertune.apps.benchmarks import step
 from evertune.apps.demo.driver import Demo, DemoRun, EndpointPlan, endpoint_spec
 from evertune.apps.demo.panel import DemoEvent, config_text, stage_verdicts
 from evertune.apps.demo.report import Figures, figures
@@ -67,8 +69,11 @@ GRACE_S = 5.0
 ARMS = ("start", "defaults", "loop")
 
 
-def _quiet(_: str) -> None:
-    """The benchmark prints its figures, not the demo's narration."""
+def _quiet(line: RenderableType) -> None:
+    """The benchmark prints its figures, not the demo's narration: a line of it is the benchmark's
+    step (shown on a terminal), the SLO panel nothing."""
+    if isinstance(line, str) and line:
+        step(line.splitlines()[0][:120])
 
 
 @contextlib.contextmanager

@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evertune.apps.benchmarks import Figures
+from evertune.apps.benchmarks import Figures, step
 from evertune.apps.benchmarks.search_grid import (
     GridPoint,
     grid_key,
@@ -77,7 +77,7 @@ from evertune.domain.workloads.source import CorpusText
 from evertune.infra.settings import load_settings
 from evertune.runner.report import completed
 from evertune.runner.settings import RunnerSettings
-from evertune.runner.trial import Reference, TrialRunner, default_engine_factory
+from evertune.runner.trial import ProgressCallback, Reference, TrialRunner, default_engine_factory
 from evertune.searcher.jobs import JobTemplate, trial_job, trial_result
 from evertune.searcher.model import RatePoint, SearchModel, ThreadedModel
 from evertune.searcher.noise import DEFAULT_MIN_FLOOR
@@ -221,6 +221,7 @@ class LocalTrials:
         self.wall_s: dict[str, float] = {}  #: seconds each trial took, by trial id
         self.hardware = detect_hardware()  #: what the trials run on
         self.phases: list[jobs_pb2.TrialPhases] = []  #: every trial's phase times, in order
+        self.stage = "warm-up"  #: what the trials are for now (the progress shown says it)
 
     async def reference(self, trial_id: str) -> Reference | None:
         return self.references.get(trial_id)
@@ -234,7 +235,7 @@ class LocalTrials:
         for order in orders:
             job = trial_job(order, template, now=datetime.now(UTC))
             started = time.monotonic()
-            outcome = await self.runner.run(job, progress=_no_progress)
+            outcome = await self.runner.run(job, progress=_trial_step(f"{self.stage}: {order.trial_id}"))
             self.wall_s[order.trial_id] = time.monotonic() - started
             if outcome.golden is not None and outcome.spec is not None and outcome.status == "ok":
                 self.references[order.trial_id] = Reference(
@@ -258,8 +259,15 @@ class LocalTrials:
         }
 
 
-async def _no_progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
-    """The benchmark prints figures, not trial progress."""
+def _trial_step(trial: str) -> ProgressCallback:
+    """A trial's progress as the benchmark's step (shown on a terminal; never in the figures)."""
+
+    async def progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
+        name = events_pb2.TrialPhase.Name(phase).removeprefix("TRIAL_PHASE_").lower()
+        at = f" at {rate:g} req/s" if rate else ""
+        step(f"{trial} {name}{at}, rates", done, total)
+
+    return progress
 
 
 def _order(candidate: Candidate, *, trial_id: str, baseline: bool) -> TrialOrder:
@@ -347,6 +355,7 @@ async def run(quick: bool) -> Figures:
             model = dataclasses.replace(
                 prior, efficiency=dict(prior.efficiency), live_class=unpriced_class(start), class_speed={}
             )
+            trials.stage = f"search from {name}"
             result = await _search(trials, model, setup, start=start, hardware=hardware, name=name)
             searches[name] = {
                 **_search_figures(result, grid, setup=setup, start=start),
@@ -517,6 +526,8 @@ async def _grid(
     for round_index in range(repeats):
         shift = round_index % len(space)
         for candidate in [*space[shift:], *space[:shift]]:
+            measured = sum(len(r) for r in results.values())
+            trials.stage = f"grid cell {measured + 1} of {repeats * len(space)}"
             order = _order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=False)
             [result] = await trials.run([order], template=template)
             results[candidate.key].append(result)

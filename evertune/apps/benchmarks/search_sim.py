@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from evertune.apps.benchmarks import Figures
+from evertune.apps.benchmarks import Figures, step
 from evertune.domain.engines import EngineSpec, detect_local
 from evertune.domain.gate_result import GateResult
 from evertune.domain.model import ensure_model, load_tokenizer
@@ -40,7 +40,15 @@ from evertune.domain.slo import Slo
 from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.domain.workloads.source import CorpusText
 from evertune.searcher.model import SearchModel, ThreadedModel, scaled
-from evertune.searcher.orchestrate import Outcome, SearchPlan, TrialOrder, TrialResult, run_search
+from evertune.searcher.orchestrate import (
+    Outcome,
+    ProgressHook,
+    SearchPlan,
+    SearchProgress,
+    TrialOrder,
+    TrialResult,
+    run_search,
+)
 from evertune.searcher.space import SpaceLimits, candidate_space
 from evertune.searcher.strategy import Figures as TrialFigures
 from evertune.searcher.strategy import Objective, score
@@ -122,7 +130,9 @@ async def _search(
     }
     executor = _NoisyTruth(truth, random.Random(7))
     started = time.perf_counter()
-    result = await run_search(search_plan, model=ThreadedModel(prior), execute=executor)
+    result = await run_search(
+        search_plan, model=ThreadedModel(prior), execute=executor, progress=_steps(budget)
+    )
     search_s = time.perf_counter() - started
 
     truth_predictions, truth_s = await asyncio.to_thread(truth.rank, pairs)
@@ -208,3 +218,13 @@ class _NoisyTruth:
                 )
             )
         return out
+
+
+def _steps(budget: int) -> ProgressHook:
+    """The search's progress as the benchmark's step: its phase, trials done of the budget (shown on a
+    terminal; never in the figures)."""
+
+    async def progress(state: SearchProgress) -> None:
+        step(f"search: {state.phase}, trials", len(state.trials), budget)
+
+    return progress

@@ -13,14 +13,17 @@ import asyncio
 import json
 import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+from rich.console import Group, RenderableType
+from rich.table import Table
 
 from evertune.apps.cli.common import OBJECTIVES, grpc_address
+from evertune.apps.cli.console import out_console, table
 from evertune.errors import EvertuneError, InvalidArgument
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -245,14 +248,30 @@ def _address(args: argparse.Namespace) -> str:
     )
 
 
-def _line(endpoint: endpoint_pb2.Endpoint) -> str:
+def _name(enum: Any, value: int, prefix: str) -> str:
+    return str(enum.Name(value)).removeprefix(prefix)
+
+
+def endpoint_row(endpoint: endpoint_pb2.Endpoint) -> tuple[str, ...]:
+    """(name, tenant, state, revision, stable deployment, p99 TTFT target, model) of an endpoint."""
     spec = endpoint.spec
-    state = endpoint_pb2.EndpointState.Name(endpoint.state).removeprefix("ENDPOINT_STATE_")
-    stable = endpoint.stable_deployment_id or "-"
     return (
-        f"{spec.name:<24} {spec.tenant:<14} {state:<12} rev {endpoint.revision:<4} "
-        f"stable {stable:<17} ttft_p99 {spec.slo.ttft_p99_ms:g} ms  {spec.model}"
+        spec.name,
+        spec.tenant,
+        _name(endpoint_pb2.EndpointState, endpoint.state, "ENDPOINT_STATE_"),
+        str(endpoint.revision),
+        endpoint.stable_deployment_id or "-",
+        f"{spec.slo.ttft_p99_ms:g}",
+        spec.model,
     )
+
+
+def endpoint_table(endpoints: Sequence[endpoint_pb2.Endpoint]) -> Table:
+    """Endpoints, one row each."""
+    grid = table("NAME", "TENANT", "STATE", "REV", "STABLE", "TTFT_P99_MS", "MODEL", right=(3, 5))
+    for endpoint in endpoints:
+        grid.add_row(*endpoint_row(endpoint))
+    return grid
 
 
 def rollout_line(policy: endpoint_pb2.RolloutPolicy) -> str:
@@ -273,19 +292,30 @@ def rollout_line(policy: endpoint_pb2.RolloutPolicy) -> str:
     return "rollout: " + "; ".join(parts)
 
 
-def _detail(endpoint: endpoint_pb2.Endpoint) -> str:
-    return f"{_line(endpoint)}\n  {rollout_line(endpoint.spec.rollout)}"
+def _detail(endpoints: Sequence[endpoint_pb2.Endpoint]) -> Group:
+    return Group(endpoint_table(endpoints), *(rollout_line(e.spec.rollout) for e in endpoints))
 
 
-def _deployment_line(deployment: endpoint_pb2.Deployment) -> str:
-    state = endpoint_pb2.DeploymentState.Name(deployment.state).removeprefix("DEPLOYMENT_STATE_")
-    origin = endpoint_pb2.DeploymentOrigin.Name(deployment.origin).removeprefix("DEPLOYMENT_ORIGIN_")
+def deployment_row(deployment: endpoint_pb2.Deployment) -> tuple[str, ...]:
+    """(id, state, weight, origin, knobs as JSON, state message) of a deployment."""
     knobs = MessageToDict(deployment.engine_config, preserving_proto_field_name=True)
     knobs.pop("model", None)
     return (
-        f"{deployment.id:<17} {state:<11} weight {deployment.weight:<6} {origin:<9} "
-        f"{json.dumps(knobs, sort_keys=True)} {deployment.state_message}"
+        deployment.id,
+        _name(endpoint_pb2.DeploymentState, deployment.state, "DEPLOYMENT_STATE_"),
+        str(deployment.weight),
+        _name(endpoint_pb2.DeploymentOrigin, deployment.origin, "DEPLOYMENT_ORIGIN_"),
+        json.dumps(knobs, sort_keys=True),
+        deployment.state_message,
     )
+
+
+def deployment_table(deployments: Sequence[endpoint_pb2.Deployment]) -> Table:
+    """Deployments, one row each (weight in basis points)."""
+    grid = table("ID", "STATE", "WEIGHT", "ORIGIN", "ENGINE CONFIG", "MESSAGE", right=(2,))
+    for deployment in deployments:
+        grid.add_row(*deployment_row(deployment))
+    return grid
 
 
 def run(args: argparse.Namespace) -> int:
@@ -295,8 +325,15 @@ def run(args: argparse.Namespace) -> int:
     if token:
         metadata = (("authorization", f"Bearer {token}"),)
 
-    def show(message: Any, line: Callable[[Any], str]) -> None:
-        print(json.dumps(MessageToDict(message)) if args.json else line(message))
+    out = out_console()
+
+    def show(messages: Sequence[Any], render: Callable[[Any], RenderableType]) -> None:
+        """One JSON object a message with --json, else their table."""
+        if args.json:
+            for message in messages:
+                print(json.dumps(MessageToDict(message)))
+        elif messages:
+            out.print(render(messages))
 
     async def call(stub: pb_grpc.EndpointServiceStub) -> None:
         if args.command == "endpoints":
@@ -307,8 +344,7 @@ def run(args: argparse.Namespace) -> int:
                 metadata=metadata,
                 timeout=30,
             )
-            for deployment in reply.deployments:
-                show(deployment, _deployment_line)
+            show(list(reply.deployments), deployment_table)
         elif args.deploy_command == "promote":
             request = pb.PromoteRequest(
                 endpoint=args.endpoint, request_id=args.request_id or uuid.uuid4().hex, reason=args.reason
@@ -318,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 request.engine_config.CopyFrom(engine_config(args.knob, engine=args.engine))
             reply = await stub.Promote(request, metadata=metadata, timeout=30)
-            show(reply.deployment, _deployment_line)
+            show([reply.deployment], deployment_table)
         else:
             back = pb.RollbackRequest(
                 endpoint=args.endpoint,
@@ -326,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
                 to_deployment_id=args.to,
                 reason=args.reason,
             )
-            show((await stub.Rollback(back, metadata=metadata, timeout=30)).deployment, _deployment_line)
+            show([(await stub.Rollback(back, metadata=metadata, timeout=30)).deployment], deployment_table)
 
     async def main() -> None:
         address = _address(args)
@@ -359,7 +395,7 @@ async def _endpoints(
     stub: pb_grpc.EndpointServiceStub,
     args: argparse.Namespace,
     metadata: tuple[tuple[str, str], ...],
-    show: Callable[[Any, Callable[[Any], str]], None],
+    show: Callable[[Sequence[Any], Callable[[Any], RenderableType]], None],
 ) -> None:
     command = args.endpoints_command
     if command == "create":
@@ -377,26 +413,27 @@ async def _endpoints(
             spec.rollout.CopyFrom(rollout)
         request = pb.CreateEndpointRequest(request_id=args.request_id or uuid.uuid4().hex, spec=spec)
         reply = await stub.CreateEndpoint(request, metadata=metadata, timeout=30)
-        show(reply.endpoint, _line)
+        show([reply.endpoint], endpoint_table)
     elif command == "list":
         token = ""
+        listed: list[endpoint_pb2.Endpoint] = []
         while True:
             page = await stub.ListEndpoints(
                 pb.ListEndpointsRequest(tenant=args.tenant, page_token=token), metadata=metadata, timeout=30
             )
-            for endpoint in page.endpoints:
-                show(endpoint, _line)
+            listed.extend(page.endpoints)
             token = page.next_page_token
             if not token:
                 break
+        show(listed, endpoint_table)
     elif command == "get":
         reply = await stub.GetEndpoint(pb.GetEndpointRequest(name=args.name), metadata=metadata, timeout=30)
-        show(reply.endpoint, _detail)
+        show([reply.endpoint], _detail)
     elif command == "update":
         updated = await stub.UpdateEndpoint(update_request(args), metadata=metadata, timeout=30)
-        show(updated.endpoint, _line)
+        show([updated.endpoint], endpoint_table)
     else:
         reply = await stub.DeleteEndpoint(
             pb.DeleteEndpointRequest(name=args.name), metadata=metadata, timeout=30
         )
-        show(reply.endpoint, _line)
+        show([reply.endpoint], endpoint_table)

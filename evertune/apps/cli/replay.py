@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from evertune.apps.cli.common import shared_settings, stop_on_signals
+from evertune.apps.cli.console import err_console, out_console
 from evertune.domain.model import ensure_model
 from evertune.domain.replay import (
-    Progress,
+    ReplayProgress,
     Summary,
     find_goodput,
+    goodput_table,
     plan_rps,
-    render_goodput,
-    render_summary,
     replay,
     summarize_run,
+    summary_table,
 )
 from evertune.domain.slo import Slo
 from evertune.domain.workloads import PlannedRequest
@@ -62,11 +62,11 @@ def replay_command(
     )
     if not loaded.plan:
         raise InvalidArgument(f"the workload has no requests ({loaded.description})")
-    print(f"workload: {loaded.description}; {len(loaded.plan)} requests", file=sys.stderr)
+    out, err = out_console(), err_console()
+    err.print(f"workload: {loaded.description}; {len(loaded.plan)} requests")
 
     async def once(plan: list[PlannedRequest], rate: float) -> Summary:
-        progress = Progress(len(plan))
-        try:
+        with ReplayProgress(len(plan), console=err) as progress:
             run = await replay(
                 plan,
                 target=target,
@@ -76,8 +76,6 @@ def replay_command(
                 on_sent=progress.sent,
                 on_result=progress.done,
             )
-        finally:
-            progress.close()
         return summarize_run(run, slo=slo)
 
     async def main() -> int:
@@ -89,14 +87,17 @@ def replay_command(
         stopping.cancel()
         if not work.done():
             work.cancel()
-            print("evertune replay: interrupted", file=sys.stderr)
+            err.print("evertune replay: interrupted")
             return 130
         return work.result()
 
     async def _run(plan: list[PlannedRequest]) -> int:
         if find_goodput_rps is None:
             summary = await once(plan, 1.0)
-            print(json.dumps(asdict(summary)) if as_json else render_summary(summary))
+            if as_json:
+                print(json.dumps(asdict(summary)))
+            else:
+                out.print(summary_table(summary))
             return 0
         assert slo is not None
         base_rps = plan_rps(plan)
@@ -105,9 +106,12 @@ def replay_command(
             slo=slo,
             low_rps=find_goodput_rps[0],
             high_rps=find_goodput_rps[1],
-            on_probe=lambda p: print(f"probe {p}", file=sys.stderr),
+            on_probe=lambda p: err.print(f"probe {p}"),
         )
-        print(json.dumps(asdict(result)) if as_json else render_goodput(result))
+        if as_json:
+            print(json.dumps(asdict(result)))
+        else:
+            out.print(goodput_table(result))
         return 0
 
     return asyncio.run(main())

@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from rich.console import Console
+from rich.table import Table
 
 from evertune.apps.cli.common import nats_url_for, shared_settings, stop_on_signals
+from evertune.apps.cli.console import out_console, table
 from evertune.errors import InvalidArgument, NotFound, Unavailable
 from evertune.infra.bus import connect
 from evertune.infra.runtime.micro import InstanceStatus, discover
@@ -82,39 +84,43 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def format_table(rows: list[SloRow]) -> str:
-    """The rows as a fixed-width table (one burn-rate column per rule)."""
+def burn_text(burn: dict[str, Any] | None) -> str:
+    """One rule's burn rates as `long/short`, `!` when its incident is open; "-" when none."""
+    if burn is None:
+        return "-"
+    return f"{burn.get('long', 0.0):.2f}/{burn.get('short', 0.0):.2f}{'!' if burn.get('open') else ''}"
+
+
+def table_rows(rows: list[SloRow]) -> tuple[list[str], list[list[str]]]:
+    """The table's header and cells: one burn-rate column per rule any row has."""
     rules: list[str] = []
     for row in rows:
         rules += [r for r in row.burn_rates if r not in rules]
     head = ["ENDPOINT", "DEPLOYMENT", "REQS", "P50_MS", "P99_MS", "TARGET_MS", "ATTAIN", "TARGET", *rules]
-    lines = [head]
-    for row in rows:
-        burns = []
-        for rule in rules:
-            b = row.burn_rates.get(rule)
-            if b is None:
-                burns.append("-")
-                continue
-            mark = "!" if b.get("open") else ""
-            burns.append(f"{b['long']:.2f}/{b['short']:.2f}{mark}")
-        lines.append(
-            [
-                row.endpoint,
-                row.deployment or "-",
-                str(row.requests),
-                _ms(row.ttft_p50_ms),
-                _ms(row.ttft_p99_ms),
-                _ms(row.ttft_target_ms),
-                _share(row.attainment),
-                _share(row.attainment_target),
-                *burns,
-            ]
-        )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
+    cells = [
+        [
+            row.endpoint,
+            row.deployment or "-",
+            str(row.requests),
+            _ms(row.ttft_p50_ms),
+            _ms(row.ttft_p99_ms),
+            _ms(row.ttft_target_ms),
+            _share(row.attainment),
+            _share(row.attainment_target),
+            *(burn_text(row.burn_rates.get(rule)) for rule in rules),
+        ]
+        for row in rows
+    ]
+    return head, cells
+
+
+def slo_table(rows: list[SloRow]) -> Table:
+    """The rows as a table (one burn-rate column per rule)."""
+    head, cells = table_rows(rows)
+    grid = table(*head, right=tuple(range(2, len(head))))
+    for line in cells:
+        grid.add_row(*line)
+    return grid
 
 
 async def _rows(nc: Client, *, url: str, endpoint: str | None, wait_s: float) -> list[SloRow]:
@@ -124,23 +130,26 @@ async def _rows(nc: Client, *, url: str, endpoint: str | None, wait_s: float) ->
     return rows_from_status(found, endpoint)
 
 
-def _print(rows: list[SloRow], *, url: str, endpoint: str | None, as_json: bool, watching: bool) -> None:
+def _print(
+    rows: list[SloRow], *, url: str, endpoint: str | None, as_json: bool, watching: bool, out: Console
+) -> None:
     if as_json:
         print(
             json.dumps({"nats_url": url, "time": time.time(), "rows": [asdict(r) for r in rows]}), flush=True
         )
         return
-    if watching and sys.stdout.isatty():
-        print("\x1b[2J\x1b[H", end="")
+    if watching:
+        out.clear()  # on a terminal only: elsewhere each round follows the last
     window = f" (window {rows[0].window_s:g} s)" if rows else ""
-    print(
+    out.print(
         f"{time.strftime('%H:%M:%S')} SLO status from {url}{window}; burn rate long/short, ! = open incident"
     )
     if rows:
-        print(format_table(rows), flush=True)
+        out.print(slo_table(rows))
     else:
         what = f"endpoint {endpoint!r}" if endpoint else "any endpoint"
-        print(f"(no traffic seen for {what} yet)", flush=True)
+        out.print(f"(no traffic seen for {what} yet)")
+    out.file.flush()
 
 
 def slo_status(
@@ -159,6 +168,7 @@ def slo_status(
         raise InvalidArgument(f"--wait must be > 0 seconds, got {wait_s:g}")
     shared = shared_settings(data_dir, log_format="console")
     url = nats_url_for(shared, nats_url)
+    out = out_console()
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -170,7 +180,14 @@ def slo_status(
                 rows = await _rows(nc, url=url, endpoint=endpoint, wait_s=wait_s)
                 if watch_s is None and endpoint is not None and not rows:
                     raise NotFound(f"the sla-monitor has seen no traffic for endpoint {endpoint!r}")
-                _print(rows, url=url, endpoint=endpoint, as_json=as_json, watching=watch_s is not None)
+                _print(
+                    rows,
+                    url=url,
+                    endpoint=endpoint,
+                    as_json=as_json,
+                    watching=watch_s is not None,
+                    out=out,
+                )
                 if watch_s is None:
                     return 0
                 with contextlib.suppress(TimeoutError):

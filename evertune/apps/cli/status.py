@@ -7,7 +7,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from rich.table import Table
+
 from evertune.apps.cli.common import nats_url_for, shared_settings
+from evertune.apps.cli.console import out_console, table
 from evertune.apps.services import SERVICE_NAMES
 from evertune.errors import Unavailable
 from evertune.infra.bus import connect
@@ -21,7 +24,7 @@ def status(*, data_dir: Path | None, nats_url: str | None, as_json: bool, wait_s
     if as_json:
         print(json.dumps({"nats_url": url, "services": [asdict(s) for s in found]}))
     else:
-        _print_table(found)
+        out_console().print(status_table(found))
     if not found:
         raise Unavailable(f"no evertune service answered on {url} within {wait_s:g} s")
     return 0
@@ -35,9 +38,24 @@ async def _discover(url: str, connect_timeout_s: float, wait_s: float) -> list[I
         await nc.close()
 
 
-def _print_table(found: list[InstanceStatus]) -> None:
+def status_rows(found: list[InstanceStatus]) -> list[tuple[str, str, str, str, str]]:
+    """(service, state, pid, started, details) a service instance, in the loop's order."""
     rank = {name: i for i, name in enumerate(SERVICE_NAMES)}
-    print(f"{'SERVICE':<12} {'STATE':<9} {'PID':<8} {'STARTED (UTC)':<24} DETAILS")
-    for s in sorted(found, key=lambda s: (rank.get(s.name, 99), s.id)):
-        details = " ".join(f"{k}={v}" for k, v in s.details.items() if v not in ({}, "", None))
-        print(f"{s.name:<12} {s.state:<9} {s.pid:<8} {s.started:<24} {details}")
+    return [
+        (
+            s.name,
+            s.state,
+            s.pid,
+            s.started,
+            " ".join(f"{k}={v}" for k, v in s.details.items() if v not in ({}, "", None)),
+        )
+        for s in sorted(found, key=lambda s: (rank.get(s.name, 99), s.id))
+    ]
+
+
+def status_table(found: list[InstanceStatus]) -> Table:
+    """The running services as a table."""
+    grid = table("SERVICE", "STATE", "PID", "STARTED (UTC)", "DETAILS")
+    for row in status_rows(found):
+        grid.add_row(*row)
+    return grid

@@ -2,7 +2,8 @@
 
 The job goes to `evertune.jobs.<hardware>` like a searcher's; a runner of that class (in
 `evertune up`, or `evertune run runner`) takes it. Progress (`trial.progress`) prints on stderr as it
-comes; the result (`trial.completed`) prints as a table, or as one JSON object with `--json`.
+comes, one line a phase, under a bar of the rates measured when stderr is a terminal; the result
+(`trial.completed`) prints as a table, or as one JSON object with `--json`.
 Exit code 0 when the trial ran and passed every gate, 1 when it failed (a gate, the engine, the
 deadline); no result within `--timeout` is an error naming the likely cause.
 """
@@ -14,7 +15,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import sys
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,8 +23,18 @@ from pathlib import Path
 from google.protobuf.json_format import MessageToDict
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from rich.console import Console, Group, RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from evertune.apps.cli.common import nats_url_for, shared_settings, stop_on_signals
+from evertune.apps.cli.console import err_console, out_console, table
 from evertune.domain.engines import EngineSpec, InvalidEngineConfig, get_profile, knob_refusals
 from evertune.domain.slo import DEFAULT_ATTAINMENT
 from evertune.errors import InvalidArgument, Unavailable
@@ -150,41 +160,86 @@ def build_job(request: TrialRequest, *, now: datetime) -> jobs_pb2.TrialJob:
     return job
 
 
-def render(done: events_pb2.TrialCompleted) -> str:
-    """A readable report of a trial.completed."""
+def headline(done: events_pb2.TrialCompleted) -> str:
+    """The first line of a trial's report: status, verdict, time, runner."""
     status = jobs_pb2.TrialStatus.Name(done.status).removeprefix("TRIAL_STATUS_").lower()
-    lines = [
+    return (
         f"trial {done.trial_id} on {done.hardware_class}: {status}, {'PASSED' if done.passed else 'FAILED'}"
         f" ({done.duration.ToTimedelta().total_seconds():.0f} s, runner {done.runner})"
-    ]
-    if done.error:
-        lines.append(f"error: {done.error}")
-    if done.metrics.rates:
-        lines.append(
-            f"{'rate rps':>9} {'requests':>9} {'errors':>7} {'p50 ms':>8} {'p90 ms':>8} "
-            f"{'p99 ms':>8} {'itl p99':>8} {'attain':>7}"
+    )
+
+
+def rate_rows(done: events_pb2.TrialCompleted) -> list[tuple[str, ...]]:
+    """One row a measured rate: rate, requests, errors, TTFT p50/p90/p99, ITL p99, attainment."""
+    return [
+        (
+            f"{r.rate_rps:.2f}",
+            str(r.request_count),
+            str(r.error_count),
+            f"{r.ttft_p50_ms:.1f}",
+            f"{r.ttft_p90_ms:.1f}",
+            f"{r.ttft_p99_ms:.1f}",
+            f"{r.itl_p99_ms:.1f}",
+            f"{r.attainment:.3f}",
         )
-        for r in done.metrics.rates:
-            lines.append(
-                f"{r.rate_rps:9.2f} {r.request_count:9d} {r.error_count:7d} {r.ttft_p50_ms:8.1f} "
-                f"{r.ttft_p90_ms:8.1f} {r.ttft_p99_ms:8.1f} {r.itl_p99_ms:8.1f} {r.attainment:7.3f}"
-            )
-        lines.append(f"goodput {done.goodput_rps:g} rps")
-    for gate in done.gates:
-        lines.append(f"gate {gate.name:<12} {'pass' if gate.passed else 'FAIL'}  {gate.detail}")
-    return "\n".join(lines)
+        for r in done.metrics.rates
+    ]
+
+
+def render(done: events_pb2.TrialCompleted) -> RenderableType:
+    """A readable report of a trial.completed: the headline, the rates, goodput, the gates."""
+    parts: list[RenderableType] = [headline(done)]
+    if done.error:
+        parts.append(f"error: {done.error}")
+    if done.metrics.rates:
+        headers = ("rate rps", "requests", "errors", "p50 ms", "p90 ms", "p99 ms", "itl p99", "attain")
+        rates = table(*headers, right=tuple(range(len(headers))))
+        for row in rate_rows(done):
+            rates.add_row(*row)
+        parts += [rates, f"goodput {done.goodput_rps:g} rps"]
+    if done.gates:
+        gates = table("gate", "result", "detail")
+        for gate in done.gates:
+            gates.add_row(gate.name, "pass" if gate.passed else "FAIL", gate.detail)
+        parts.append(gates)
+    return Group(*parts)
+
+
+def progress_line(p: events_pb2.TrialProgress) -> str:
+    """A trial.progress as one line: the phase, its rate, rates done, the runner."""
+    phase = events_pb2.TrialPhase.Name(p.phase).removeprefix("TRIAL_PHASE_").lower()
+    rate = f" {p.rate_rps:g} rps" if p.rate_rps else ""
+    return f"{phase}{rate} ({p.rates_done}/{p.rates_total} rates) on {p.runner}"
+
+
+def trial_bar(console: Console) -> Progress:
+    """The bar of a trial's rates, with its phase and elapsed time (drawn on a terminal only)."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TextColumn("rates"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+        redirect_stdout=False,  # stdout holds the answer alone
+    )
 
 
 def trial_run(request: TrialRequest, *, data_dir: Path | None, nats_url: str | None, as_json: bool) -> int:
     shared = shared_settings(data_dir, log_format="console")
     url = nats_url_for(shared, nats_url)
     job = build_job(request, now=datetime.now(UTC))
+    err = err_console()
 
     async def main() -> int:
         stop = asyncio.Event()
         stop_on_signals(stop)
         nc = await connect(url, name="evertune-trial", connect_timeout_s=shared.connect_timeout_s)
         result: asyncio.Future[events_pb2.TrialCompleted] = asyncio.get_running_loop().create_future()
+        bar = trial_bar(err)
+        task = bar.add_task("submitted", total=len(job.rates_rps))
 
         async def on_event(msg: Msg) -> None:
             event = decode_event(msg.data, subject=msg.subject)
@@ -192,9 +247,9 @@ def trial_run(request: TrialRequest, *, data_dir: Path | None, nats_url: str | N
                 return
             if event.kind == EventKind.TRIAL_PROGRESS and event.trial_progress.trial_id == job.trial_id:
                 p = event.trial_progress
+                bar.print(progress_line(p))  # above the bar; the only line when it is not drawn
                 phase = events_pb2.TrialPhase.Name(p.phase).removeprefix("TRIAL_PHASE_").lower()
-                rate = f" {p.rate_rps:g} rps" if p.rate_rps else ""
-                print(f"{phase}{rate} ({p.rates_done}/{p.rates_total} rates) on {p.runner}", file=sys.stderr)
+                bar.update(task, description=phase, completed=p.rates_done, total=p.rates_total or None)
             elif event.kind == EventKind.TRIAL_COMPLETED and event.trial_completed.trial_id == job.trial_id:
                 if not result.done():
                     result.set_result(event.trial_completed)
@@ -210,17 +265,18 @@ def trial_run(request: TrialRequest, *, data_dir: Path | None, nats_url: str | N
             )
             subject = f"evertune.jobs.{job.hardware_class}"
             await publish(js, subject, job, msg_id=job.job_id)
-            print(f"submitted trial {job.trial_id} (job {job.job_id}) to {subject}", file=sys.stderr)
+            err.print(f"submitted trial {job.trial_id} (job {job.job_id}) to {subject}")
             stopping: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
             waiting: set[asyncio.Future[object]] = {result, stopping}  # type: ignore[arg-type]
-            done, _ = await asyncio.wait(
-                waiting, timeout=request.timeout_s + 30, return_when=asyncio.FIRST_COMPLETED
-            )
+            with bar:
+                done, _ = await asyncio.wait(
+                    waiting, timeout=request.timeout_s + 30, return_when=asyncio.FIRST_COMPLETED
+                )
             stopping.cancel()
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
             if stop.is_set() and result not in done:
-                print("evertune trial: interrupted (the job stays queued)", file=sys.stderr)
+                err.print("evertune trial: interrupted (the job stays queued)")
                 return 130
             if result not in done:
                 raise Unavailable(
@@ -230,15 +286,16 @@ def trial_run(request: TrialRequest, *, data_dir: Path | None, nats_url: str | N
         finally:
             await nc.close()
         completed = result.result()
-        print(
-            json.dumps(
-                MessageToDict(
-                    completed, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        if as_json:
+            print(
+                json.dumps(
+                    MessageToDict(
+                        completed, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+                    )
                 )
             )
-            if as_json
-            else render(completed)
-        )
+        else:
+            out_console().print(render(completed))
         return 0 if completed.passed else 1
 
     return asyncio.run(main())

@@ -23,7 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
+from rich.padding import Padding
+from rich.table import Table
+
 from evertune.apps.cli.common import shared_settings, stop_on_signals
+from evertune.apps.cli.console import out_console, table
 from evertune.apps.demo.driver import Engine
 from evertune.apps.demo.stack import DEFAULT_DURATION_S, ENGINE_DEFAULTS, DemoOptions, demo_environment
 from evertune.apps.services import SERVICE_NAMES, create_service
@@ -106,14 +110,18 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOpt
                 clickhouse_url=shared.store_url,
                 started_at=time.time(),
                 listen={k: v for k, v in listen.items() if v},
+                metrics={s.name: s.metrics_url() for s in running if s.metrics_url()},
             ),
         )
-        print(f"evertune up: data dir {data_dir}", flush=True)
-        print(f"  nats        {nats_url}{' (embedded)' if nats else ''}", flush=True)
-        print(f"  clickhouse  {shared.store_url}", flush=True)
-        for name, where in listen.items():
-            print(f"  {name:<11} running{'  ' + where if where else ''}", flush=True)
-        print(f"ready in {time.monotonic() - started:.1f} s; Ctrl-C stops", flush=True)
+        parts = [
+            ("nats", f"{nats_url}{' (embedded)' if nats else ''}", ""),
+            ("clickhouse", shared.store_url, ""),
+            *((name, "running", where) for name, where in listen.items()),
+        ]
+        out = out_console()
+        out.print(f"evertune up: data dir {data_dir}")
+        out.print(Padding(ready_table(parts), (0, 0, 0, 2), expand=False))
+        out.print(f"ready in {time.monotonic() - started:.1f} s; Ctrl-C stops")
         if demo is not None:
             nonlocal demo_task
             demo_task = asyncio.get_running_loop().create_task(
@@ -140,6 +148,15 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOpt
                 await nats.stop()
     print("evertune up: stopped", flush=True)
     return code
+
+
+def ready_table(parts: Sequence[tuple[str, str, str]]) -> Table:
+    """What `evertune up` started: (part, what or state, where it listens), one row each."""
+    grid = table("part", "state", "listens")
+    grid.show_header = False
+    for row in parts:
+        grid.add_row(*row)
+    return grid
 
 
 async def _run_demo(

@@ -28,10 +28,12 @@ import grpc
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from rich.console import RenderableType
 
+from evertune.apps.cli.console import out_console
 from evertune.apps.cli.slo import SLA_MONITOR, SloRow, rows_from_status
 from evertune.apps.demo.launch_dtype import DtypeChoice, measure_launch_dtype
-from evertune.apps.demo.panel import DemoEvent, demo_event, event_line, loop_events, panel_lines
+from evertune.apps.demo.panel import DemoEvent, demo_event, event_line, loop_events, slo_panel
 from evertune.apps.demo.shift import BASELINE, TrafficPlan, phase_of
 from evertune.apps.demo.sizing import (
     LoadSizing,
@@ -61,7 +63,8 @@ from evertune.v1 import events_pb2
 log = get_logger("evertune.apps.demo")
 
 Engine = Literal["vllm", "sim"]
-Printer = Callable[[str], None]
+#: Where the demo writes for people: lines (str) and the SLO panel.
+Printer = Callable[[RenderableType], None]
 
 #: Request subject of the profiler (EVERTUNE_PROFILER_REQUEST_SUBJECT's default).
 PROFILER_SUBJECT = "evertune.svc.profiler.profile"
@@ -238,9 +241,10 @@ class Demo:
         settle_s: float = 0.0,
         panel_interval_s: float = 5.0,
         sizer: Sizer | None = None,
-        out: Printer = print,
+        out: Printer | None = None,
     ) -> None:
-        """`sizer`: size the call rate to the machine before the traffic, replacing `traffic`."""
+        """`sizer`: size the call rate to the machine before the traffic, replacing `traffic`;
+        `out`: where it writes (default: a rich console on stdout)."""
         self.where = where
         self.sizer = sizer
         self.endpoint = endpoint
@@ -248,7 +252,7 @@ class Demo:
         self.profile_at_s = profile_at_s
         self.settle_s = settle_s
         self.panel_interval_s = panel_interval_s
-        self.out = out
+        self.out = out or out_console().print
         self.t0 = time.time()
         self.run = DemoRun(
             engine=endpoint.engine,
@@ -622,10 +626,8 @@ class Demo:
         if rows and rows[0].attainment_target is not None:
             self.run.attainment_target = rows[0].attainment_target
         self.run.panels += 1
-        for line in panel_lines(
-            rows, t_s=self.now_s(), phase=self._phase, sent=self._sent, done=self._done, errors=self._errors
-        ):
-            self.out(line)
+        counts = {"sent": self._sent, "done": self._done, "errors": self._errors}
+        self.out(slo_panel(rows, t_s=self.now_s(), phase=self._phase, **counts))
 
     async def _telemetry_rows(self) -> int | None:
         """Rows the store holds for the endpoint's requests of this run (sent since the demo's

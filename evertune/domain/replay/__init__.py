@@ -13,18 +13,19 @@ from evertune.domain.replay.client import (
 )
 from evertune.domain.replay.goodput import GoodputResult, Probe, find_goodput
 from evertune.domain.replay.lag import LagReport
-from evertune.domain.replay.progress import Progress
+from evertune.domain.replay.progress import ReplayCounts, ReplayProgress
 from evertune.domain.replay.results import ReplayRun, RequestResult
 from evertune.domain.replay.schedule import due_offsets, plan_rps
 from evertune.domain.replay.summary import Summary, summarize, summarize_run
-from evertune.domain.replay.table import render_goodput, render_summary
+from evertune.domain.replay.table import goodput_table, summary_table
 
 __all__ = [
     "GoodputResult",
     "LagReport",
     "ModelNotServed",
     "Probe",
-    "Progress",
+    "ReplayCounts",
+    "ReplayProgress",
     "ReplayRun",
     "RequestResult",
     "Summary",
@@ -33,11 +34,11 @@ __all__ = [
     "TargetUnreachable",
     "due_offsets",
     "find_goodput",
+    "goodput_table",
     "list_models",
     "plan_rps",
-    "render_goodput",
-    "render_summary",
     "replay",
     "summarize",
     "summarize_run",
+    "summary_table",
 ]

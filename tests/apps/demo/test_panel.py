@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import io
+
 from google.protobuf.timestamp_pb2 import Timestamp
+from rich.console import Console, RenderableType
 
 from evertune.apps.cli.slo import SloRow
-from evertune.apps.demo.panel import DemoEvent, demo_event, loop_events, panel_lines, stage_verdicts
+from evertune.apps.demo.panel import (
+    DemoEvent,
+    demo_event,
+    loop_events,
+    panel_cells,
+    panel_rows,
+    slo_panel,
+    stage_verdicts,
+)
 from evertune.v1 import endpoint_pb2, events_pb2
 
 
@@ -28,22 +39,49 @@ def _row(deployment: str = "") -> SloRow:
     )
 
 
+def _shown(renderable: RenderableType, *, terminal: bool = False) -> list[str]:
+    console = Console(file=io.StringIO(), width=200, force_terminal=terminal)
+    console.print(renderable)
+    return str(console.file.getvalue()).splitlines()  # type: ignore[attr-defined]
+
+
 def test_the_panel_shows_percentiles_against_the_target_attainment_and_burn_rates() -> None:
-    lines = panel_lines(
-        [_row(), _row("dep-1"), _row("dep-2")], t_s=12.5, phase="baseline", sent=130, done=128, errors=1
+    assert panel_cells(_row()) == (
+        "(all)",
+        "42",
+        "310",
+        "500",
+        "0.975",
+        "0.90",
+        "page-fast 0.25/0.50 page-1h 3.00/4.00!",
+        "120",
+        "20",
+    )
+    lines = _shown(
+        slo_panel(
+            [_row(), _row("dep-1"), _row("dep-2")], t_s=12.5, phase="baseline", sent=130, done=128, errors=1
+        )
     )
     assert lines[0].startswith("[  +12.5s] SLO  phase baseline")
     assert "sent   130" in lines[0] and "errors 1" in lines[0]
-    assert "TTFT p50   42 ms  p99  310 ms / target 500 ms" in lines[1]
-    assert "attainment 0.975 (target 0.90)" in lines[1]
-    assert "page-fast 0.25/0.50 page-1h 3.00/4.00!" in lines[1]
-    assert "(all)" in lines[1] and "dep-1" in lines[2] and "dep-2" in lines[3]
-    one = panel_lines([_row(), _row("dep-1")], t_s=1.0, phase="baseline", sent=1, done=1, errors=0)
-    assert len(one) == 2 and "dep-1" in one[1]
+    assert lines[1].split()[:9] == ["scope", "TTFT", "p50", "ms", "p99", "ms", "target", "ms", "attainment"]
+    # plain text: one line a row, under the head's text, cells in their columns
+    assert lines[2].startswith(" " * 11 + "(all)")
+    figures = ["42", "310", "500", "0.975", "0.90", "page-fast", "0.25/0.50", "page-1h", "3.00/4.00!"]
+    assert lines[2].split() == ["(all)", *figures, "120", "20"]
+    assert lines[3].split()[0] == "dep-1" and lines[4].split()[0] == "dep-2" and len(lines) == 5
+    assert "\x1b" not in "".join(lines)
+    # one deployment: its row says it all
+    assert [r.deployment for r in panel_rows([_row(), _row("dep-1")])] == ["dep-1"]
+    # on a terminal the same figures, styled
+    styled = "\n".join(
+        _shown(slo_panel([_row()], t_s=1.0, phase="shifted", sent=1, done=1, errors=0), terminal=True)
+    )
+    assert "\x1b[" in styled and "0.975" in styled and "phase shifted" in styled
 
 
 def test_an_empty_panel_says_so() -> None:
-    lines = panel_lines([], t_s=1.0, phase="setup", sent=0, done=0, errors=0)
+    lines = _shown(slo_panel([], t_s=1.0, phase="setup", sent=0, done=0, errors=0))
     assert "not seen traffic yet" in lines[1]
 
 

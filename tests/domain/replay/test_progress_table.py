@@ -2,13 +2,24 @@ from __future__ import annotations
 
 import io
 
+from rich.console import Console, RenderableType
+
 from evertune.domain.replay.goodput import GoodputResult, Probe
-from evertune.domain.replay.progress import Progress
+from evertune.domain.replay.progress import ReplayCounts, ReplayProgress
 from evertune.domain.replay.summary import summarize
-from evertune.domain.replay.table import render_goodput, render_summary
+from evertune.domain.replay.table import goodput_table, summary_table
 from evertune.domain.slo import Slo
 
 from .results import result
+
+
+def plain(renderable: RenderableType) -> str:
+    """What a console that is not a terminal prints (a pipe, CI)."""
+    console = Console(file=io.StringIO(), width=200)
+    console.print(renderable)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b" not in text
+    return str(text)
 
 
 class FakeClock:
@@ -19,34 +30,45 @@ class FakeClock:
         return self.now
 
 
+def test_counts_and_status() -> None:
+    counts = ReplayCounts(4)
+    counts.sent("a")
+    counts.sent("b")
+    counts.sent("c")
+    counts.done(result(ttft_ms=80.0))
+    counts.done(result(error_class="http_5xx", ttft_ms=None))
+    assert counts.status() == "sent 3  errors 1  in flight 1  TTFT p50 80.0 ms"
+    counts.done(result(error_class="client_lag", ttft_ms=None))  # never sent: not in flight
+    assert counts.in_flight == 1 and counts.done_count == 3 and counts.errors == 2
+    assert ReplayCounts(2).status().endswith("TTFT p50 -")
+
+
 def test_progress_is_silent_when_not_a_terminal() -> None:
     stream = io.StringIO()
-    progress = Progress(3, stream=stream)
-    progress.sent("a")
-    progress.done(result(ttft_ms=80.0))
-    progress.close()
+    with ReplayProgress(3, console=Console(file=stream)) as progress:
+        progress.sent("a")
+        progress.done(result(ttft_ms=80.0))
     assert stream.getvalue() == ""
-    assert (progress.sent_count, progress.done_count, progress.in_flight) == (1, 1, 0)
+    assert (progress.counts.sent_count, progress.counts.done_count, progress.counts.in_flight) == (1, 1, 0)
 
 
-def test_progress_line_and_throttle() -> None:
+def test_progress_on_a_terminal_shows_the_counts_and_throttles_the_status() -> None:
     stream = io.StringIO()
     clock = FakeClock()
-    progress = Progress(4, stream=stream, enabled=True, max_rate_hz=4.0, clock=clock)
-    progress.sent("a")  # draws (first)
-    progress.sent("b")  # same instant: throttled
-    progress.sent("c")
-    clock.now = 0.3
-    progress.done(result(ttft_ms=80.0))  # draws
-    progress.done(result(error_class="http_5xx", ttft_ms=None))  # throttled
-    assert stream.getvalue().count("\r") == 2
-    assert progress.line() == (
-        "[##########..........] 2/4 done  sent 3  errors 1  in flight 1  TTFT p50 80.0 ms"
-    )
-    progress.done(result(error_class="client_lag", ttft_ms=None))  # never sent: not in flight
-    assert progress.in_flight == 1
-    progress.close()
-    assert stream.getvalue().endswith("\x1b[K\n")
+    console = Console(file=stream, force_terminal=True, width=150)
+    with ReplayProgress(4, console=console, max_rate_hz=4.0, clock=clock) as progress:
+        progress.sent("a")  # updates (first)
+        progress.sent("b")  # same instant: throttled
+        assert progress.bar.tasks[0].fields["status"].startswith("sent 1 ")
+        clock.now = 0.3
+        progress.done(result(ttft_ms=80.0))  # updates
+        assert progress.bar.tasks[0].completed == 1
+        progress.done(result(ttft_ms=90.0))  # throttled
+        assert progress.bar.tasks[0].completed == 1
+    # the last state is drawn when it ends
+    assert progress.bar.tasks[0].completed == 2
+    text = stream.getvalue()
+    assert "2/4" in text and "sent 2  errors 0  in flight 0  TTFT p50 85.0 ms" in text
 
 
 def test_render_summary() -> None:
@@ -54,16 +76,17 @@ def test_render_summary() -> None:
         result(ttft_ms=100.0, itl_ms=(20.0, 30.0)),
         result(ttft_ms=None, error_class="timeout", e2e_ms=1.0),
     ]
-    text = render_summary(summarize(results, slo=Slo(ttft_ms=200, itl_ms=50), duration_s=2.0))
+    text = plain(summary_table(summarize(results, slo=Slo(ttft_ms=200, itl_ms=50), duration_s=2.0)))
     assert "requests 2  completed 1  errors 1" in text
     assert "errors by class: timeout 1" in text
-    assert "TTFT" in text and "100.0" in text
+    [ttft] = [line for line in text.splitlines() if line.startswith("TTFT")]
+    assert ttft.split() == ["TTFT", "100.0", "100.0", "100.0", "1"]
     assert "attainment 50.0% (target 90%, NOT met)" in text
     assert "client lag ms: p50 0.5" in text
     assert "WARNING" not in text
-    late = render_summary(summarize([result(lag_ms=50.0)]))
+    late = plain(summary_table(summarize([result(lag_ms=50.0)])))
     assert "WARNING client fell behind: send lag p99 50.0 ms" in late
-    empty = render_summary(summarize([]))
+    empty = plain(summary_table(summarize([])))
     assert "TTFT" in empty and " -" in empty
 
 
@@ -82,15 +105,17 @@ def test_render_goodput() -> None:
         )
         for r, a, t in ((1.0, 1.0, 90.0), (10.0, 0.5, 900.0), (5.5, 0.95, 180.0))
     )
-    text = render_goodput(
-        GoodputResult(
-            goodput_rps=5.5,
-            failing_rps=10.0,
-            converged=False,
-            stopped="max_runs (3) reached",
-            slo=slo,
-            probes=probes,
-            client_limited=False,
+    text = plain(
+        goodput_table(
+            GoodputResult(
+                goodput_rps=5.5,
+                failing_rps=10.0,
+                converged=False,
+                stopped="max_runs (3) reached",
+                slo=slo,
+                probes=probes,
+                client_limited=False,
+            )
         )
     )
     lines = text.splitlines()
@@ -107,4 +132,5 @@ def test_render_goodput() -> None:
         "client",
     ]
     assert len(lines) == 5
+    assert lines[2].split() == ["10.00", "50.0%", "no", "900.0", "10.0", "0/100", "ok"]
     assert lines[-1] == "goodput 5.50 req/s at 90% within TTFT 200 ms and ITL 50 ms (max_runs (3) reached)"
