@@ -25,6 +25,11 @@ from evertune.infra.bus import connect, declare, load_definitions
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.store import Store, open_store
 
+# Services serve their metrics on fixed ports by default (9401-9405): every service a test builds,
+# in this process or in one it starts, takes a free port instead.
+for _service in ("PROFILER", "SLA_MONITOR", "SEARCHER", "RUNNER", "DEPLOYER"):
+    os.environ[f"EVERTUNE_{_service}_METRICS_PORT"] = "0"
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

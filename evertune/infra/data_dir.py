@@ -2,7 +2,8 @@
 
 `<data-dir>/evertune.lock` is held with an exclusive `flock` for the life of `evertune up`; a second
 `up` fails at once. `<data-dir>/runtime.json` says where the running stack listens (NATS URL, gRPC
-ports), so `evertune status` and `evertune events tail` find it from the data dir alone.
+ports, each service's metrics URL), so `evertune status` and `evertune events tail` find it from
+the data dir alone.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Runtime:
     clickhouse_url: str  #: the store it opened
     started_at: float  #: unix seconds
     listen: dict[str, str] = field(default_factory=dict)  #: service -> address it serves on
+    #: service -> the URL Prometheus scrapes it on (the port each bound, free ones included)
+    metrics: dict[str, str] = field(default_factory=dict)
 
 
 class DataDirLock:

@@ -243,6 +243,15 @@ class LocalBackend:
     def running(self) -> set[str]:
         return set(self._running)
 
+    def replicas(self) -> list[tuple[str, str, int, str]]:
+        """(endpoint, deployment id, replica index, base URL) of every replica whose process runs."""
+        return [
+            (running.target.endpoint, deployment_id, replica.index, replica.engine.base_url)
+            for deployment_id, running in self._running.items()
+            for replica in running.replicas
+            if replica.engine.running
+        ]
+
     async def close(self) -> None:
         for deployment_id in list(self._running):
             await self.stop(deployment_id)

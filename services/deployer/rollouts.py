@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -498,6 +499,7 @@ class Rollouts:
                 stable_id=run.stable_id, canary_id=canary_id, canary_weight=action.weight
             )
             await self.work.write_routes(name, split, new_urls={canary_id: run.urls})
+            self.state.stats.rollout_steps += 1
             log.info("canary step", endpoint=name, step=action.step, weight=action.weight)
             return True
         if action.kind is ActionKind.HOLD:
@@ -528,6 +530,7 @@ class Rollouts:
             return run.rollout.on_breach(signal.breach_id)
         if signal.failure:
             return run.rollout.on_failure(signal.failure)
+        analysing = time.monotonic()
         run.analysis = await self._analyse(
             name,
             canary_id,
@@ -536,6 +539,7 @@ class Rollouts:
             since_s=run.started_s,
             step_since_s=run.step_started_s,
         )
+        self.state.stats.analysis_seconds.observe(time.monotonic() - analysing)
         step = run.rollout.step
         action = run.rollout.on_analysis(run.analysis)
         await self._emit_canary_step(name, canary_id, run.stable_id, step, run.policy, action, run.analysis)
@@ -739,6 +743,7 @@ class Rollouts:
     async def on_engine_report(self, report: EngineReport) -> None:
         """Record what the backend saw (`decisions.engine_report_steps`): an exit degrades the
         endpoint, a restart restores it, a give-up fails the deployment (or its canary loop)."""
+        self.state.stats.engine_report(report.what)
         endpoint = await self.state.get_endpoint(report.endpoint)
         if endpoint is None:
             return

@@ -12,10 +12,12 @@ from evertune.deployer.backend import ServingBackend
 from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
 from evertune.deployer.backend_local import EngineFactory, LocalBackend, make_engine
 from evertune.deployer.controller import Deployer
+from evertune.deployer.metrics import DeployerMetrics, EngineReplica
 from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.server import server_credentials
 from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.state import State
+from evertune.deployer.stats import DeployerStats
 from evertune.deployer.telemetry import Telemetry
 from evertune.deployer.winner_check import StoredWinners
 from google.protobuf.message import DecodeError
@@ -27,6 +29,7 @@ from evertune.infra.events import EventKind, event_filter_subject
 from evertune.infra.outbound import OutboundPolicy
 from evertune.infra.runtime import GrpcServer, GrpcService, ServiceContext
 from evertune.infra.runtime.auth import AuthInterceptor, TokenSource, load_tokens
+from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.v1 import events_pb2
 
 #: Durable consumer names (deployers sharing one share the work).
@@ -91,7 +94,9 @@ class DeployerService(GrpcService):
             else None
         )
         self.deployer: Deployer | None = None
-        self.consumers: list[DurableConsumer] = []
+        self.consumers: dict[str, DurableConsumer] = {}  #: durable name -> consumer (once started)
+        self.metrics = DeployerMetrics(self)  #: the deployer's and its engines' metrics
+        self.metrics_registry.register(FunctionCollector(self.metrics.collect))
         self.server = GrpcServer(
             host=settings.grpc_host,
             port=settings.grpc_port,
@@ -191,8 +196,11 @@ class DeployerService(GrpcService):
         ):
             spec = ConsumerSpec(stream="EVENTS", durable=durable, filter_subject=event_filter_subject(kind))
             consumer = DurableConsumer(ctx.js, spec, handler, source=self.name)
-            self.consumers.append(consumer)
+            self.consumers[durable] = consumer
             self.spawn(consumer.run(self.stopping), name=durable)
+        await self.serve_metrics(
+            host=settings.metrics_host, port=settings.metrics_port, refresh=self.metrics.refresh
+        )
         self.log.info(
             "deployer serving",
             backend=backend.name,
@@ -205,11 +213,24 @@ class DeployerService(GrpcService):
         await self.server.stop(grace_s=self.grace_s)
         if self.deployer is not None:
             await self.deployer.close()
+        await self.metrics.close()
+
+    @property
+    def stats(self) -> DeployerStats:
+        """What the deployer counted (empty before start)."""
+        return self.deployer.state.stats if self.deployer is not None else DeployerStats()
+
+    def engine_replicas(self) -> list[EngineReplica]:
+        """The local backend's running engine replicas (none on kubernetes, or before start)."""
+        backend = self.deployer.backend if self.deployer is not None else None
+        if not isinstance(backend, LocalBackend):
+            return []
+        return [EngineReplica(*replica) for replica in backend.replicas()]
 
     def details(self) -> dict[str, Any]:
         if self.deployer is None:
             return {}
         return {
             "deployments_running": len(self.deployer.backend.running()),
-            "events_handled": sum(c.stats.acked for c in self.consumers),
+            "events_handled": sum(c.stats.acked for c in self.consumers.values()),
         }

@@ -23,6 +23,11 @@ class DeployerSettings(BaseSettings):
     grpc_host: str = "127.0.0.1"
     #: gRPC port; 0 picks a free one.
     grpc_port: int = Field(default=50051, ge=0, le=65535)
+    #: Address the Prometheus `/metrics` server binds (`0.0.0.0` for a scraper on another host).
+    metrics_host: str = "127.0.0.1"
+    #: Port of the Prometheus `/metrics` server (the deployer's own metrics and its local engines'
+    #: vLLM metrics); 0 picks a free one (in the status), -1 = off.
+    metrics_port: int = Field(default=9405, ge=-1, le=65535)
     #: Largest request or response message, in bytes.
     max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
     #: Token file: one `<token> <tenant>` per line (`*` = every tenant); see docs/services/deployer.md.

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
+from evertune.deployer.stats import DeployerStats
 from google.protobuf.message import DecodeError, Message
 from nats.js import JetStreamContext
 
@@ -129,6 +130,7 @@ class State:
         self.requests = requests
         self.source = source
         self.clock = clock
+        self.stats = DeployerStats()  #: what the deployer counts (the metrics export it)
 
     @classmethod
     async def open(cls, js: JetStreamContext, *, clock: Clock = utc_now) -> State:
@@ -425,7 +427,10 @@ class State:
         try:
             await publish_event(self.js, event)
         except Exception as err:  # the bus reconnects; the KV change stands
+            self.stats.emitted(event, published=False)
             log.warning(
                 "event not published", kind=kind.value, endpoint=endpoint, error=str(err) or repr(err)
             )
+        else:
+            self.stats.emitted(event, published=True)
         return event

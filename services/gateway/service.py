@@ -193,6 +193,14 @@ class GatewayService(Service):
     def listen(self) -> dict[str, str]:
         return {"http": f"{self.settings.host}:{self.port}"} if self.port else {}
 
+    def metrics_url(self) -> str:
+        """`/metrics` on the proxy's own port (when `metrics` is on)."""
+        return (
+            f"http://{self.settings.host}:{self.port}{METRICS_PATH}"
+            if self.settings.metrics and self.port
+            else ""
+        )
+
     def details(self) -> dict[str, Any]:
         figures: dict[str, Any] = {"endpoints": len(self.book.tables)}
         if self.proxy is not None:

@@ -14,7 +14,8 @@ It owns the store: the host opens and migrates it before the profiler starts. `o
   `{"ok": true, "built": bool, "stored": {...}}` or `{"ok": false, "code": ..., "error": ...}`.
 
 Every build is stored (`profiles` table) before its `profile.ready` event is published; the
-event's id derives from the profile id. Builds run one at a time.
+event's id derives from the profile id. Builds run one at a time. Prometheus metrics (the sink's
+inserts and batches, profiles, consumers; `metrics.py`) are served on `metrics_port`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import aiohttp
 from evertune.profiler import catalog
 from evertune.profiler.bottleneck import EngineFigures, engine_figures
 from evertune.profiler.builder import CreateRequest, create_profile
+from evertune.profiler.metrics import profiler_metrics
 from evertune.profiler.profile import ProfileConfig, to_jsonable
 from evertune.profiler.queries import active_endpoints, endpoint_seen
 from evertune.profiler.settings import ProfilerSettings
@@ -48,6 +50,7 @@ from evertune.errors import EvertuneError, InvalidArgument, NotFound
 from evertune.infra.bus import Bucket, ConsumerSpec, DurableConsumer, PoisonMessage, publish_event
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import Service, ServiceContext
+from evertune.infra.runtime.metrics import FAST_BUCKETS, Distribution, FunctionCollector
 from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
 
@@ -112,7 +115,10 @@ class ProfilerService(Service):
         self._build_lock = asyncio.Lock()
         self._scrapes: dict[str, EngineMetrics] = {}  # upstream URL -> last scrape
         self.built = 0  #: profiles built
+        self.failed = 0  #: profile builds that failed
+        self.build_seconds = Distribution(FAST_BUCKETS)  #: seconds of each profile built
         self.published = 0  #: profile.ready events published
+        self.metrics_registry.register(FunctionCollector(lambda: profiler_metrics(self)))
         self.last_error = ""  #: most recent build or publish error
 
     async def on_start(self, ctx: ServiceContext) -> None:
@@ -121,6 +127,7 @@ class ProfilerService(Service):
         self._store_url = ctx.shared.store_url
         self._js = ctx.js
         self.sink = TelemetrySink(ctx.js, ctx.store, sink_config(self.settings, source=self.name))
+        await self.serve_metrics(host=self.settings.metrics_host, port=self.settings.metrics_port)
         self.spawn(self.sink.run(self.stopping), name="telemetry-sink")
         spec = ConsumerSpec(
             stream="EVENTS",
@@ -166,23 +173,16 @@ class ProfilerService(Service):
         until = now or datetime.now(UTC)
         since = until - timedelta(seconds=window_s or self.settings.window_s)
         async with self._build_lock:
-            engine, notes = await self._engine_figures(endpoint)
-            stored = await create_profile(
-                self._store,
-                CreateRequest(
-                    endpoint=endpoint,
-                    since=since,
-                    until=until,
-                    trigger=trigger,
-                    created=datetime.now(UTC),
-                    cause_id=cause_id,
-                    engine=engine,
-                    notes=notes,
-                ),
-                config=profile_config(self.settings),
-                max_samples=self.settings.max_samples,
-            )
+            building = time.monotonic()
+            try:
+                stored = await self._create(
+                    endpoint, since=since, until=until, trigger=trigger, cause_id=cause_id
+                )
+            except Exception:
+                self.failed += 1
+                raise
             self.built += 1
+            self.build_seconds.observe(time.monotonic() - building)
         self.log.info(
             "profile built",
             endpoint=endpoint,
@@ -193,6 +193,28 @@ class ProfilerService(Service):
         )
         await self.announce(stored)
         return stored
+
+    async def _create(
+        self, endpoint: str, *, since: datetime, until: datetime, trigger: str, cause_id: str
+    ) -> catalog.StoredProfile:
+        """Build and store one profile (the engines' figures first, where they can be read)."""
+        assert self._store is not None
+        engine, notes = await self._engine_figures(endpoint)
+        return await create_profile(
+            self._store,
+            CreateRequest(
+                endpoint=endpoint,
+                since=since,
+                until=until,
+                trigger=trigger,
+                created=datetime.now(UTC),
+                cause_id=cause_id,
+                engine=engine,
+                notes=notes,
+            ),
+            config=profile_config(self.settings),
+            max_samples=self.settings.max_samples,
+        )
 
     async def announce(self, stored: catalog.StoredProfile) -> None:
         """Publish `profile.ready` for a stored profile (its event id is fixed by the profile id)."""

@@ -46,3 +46,7 @@ class ProfilerSettings(BaseSettings):
     scrape_timeout_s: float = Field(default=2.0, gt=0, le=60)
     #: KV bucket of deployments (keys `<endpoint>.<deployment>`, values `Deployment`).
     deployments_bucket: str = Field(default="deployments", min_length=1)
+    #: Address the Prometheus `/metrics` server binds (`0.0.0.0` for a scraper on another host).
+    metrics_host: str = "127.0.0.1"
+    #: Port of the Prometheus `/metrics` server; 0 picks a free one (in the status), -1 = off.
+    metrics_port: int = Field(default=9401, ge=-1, le=65535)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -44,6 +45,7 @@ from nats.js.api import ConsumerConfig
 
 from evertune.infra.bus import MSG_ID_HEADER, BatchingConsumer, BatchSpec, PoisonMessage
 from evertune.infra.logging import get_logger
+from evertune.infra.runtime.metrics import COUNT_BUCKETS, FAST_BUCKETS, Distribution
 from evertune.infra.store import Store
 from evertune.v1 import telemetry_pb2
 
@@ -268,6 +270,8 @@ class TelemetrySink:
         self.config = config or SinkConfig()
         self._consumer = BatchingConsumer(js, self.config.batch_spec(), self, source=self.config.source)
         self._counts = SinkStats()  #: the sink's own counters (the consumer keeps the others)
+        self.insert_seconds = Distribution(FAST_BUCKETS)  #: seconds of each successful insert
+        self.batch_rows = Distribution(COUNT_BUCKETS)  #: rows of each successful insert
         self._inserted = RecentIds(self.config.remember_messages)
         self._group = _Group()
 
@@ -343,7 +347,10 @@ class TelemetrySink:
             fresh = await self._not_stored(group.redelivered)
             self._counts.redelivered_rows_skipped += len(group.redelivered) - len(fresh)
             rows = rows + fresh
+        inserting = time.monotonic()
         await self._store.insert(TABLE, rows, COLUMNS, dedup_token=group_token(group.ids))
+        self.insert_seconds.observe(time.monotonic() - inserting)
+        self.batch_rows.observe(len(rows))
         self._inserted.add_all(group.ids)
         self._counts.rows_inserted += len(rows)
         self._counts.batches += 1

@@ -25,6 +25,9 @@ nak'ed with a growing delay (`RETRY_DELAYS_S`); at the last of `max_deliver` del
 terminated and reported as poison. A runner that dies mid-trial leaves the job unacked: JetStream
 redelivers it after `ack_wait_s` to another runner. A runner that is stopped mid-trial stops its
 engine and naks the job at once (`nak_on_stop`), so another runner takes it.
+
+Prometheus metrics (`metrics.py`: trials by outcome, phase durations, events, failures, the jobs
+consumer) are served on `metrics_port`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evertune.runner.job import decode_job
+from evertune.runner.metrics import RunnerStats, runner_metrics
 from evertune.runner.records import TrialRecords
 from evertune.runner.report import completed, completed_event_id, row
 from evertune.runner.settings import RunnerSettings
@@ -52,9 +56,10 @@ from nats.js import JetStreamContext
 from evertune.domain.engines.fingerprint import Fingerprint
 from evertune.domain.engines.fingerprint import detect as detect_hardware
 from evertune.domain.model import ensure_model
-from evertune.infra.bus import ConsumerSpec, DurableConsumer, publish_event
+from evertune.infra.bus import ConsumerSpec, ConsumerStats, DurableConsumer, publish_event
 from evertune.infra.events import EventKind, event_filter_subject, new_event
 from evertune.infra.runtime import Service, ServiceContext
+from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.v1 import common_pb2, events_pb2
 
 #: Stream holding the work queues of every hardware class.
@@ -97,6 +102,13 @@ class RunnerService(Service):
         self._ended: OrderedDict[str, None] = OrderedDict()  #: searches heard to end, oldest first
         self._ended_sub: Subscription | None = None
         self.fingerprint: Fingerprint | None = None  #: the hardware of the last trial (None: none yet)
+        self.stats = RunnerStats()  #: what the metrics export
+        self.metrics_registry.register(FunctionCollector(lambda: runner_metrics(self)))
+
+    @property
+    def jobs_consumer(self) -> tuple[str, ConsumerStats] | None:
+        """The jobs consumer's durable name and stats (None before start)."""
+        return (self.settings.durable, self._jobs.stats) if self._jobs is not None else None
 
     def details(self) -> dict[str, Any]:
         return {
@@ -148,6 +160,7 @@ class RunnerService(Service):
             nak_on_stop=True,
         )
         self._jobs = DurableConsumer(ctx.js, spec, self._take, source=self.name)
+        await self.serve_metrics(host=s.metrics_host, port=s.metrics_port)
         self.spawn(self._jobs.run(self.stopping), name="jobs")
 
     async def on_stop(self) -> None:
@@ -185,6 +198,7 @@ class RunnerService(Service):
         stored = await records.completed(job.job_id)
         if stored is not None:
             self.republished += 1
+            self.stats.republished += 1
             self.log.info("job already finished; result republished", trial=job.trial_id, job=job.job_id)
             await self._publish_completed(job.endpoint, stored)
             return
@@ -207,6 +221,7 @@ class RunnerService(Service):
         finally:
             self._current_search = ""
         self.trials_run += 1
+        self.stats.trial(outcome)
         if outcome.status == "cancelled":
             self.cancelled += 1
         if outcome.status != "ok":
@@ -253,6 +268,7 @@ class RunnerService(Service):
         )
         event.id = completed_event_id(payload.job_id)
         await publish_event(self._require_js(), event)
+        self.stats.event(EventKind.TRIAL_COMPLETED.value)
 
     async def _progress(
         self,
@@ -283,7 +299,9 @@ class RunnerService(Service):
                     EventKind.TRIAL_PROGRESS, endpoint=endpoint, source=self.name, payload_message=payload
                 ),
             )
+            self.stats.event(EventKind.TRIAL_PROGRESS.value)
         except Exception as err:
+            self.stats.failure("progress_unpublished")
             self.log.warning("trial.progress not published", error=str(err))
 
     def _require_js(self) -> JetStreamContext:

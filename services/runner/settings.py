@@ -76,6 +76,11 @@ class RunnerSettings(BaseSettings):
     stability_floor_ms: float = Field(default=20.0, ge=0.0)
     #: Lines of the engine log a failed trial carries (event: one line; store: the tail).
     log_tail_lines: int = Field(default=40, ge=1, le=1000)
+    #: Address the Prometheus `/metrics` server binds (`0.0.0.0` for a scraper on another host).
+    metrics_host: str = "127.0.0.1"
+    #: Port of the Prometheus `/metrics` server; 0 picks a free one (in the status), -1 = off. Two
+    #: runners on one machine need a port each.
+    metrics_port: int = Field(default=9404, ge=-1, le=65535)
 
     @model_validator(mode="after")
     def _durable_default(self) -> Self:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from evertune.searcher.jobs import JobTemplate
+from evertune.searcher.metrics import SearcherStats
 from evertune.searcher.model import SearchModel, ThreadedModel
 from evertune.searcher.noise import Comparison
 from evertune.searcher.orchestrate import (
@@ -170,6 +171,7 @@ class Searches:
         self._endpoints: Bucket | None = None
         self._deployments: Bucket | None = None
         self.completed = 0  #: searches finished by this instance
+        self.stats = SearcherStats()  #: what the metrics export
 
     async def open(self) -> None:
         """Open the buckets and end searches a previous instance left running."""
@@ -209,6 +211,11 @@ class Searches:
     @property
     def running(self) -> int:
         return len(self._tasks)
+
+    @property
+    def queued_count(self) -> int:
+        """Search requests waiting for their endpoint's running search or rollout."""
+        return len(self._queued)
 
     # --- start -----------------------------------------------------------------------------------
     async def start(
@@ -804,6 +811,9 @@ class Searches:
             self._winner_of.pop(search.endpoint, None)
         await self._publish(EventKind.SEARCH_COMPLETED, record, completed)
         self.completed += 1
+        self.stats.search_ended(
+            outcome, seconds=duration.ToTimedelta().total_seconds(), trials=search.trials_completed
+        )
 
     async def _publish(
         self,
@@ -820,6 +830,7 @@ class Searches:
         )
         event.id = _event_id(kind.value, record.search_id)
         await publish_event(self.js, event)
+        self.stats.event(kind.value)
 
     # --- read, cancel, watch ------------------------------------------------------------------------
     async def get(self, search_id: str) -> SearchRecord:

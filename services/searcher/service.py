@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from evertune.searcher.api import SERVICE_NAME, SearchApi
 from evertune.searcher.control import Searches
+from evertune.searcher.metrics import searcher_metrics
 from evertune.searcher.settings import SearcherSettings
 from evertune.searcher.space import SpaceLimits
 from evertune.searcher.trials import TrialBus, completed_consumer
@@ -32,6 +33,7 @@ from evertune.infra.bus import ConsumerSpec, DurableConsumer, Handler, PoisonMes
 from evertune.infra.events import EventKind, event_filter_subject
 from evertune.infra.runtime import GrpcService, ServiceContext
 from evertune.infra.runtime.auth import LOOPBACK_HOSTS, AuthInterceptor, load_tokens
+from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 
@@ -82,9 +84,11 @@ class SearcherService(GrpcService):
         self._durable_prefix = durable_prefix
         self.searches: Searches | None = None
         self.trials: TrialBus | None = None
-        self._consumers: list[DurableConsumer] = []
+        self.consumers: dict[str, DurableConsumer] = {}  #: durable name -> consumer (once started)
         self.profiles_skipped = 0  #: profile.ready events that started no search
         self.profiles_queued = 0  #: profile.ready events queued behind a running search
+        self.profiles_started = 0  #: profile.ready events that started a search
+        self.metrics_registry.register(FunctionCollector(lambda: searcher_metrics(self)))
 
     async def on_start(self, ctx: ServiceContext) -> None:
         assert ctx.store is not None, "the searcher needs the store (needs_store)"
@@ -108,7 +112,13 @@ class SearcherService(GrpcService):
         )
         profiles = self._events_consumer(ctx, EventKind.PROFILE_READY, "profiles", self._on_profile)
         deletions = self._events_consumer(ctx, EventKind.ENDPOINT_DELETED, "deletions", self._on_deleted)
-        self._consumers = [trials, profiles, deletions]
+        prefix = self._durable_prefix
+        self.consumers = {
+            f"{prefix}-trials": trials,
+            f"{prefix}-profiles": profiles,
+            f"{prefix}-deletions": deletions,
+        }
+        await self.serve_metrics(host=self.settings.metrics_host, port=self.settings.metrics_port)
         self.spawn(trials.run(self.stopping), name="trials")
         self.spawn(profiles.run(self.stopping), name="profiles")
         self.spawn(deletions.run(self.stopping), name="deletions")
@@ -192,6 +202,8 @@ class SearcherService(GrpcService):
             started = await self.searches.start_or_queue(request, trigger="profile.ready", cause_id=event.id)
             if started is None:
                 self.profiles_queued += 1
+            else:
+                self.profiles_started += 1
         except (FailedPrecondition, NotFound) as err:
             self.profiles_skipped += 1
             self.log.info("profile.ready started no search", endpoint=event.endpoint, reason=str(err))

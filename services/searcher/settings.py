@@ -18,6 +18,10 @@ class SearcherSettings(BaseSettings):
     grpc_host: str = "127.0.0.1"
     #: gRPC port; 0 picks a free one.
     grpc_port: int = Field(default=50052, ge=0, le=65535)
+    #: Address the Prometheus `/metrics` server binds (`0.0.0.0` for a scraper on another host).
+    metrics_host: str = "127.0.0.1"
+    #: Port of the Prometheus `/metrics` server; 0 picks a free one (in the status), -1 = off.
+    metrics_port: int = Field(default=9403, ge=-1, le=65535)
     #: Token file: one `<token> <tenant>` per line (`*` = every tenant), as the deployer's
     #: (`evertune.infra.runtime.auth`): a tenant's token sees and starts searches of its endpoints only.
     token_file: Path | None = None

@@ -65,6 +65,7 @@ class TrialBus:
         self._waiting: dict[str, asyncio.Future[events_pb2.TrialCompleted]] = {}
         self.published = 0  #: jobs published
         self.reports = 0  #: reports handed to a waiter
+        self.missing = 0  #: jobs without a report by their deadline (nor one stored)
 
     async def on_completed(self, msg: Msg) -> None:
         """Handler of the trial.completed consumer."""
@@ -110,6 +111,7 @@ class TrialBus:
         finally:
             for job_id in waiters:
                 self._waiting.pop(job_id, None)
+        self.missing += sum(1 for done in results if done is None)
         return [
             trial_result(done, order=order, slo=slo, gate_rps=gate_rps)
             if done is not None
@@ -120,6 +122,11 @@ class TrialBus:
             )
             for order, done in zip(orders, results, strict=True)
         ]
+
+    @property
+    def waiting(self) -> int:
+        """Published jobs whose report is awaited now."""
+        return len(self._waiting)
 
     async def _wait(
         self, order: TrialOrder, waiter: asyncio.Future[events_pb2.TrialCompleted], deadline: datetime

@@ -2,7 +2,7 @@
 
 | metric | labels | what |
 |---|---|---|
-| `evertune_sla_ttft_seconds` | endpoint, deployment, quantile (0.5/0.9/0.99) | TTFT, status window |
+| `evertune_sla_ttft_p50_seconds`, `_p90_`, `_p99_` | endpoint, deployment | TTFT percentiles, status window |
 | `evertune_sla_itl_p99_seconds` | endpoint, deployment | p99 of per-request p99 inter-token gaps |
 | `evertune_sla_window_requests` | endpoint, deployment | requests in the status window |
 | `evertune_sla_attainment_ratio` | endpoint, deployment | share of good requests in the status window |
@@ -19,8 +19,13 @@
 | `evertune_sla_alerts_pending` | receiver, kind | alerts waiting for delivery |
 | `evertune_sla_records_total` | | telemetry records observed |
 | `evertune_sla_events_pending` | | events not yet published |
+| `evertune_sla_events_published_total` | | events published (breach, resolved, drift) |
+| `evertune_sla_messages_*` | consumer | the telemetry consumer (`consumer_metrics`) |
 
-`deployment="all"` is the endpoint as a whole.
+`deployment="all"` is the endpoint as a whole. The TTFT percentiles are the monitor's own (exact
+over the status window, as `evertune slo status` shows them), so they are gauges named per
+percentile: a `quantile` label is reserved for summaries, and a histogram of TTFT is the
+gateway's (`evertune_gateway_ttft_seconds`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from evertune.infra.runtime.metrics import consumer_metrics
 
 if TYPE_CHECKING:
     from evertune.sla_monitor.service import SlaMonitorService
@@ -47,11 +54,14 @@ class SlaMonitorCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         svc = self.service
         scope = ["endpoint", "deployment"]
-        ttft = GaugeMetricFamily(
-            "evertune_sla_ttft_seconds",
-            "Client TTFT percentile over the status window",
-            labels=[*scope, "quantile"],
-        )
+        ttft = {
+            q: GaugeMetricFamily(
+                f"evertune_sla_ttft_{q}_seconds",
+                f"Client TTFT {q} over the status window",
+                labels=scope,
+            )
+            for q in ("p50", "p90", "p99")
+        }
         itl = GaugeMetricFamily(
             "evertune_sla_itl_p99_seconds",
             "p99 of per-request p99 inter-token gaps (status window)",
@@ -82,12 +92,12 @@ class SlaMonitorCollector(Collector):
             stats = row.stats
             if stats is not None:
                 for q, value in (
-                    ("0.5", stats.ttft_p50_ms),
-                    ("0.9", stats.ttft_p90_ms),
-                    ("0.99", stats.ttft_p99_ms),
+                    ("p50", stats.ttft_p50_ms),
+                    ("p90", stats.ttft_p90_ms),
+                    ("p99", stats.ttft_p99_ms),
                 ):
                     if value is not None:
-                        ttft.add_metric([*labels, q], value / 1e3)
+                        ttft[q].add_metric(labels, value / 1e3)
                 if stats.itl_p99_ms is not None:
                     itl.add_metric(labels, stats.itl_p99_ms / 1e3)
                 requests.add_metric(labels, stats.requests)
@@ -113,6 +123,8 @@ class SlaMonitorCollector(Collector):
         records.add_metric([], counters.records)
         pending_events = GaugeMetricFamily("evertune_sla_events_pending", "Events waiting to be published")
         pending_events.add_metric([], len(svc.outbox))
+        published = CounterMetricFamily("evertune_sla_events_published", "Events published")
+        published.add_metric([], svc.published)
         drift = CounterMetricFamily(
             "evertune_sla_drift_findings", "Drift findings reported", labels=["endpoint", "feature"]
         )
@@ -131,5 +143,9 @@ class SlaMonitorCollector(Collector):
             failed.add_metric(labels, figures.get("retried", 0))
             dropped.add_metric(labels, figures.get("dropped", 0))
             pending.add_metric(labels, figures.get("pending", 0))
-        yield from (ttft, itl, requests, attainment, ttft_target, att_target, burn, threshold, incidents)
+        yield from ttft.values()
+        yield from (itl, requests, attainment, ttft_target, att_target, burn, threshold, incidents)
+        yield published
+        consumer = svc.telemetry_consumer
+        yield from consumer_metrics("evertune_sla", {consumer[0]: consumer[1]} if consumer else {})
         yield from (breaches, resolved, records, pending_events, drift, delivered, failed, dropped, pending)

@@ -46,6 +46,7 @@ from evertune.domain.slo import Slo
 from evertune.errors import InvalidArgument
 from evertune.infra.bus import (
     ConsumerSpec,
+    ConsumerStats,
     DurableConsumer,
     KvFollower,
     PoisonMessage,
@@ -54,7 +55,6 @@ from evertune.infra.bus import (
 )
 from evertune.infra.events import EventKind, event_filter_subject, new_event
 from evertune.infra.runtime import Service, ServiceContext
-from evertune.infra.runtime.metrics import MetricsServer, new_registry
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 
 _SEVERITY = {"page": common_pb2.SEVERITY_CRITICAL, "ticket": common_pb2.SEVERITY_WARNING}
@@ -245,9 +245,12 @@ class SlaMonitorService(Service):
         self._profiles_sub: Resubscriber | None = None  #: the profile.ready ordered consumer
         self.profile_ids: dict[str, str] = {}  #: id of the last profile.ready handled per endpoint
         self.registry_loaded = asyncio.Event()  #: set once the endpoints bucket's values are in
-        self.metrics_registry = new_registry()  #: this service's Prometheus registry
         self.metrics_registry.register(SlaMonitorCollector(self))
-        self.metrics_server: MetricsServer | None = None
+
+    @property
+    def telemetry_consumer(self) -> tuple[str, ConsumerStats] | None:
+        """The telemetry consumer's durable name and stats (None before start)."""
+        return (self.settings.durable, self._consumer.stats) if self._consumer is not None else None
 
     # --- SLO and receivers lookup ------------------------------------------------------------
     def slo_for(self, endpoint: str) -> Slo:
@@ -286,12 +289,7 @@ class SlaMonitorService(Service):
         await self._watch_endpoints(ctx.js, ctx.nc)
         if self.settings.drift:
             await self._subscribe_profiles(ctx.js, ctx.nc)
-        if self.settings.metrics_port >= 0:
-            self.metrics_server = MetricsServer(
-                self.metrics_registry, host=self.settings.metrics_host, port=self.settings.metrics_port
-            )
-            await self.metrics_server.start()
-            self.log.info("metrics listening", url=self.metrics_server.url)
+        await self.serve_metrics(host=self.settings.metrics_host, port=self.settings.metrics_port)
         self._consumer = DurableConsumer(ctx.js, spec, self._on_batch, source=self.name)
         self.spawn(self._consumer.run(self.stopping), name="telemetry")
         self.spawn(self._evaluate_loop(), name="evaluate")
@@ -301,8 +299,6 @@ class SlaMonitorService(Service):
     async def on_stop(self) -> None:
         if self._endpoints is not None:
             await self._endpoints.stop()
-        if self.metrics_server is not None:
-            await self.metrics_server.stop()
         await self.alerts.close()
 
     # --- endpoints bucket --------------------------------------------------------------------
@@ -579,11 +575,6 @@ class SlaMonitorService(Service):
         return event
 
     # --- status ------------------------------------------------------------------------------
-    def listen(self) -> dict[str, str]:
-        if self.metrics_server is None or self.metrics_server.port == 0:
-            return {}
-        return {"metrics": f"{self.metrics_server.host}:{self.metrics_server.port}"}
-
     def slo_rows(self, now: float | None = None) -> list[SloRow]:
         """Every watched (endpoint, deployment) with its status-window figures and burn rates."""
         now = time.time() if now is None else now
@@ -685,9 +676,7 @@ class SlaMonitorService(Service):
             "events_published": self.published,
             "events_pending": len(self.outbox),
             "receivers": self.alerts.details(),
-            "metrics_url": self.metrics_server.url
-            if self.metrics_server and self.metrics_server.port
-            else "",
+            "metrics_url": self.metrics_url(),
         }
 
 

@@ -64,7 +64,7 @@ class SlaMonitorSettings(BaseSettings):
     #: address of the Prometheus /metrics server
     metrics_host: str = "127.0.0.1"
     #: port of the Prometheus /metrics server; 0 picks a free one (logged, and in the status), -1 = off
-    metrics_port: int = Field(default=0, ge=-1, le=65535)
+    metrics_port: int = Field(default=9402, ge=-1, le=65535)
     #: watch the workload for drift and TTFT change-points (drift.detected)
     drift: bool = True
     #: seconds of an endpoint's traffic a reference is learnt from when no profile.ready gave one

@@ -19,6 +19,7 @@ from evertune.sla_monitor.service import drift_event_id, drift_payload, profile_
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from prometheus_client.parser import text_string_to_metric_families
 
 from evertune.apps.harness.waiting import eventually
 from evertune.infra.bus import Bucket, publish, publish_event
@@ -192,7 +193,12 @@ async def test_slo_and_routes_come_from_the_endpoints_bucket(
         async with aiohttp.ClientSession() as http, http.get(url) as resp:
             assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
             text = await resp.text()
-        assert f'evertune_sla_ttft_seconds{{deployment="all",endpoint="{endpoint}",quantile="0.99"}}' in text
+        assert f'evertune_sla_ttft_p99_seconds{{deployment="all",endpoint="{endpoint}"}}' in text
+        families = list(text_string_to_metric_families(text))  # (it parses as Prometheus text)
+        assert not [
+            f.name for f in families if f.type == "gauge" and any("quantile" in s.labels for s in f.samples)
+        ]
+        assert "evertune_sla_events_published_total 1.0" in text
         assert (
             f'evertune_sla_burn_rate{{deployment="all",endpoint="{endpoint}",rule="page-fast",window="long"}}'
             in text

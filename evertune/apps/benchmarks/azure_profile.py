@@ -253,7 +253,9 @@ async def _serve_and_profile(
         assert isinstance(engine, SimEngine)  # kind "sim": one sim server
         gateway = GatewayService(GatewaySettings(port=0, tokenizer_dir=model_dir))
         subject = f"evertune.svc.profiler.profile.{uuid.uuid4().hex[:8]}"
-        profiler = ProfilerService(ProfilerSettings(request_subject=subject, schedule_interval_s=0))
+        profiler = ProfilerService(
+            ProfilerSettings(request_subject=subject, schedule_interval_s=0, metrics_port=0)
+        )
         stop, ready = asyncio.Event(), asyncio.Event()
         await engine.start()
         hosting = asyncio.create_task(

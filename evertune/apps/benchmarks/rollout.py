@@ -250,9 +250,10 @@ def _stack(
     return loop_stack(
         folder,
         gateway=GatewaySettings(port=0, tokenizer_dir=model_dir, batch_ms=20.0),
-        profiler=ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0),
+        profiler=ProfilerSettings(schedule_interval_s=0, sink_flush_ms=50.0, metrics_port=0),
         deployer=DeployerSettings(
             grpc_port=0,
+            metrics_port=0,
             engine_log_dir=folder / "engines",
             rollout_steps=[1000, 5000, 10000],
             rollout_step_duration_s=mode.step_s,

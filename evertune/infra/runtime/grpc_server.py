@@ -140,7 +140,7 @@ class GrpcService(Service):
         await self.grpc.stop(grace_s=self.grace_s)
 
     def listen(self) -> dict[str, str]:
-        return {"grpc": self.grpc.address} if self.grpc.port else {}
+        return {**({"grpc": self.grpc.address} if self.grpc.port else {}), **super().listen()}
 
 
 T = TypeVar("T")

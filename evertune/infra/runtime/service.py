@@ -6,6 +6,10 @@
 
 A service spawns its long-running loops with `spawn`; a loop watches `self.stopping` (consumers
 pass it to `DurableConsumer.run`) and returns once its in-flight work is done. Nothing polls.
+
+Every service has a Prometheus registry of its own (`metrics_registry`); `serve_metrics` (called
+from `on_start`) serves it on a port of its own, which `listen()` reports as "metrics" and
+`metrics_url()` as a URL; `stop` closes that server after `on_stop`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.infra.logging import get_logger
+from evertune.infra.runtime.metrics import MetricsServer, Refresh, new_registry
 from evertune.infra.runtime.tasks import cancel_and_wait
 from evertune.infra.settings import SharedSettings
 from evertune.infra.store import Store
@@ -48,6 +53,8 @@ class Service:
         self.stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.log = get_logger(f"evertune.{self.name}")
+        self.metrics_registry = new_registry()  #: this service's Prometheus registry
+        self.metrics_server: MetricsServer | None = None  #: serves it (None: not served, or not yet)
 
     # --- hooks -------------------------------------------------------------------------------
     async def on_start(self, ctx: ServiceContext) -> None:
@@ -57,8 +64,24 @@ class Service:
         """Release what `on_start` took (after loops have finished or been cancelled)."""
 
     def listen(self) -> dict[str, str]:
-        """Addresses this service serves on, e.g. {"grpc": "127.0.0.1:50051"}."""
-        return {}
+        """Addresses this service serves on, e.g. {"grpc": "127.0.0.1:50051", "metrics": ...}."""
+        server = self.metrics_server
+        return {"metrics": f"{server.host}:{server.port}"} if server is not None and server.port else {}
+
+    def metrics_url(self) -> str:
+        """Where Prometheus scrapes this service ("" = its metrics are not served)."""
+        server = self.metrics_server
+        return server.url if server is not None and server.port else ""
+
+    async def serve_metrics(self, *, host: str, port: int, refresh: Refresh | None = None) -> None:
+        """Serve `metrics_registry` on `host:port` (0: a free port; -1: not at all). A port that is
+        taken fails the start with one line."""
+        if port < 0:
+            return
+        server = MetricsServer(self.metrics_registry, host=host, port=port, refresh=refresh)
+        await server.start()
+        self.metrics_server = server
+        self.log.info("metrics listening", url=server.url)
 
     def details(self) -> dict[str, Any]:
         """Service-specific figures for `evertune status` (counters, queue depths)."""
@@ -102,7 +125,11 @@ class Service:
             if pending:
                 self.log.warning("in-flight work cancelled at shutdown", loops=len(pending))
                 await cancel_and_wait(pending, grace_s=timeout_s)  # (their cleanup gets timeout_s)
-        await self.on_stop()
+        try:
+            await self.on_stop()
+        finally:
+            if self.metrics_server is not None:
+                await self.metrics_server.stop()
         self.state = "stopped"
 
     def status(self) -> dict[str, Any]:
