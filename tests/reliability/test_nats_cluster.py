@@ -18,10 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-import aiohttp
 import pytest
-from evertune.gateway import GatewayService, GatewaySettings
-from evertune.profiler import ProfilerService, ProfilerSettings
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
@@ -31,13 +28,11 @@ from evertune.domain.replay import replay
 from evertune.infra.bus import connect, publish_event
 from evertune.infra.events import EventKind, event_filter_subject, new_event
 from evertune.infra.nats_server import EmbeddedNats
-from evertune.infra.runtime.host import host_services
-from evertune.infra.settings import SharedSettings, load_settings
-from evertune.infra.store import Store, open_store
 from evertune.v1 import events_pb2
 from tests.domain.replay.conftest import fake_url
 from tests.domain.replay.helpers import chat_plan
 from tests.gateway.conftest import put_routes
+from tests.reliability.helpers import rows_per_request, telemetry_path, upstream_ids
 
 __all__ = ["fake_url"]
 
@@ -48,12 +43,6 @@ EVERY_S = 0.025  #: 40 requests/s, open loop: about 5 s of traffic
 KILL_AT_S = 1.0  #: the telemetry stream's leader is killed this long after the replay starts ...
 DOWN_S = 3.0  #: ... and restarted this long after
 EVENTS = 40  #: control-plane events published during the replay, one every EVERY_S * 4
-
-
-async def _upstream_ids(url: str) -> set[str]:
-    """Request ids (the gateway's) the fake upstream has served so far."""
-    async with aiohttp.ClientSession() as session, session.get(url + "/fixture/truth") as response:
-        return set(await response.json())
 
 
 async def _control_plane(js: JetStreamContext, endpoint: str) -> tuple[list[str], float]:
@@ -95,130 +84,85 @@ async def test_the_telemetry_leader_killed_mid_replay_loses_and_doubles_nothing(
     cluster = NatsCluster(tmp_path / "nats")
     await cluster.start()
     endpoint = f"rel-{uuid.uuid4().hex[:8]}"
-    database = f"rel_{uuid.uuid4().hex[:8]}"
-    shared = load_settings(
-        SharedSettings,
-        data_dir=tmp_path / "data",
-        clickhouse_url=store_url,
-        clickhouse_database=database,
-        nats_replicas=3,
-    )
-    gateway = GatewayService(
-        GatewaySettings(
-            port=0, tokenizer_dir=tokenizer_dir, batch_ms=20.0, publish_timeout_s=0.5, spool_retry_s=0.2
-        )
-    )
-    profiler = ProfilerService(
-        ProfilerSettings(
-            sink_subject=f"evertune.telemetry.{endpoint}",
-            sink_durable=f"sink-{endpoint}",
-            sink_flush_ms=50.0,
-            sink_ack_wait_s=2.0,
-        )
-    )
-    stop, ready = asyncio.Event(), asyncio.Event()
-    hosting = asyncio.create_task(
-        host_services(
-            [profiler, gateway],
-            shared=shared,
-            nats_url=cluster.urls,
-            stop=stop,
-            on_ready=lambda _: ready.set(),
-        )
-    )
-    store: Store | None = None
     admin = await connect(cluster.urls, name="reliability-cluster")
     try:
-        await asyncio.wait_for(ready.wait(), 60)
-        js = admin.jetstream()
-        assert (await js.stream_info("TELEMETRY")).config.num_replicas == 3
-        await put_routes(js, gateway, endpoint, [("dep-r", fake_url, 1)])
-        durable = f"check-{endpoint}"
-        await js.add_consumer(
-            "EVENTS",
-            ConsumerConfig(
-                durable_name=durable,
-                ack_policy=AckPolicy.EXPLICIT,
-                filter_subject=event_filter_subject(EventKind.SLA_BREACH, endpoint),
-            ),
-        )
-        before = await _upstream_ids(fake_url)
-        killed: list[EmbeddedNats] = []
-
-        async def chaos() -> None:
-            await asyncio.sleep(KILL_AT_S)
-            leader = await cluster.leader_of(js, "TELEMETRY")
-            await cluster.move_leader(admin, "EVENTS", to=leader)  # the control plane loses it too
-            await leader.kill()
-            killed.append(leader)
-            await asyncio.sleep(DOWN_S)
-            await leader.restart()
-
-        chaos_task = asyncio.create_task(chaos())
-        events_task = asyncio.create_task(_control_plane(js, endpoint))
-        run = await replay(
-            chat_plan(REQUESTS, every_s=EVERY_S, prefix=endpoint, max_tokens=4),
-            target=f"http://127.0.0.1:{gateway.port}",
-            model=endpoint,
-            headers={"X-Fake": "ttft_ms=10,itl_ms=2"},
-            timeout_s=10.0,
-        )
-        await chaos_task
-        event_ids, longest_publish_s = await events_task
-        served = await _upstream_ids(fake_url) - before
-        assert [r.error_class for r in run.results if not r.ok] == []  # the client never noticed
-        assert len(served) == REQUESTS and len(killed) == 1
-
-        store = await open_store(store_url, database=database)
-
-        async def all_rows() -> bool:
-            n = await store.query(
-                "SELECT uniqExact(request_id) FROM requests WHERE endpoint = {e:String}", {"e": endpoint}
+        async with telemetry_path(
+            nats_url=cluster.urls,
+            store_url=store_url,
+            tokenizer_dir=tokenizer_dir,
+            data_dir=tmp_path / "data",
+            endpoint=endpoint,
+            replicas=3,
+        ) as path:
+            gateway, profiler = path.gateway, path.profiler
+            js = admin.jetstream()
+            assert (await js.stream_info("TELEMETRY")).config.num_replicas == 3
+            await put_routes(js, gateway, endpoint, [("dep-r", fake_url, 1)])
+            durable = f"check-{endpoint}"
+            await js.add_consumer(
+                "EVENTS",
+                ConsumerConfig(
+                    durable_name=durable,
+                    ack_policy=AckPolicy.EXPLICIT,
+                    filter_subject=event_filter_subject(EventKind.SLA_BREACH, endpoint),
+                ),
             )
-            return int(n.scalar()) >= REQUESTS
+            before = await upstream_ids(fake_url)
+            killed: list[EmbeddedNats] = []
 
-        await eventually(all_rows, timeout_s=30, what="rows of every request")
-        await asyncio.sleep(3.0)  # past the sink's ack wait: any redelivery would have landed by now
-        rows = await store.query(
-            "SELECT request_id, count() FROM requests WHERE endpoint = {e:String} GROUP BY request_id",
-            {"e": endpoint},
-        )
-        counts: dict[str, int] = {str(r): int(n) for r, n in rows}
-        assert set(counts) == served  # every request the upstream served, and nothing else
-        assert sorted(set(counts.values())) == [1]  # exactly one row each
+            async def chaos() -> None:
+                await asyncio.sleep(KILL_AT_S)
+                leader = await cluster.leader_of(js, "TELEMETRY")
+                await cluster.move_leader(admin, "EVENTS", to=leader)  # the control plane loses it too
+                await leader.kill()
+                killed.append(leader)
+                await asyncio.sleep(DOWN_S)
+                await leader.restart()
 
-        # The sink's durable consumer carried on: nothing of the stream is left for it.
-        sink_consumer = await js.consumer_info("TELEMETRY", f"sink-{endpoint}")
-        assert sink_consumer.num_pending == 0 and sink_consumer.num_ack_pending == 0
+            chaos_task = asyncio.create_task(chaos())
+            events_task = asyncio.create_task(_control_plane(js, endpoint))
+            run = await replay(
+                chat_plan(REQUESTS, every_s=EVERY_S, prefix=endpoint, max_tokens=4),
+                target=f"http://127.0.0.1:{gateway.port}",
+                model=endpoint,
+                headers={"X-Fake": "ttft_ms=10,itl_ms=2"},
+                timeout_s=10.0,
+            )
+            await chaos_task
+            event_ids, longest_publish_s = await events_task
+            served = await upstream_ids(fake_url) - before
+            assert [r.error_class for r in run.results if not r.ok] == []  # the client never noticed
+            assert len(served) == REQUESTS and len(killed) == 1
 
-        # Every control-plane event is in the stream once and reaches a consumer made before.
-        delivered = await _read_events(js, durable, EVENTS)
-        assert sorted(delivered) == sorted(event_ids)
+            counts, _ = await rows_per_request(path, endpoint, expected=REQUESTS)
+            assert set(counts) == served  # every request the upstream served, and nothing else
+            assert sorted(set(counts.values())) == [1]  # exactly one row each
 
-        # The killed node is back in the telemetry stream's group and caught up.
-        async def rejoined() -> bool:
-            info = await js.stream_info("TELEMETRY")
-            peers = info.cluster.replicas if info.cluster and info.cluster.replicas else []
-            return len(peers) == 2 and all(p.current and not p.offline for p in peers)
+            # The sink's durable consumer carried on: nothing of the stream is left for it.
+            sink_consumer = await js.consumer_info("TELEMETRY", f"sink-{endpoint}")
+            assert sink_consumer.num_pending == 0 and sink_consumer.num_ack_pending == 0
 
-        await eventually(rejoined, timeout_s=30, what="the killed node caught up")
-        assert (profiler.state, gateway.state) == ("running", "running")  # no loop of theirs died
-        publisher, sink = gateway.publisher, profiler.sink
-        assert publisher is not None and sink is not None
-        print(
-            f"\nnats-cluster: killed={killed[0].cluster.name if killed[0].cluster else '?'}"
-            f" requests={REQUESTS} rows={sum(counts.values())} distinct={len(counts)}"
-            f" spooled={publisher.stats.spooled_records} published={publisher.stats.published_records}"
-            f" sink_batches={sink.stats.batches} sink_retried={sink.stats.retried}"
-            f" events={len(event_ids)} longest_event_publish_s={longest_publish_s:.2f}"
-        )
+            # Every control-plane event is in the stream once and reaches a consumer made before.
+            delivered = await _read_events(js, durable, EVENTS)
+            assert sorted(delivered) == sorted(event_ids)
+
+            # The killed node is back in the telemetry stream's group and caught up.
+            async def rejoined() -> bool:
+                info = await js.stream_info("TELEMETRY")
+                peers = info.cluster.replicas if info.cluster and info.cluster.replicas else []
+                return len(peers) == 2 and all(p.current and not p.offline for p in peers)
+
+            await eventually(rejoined, timeout_s=30, what="the killed node caught up")
+            assert (profiler.state, gateway.state) == ("running", "running")  # no loop of theirs died
+            publisher, sink = gateway.publisher, profiler.sink
+            assert publisher is not None and sink is not None
+            print(
+                f"\nnats-cluster: killed={killed[0].cluster.name if killed[0].cluster else '?'}"
+                f" requests={REQUESTS} rows={sum(counts.values())} distinct={len(counts)}"
+                f" spooled={publisher.stats.spooled_records} published={publisher.stats.published_records}"
+                f" sink_batches={sink.stats.batches} sink_retried={sink.stats.retried}"
+                f" events={len(event_ids)} longest_event_publish_s={longest_publish_s:.2f}"
+            )
     finally:
-        stop.set()
-        try:
-            await asyncio.wait_for(hosting, 30)
-        finally:
-            await admin.close()
-            if store is not None:
-                await store.command(f"DROP DATABASE IF EXISTS `{database}`")
-                await store.close()
-            await cluster.stop()
+        await admin.close()
+        await cluster.stop()
