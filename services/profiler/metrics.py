@@ -73,6 +73,13 @@ def profiler_metrics(service: ProfilerService) -> Iterator[Metric]:
         "Rows taken from the bus, not yet inserted",
         stats.rows_pending if stats else 0,
     )
+    if service.sink_pending is not None and sink is not None:
+        yield gauge(
+            "evertune_profiler_sink_consumer_pending",
+            "TELEMETRY messages not yet delivered to the sink's durable consumer (read at each scrape)",
+            {(sink.config.durable,): service.sink_pending},
+            ["consumer"],
+        )
     yield counter("evertune_profiler_profiles_built_total", "Profiles built and stored", service.built)
     yield histogram(
         "evertune_profiler_profile_build_seconds",

@@ -56,6 +56,8 @@ from evertune.v1 import endpoint_pb2, events_pb2
 
 #: Error codes of the request subject's replies.
 ERROR_CODES = {NotFound: "not_found", InvalidArgument: "invalid_argument"}
+#: Longest wait for the sink consumer's info before a scrape answers without its backlog, s.
+CONSUMER_INFO_TIMEOUT_S = 1.0
 
 
 def sink_config(settings: ProfilerSettings, *, source: str = "profiler") -> SinkConfig:
@@ -118,6 +120,9 @@ class ProfilerService(Service):
         self.failed = 0  #: profile builds that failed
         self.build_seconds = Distribution(FAST_BUCKETS)  #: seconds of each profile built
         self.published = 0  #: profile.ready events published
+        #: TELEMETRY messages not yet delivered to the sink's durable, as of the last scrape (None:
+        #: unknown, JetStream did not answer)
+        self.sink_pending: int | None = None
         self.metrics_registry.register(FunctionCollector(lambda: profiler_metrics(self)))
         self.last_error = ""  #: most recent build or publish error
 
@@ -127,7 +132,9 @@ class ProfilerService(Service):
         self._store_url = ctx.shared.store_url
         self._js = ctx.js
         self.sink = TelemetrySink(ctx.js, ctx.store, sink_config(self.settings, source=self.name))
-        await self.serve_metrics(host=self.settings.metrics_host, port=self.settings.metrics_port)
+        await self.serve_metrics(
+            host=self.settings.metrics_host, port=self.settings.metrics_port, refresh=self._read_sink_pending
+        )
         self.spawn(self.sink.run(self.stopping), name="telemetry-sink")
         spec = ConsumerSpec(
             stream="EVENTS",
@@ -149,6 +156,18 @@ class ProfilerService(Service):
                 await self._requests.unsubscribe()
         if self._http is not None:
             await self._http.close()
+
+    async def _read_sink_pending(self) -> None:
+        """Before each scrape: the sink durable's undelivered messages, from JetStream."""
+        self.sink_pending = None
+        if self._js is None or self.sink is None:
+            return
+        with contextlib.suppress(Exception):  # no consumer yet, NATS away: the gauge is left out
+            info = await asyncio.wait_for(
+                self._js.consumer_info(self.sink.config.stream, self.sink.config.durable),
+                CONSUMER_INFO_TIMEOUT_S,
+            )
+            self.sink_pending = info.num_pending or 0
 
     def details(self) -> dict[str, Any]:
         sink = asdict(self.sink.stats) if self.sink else {}

@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 
 #: Phases timed in a trial, as the `phase` label names them.
 PHASES = ("engine_start", "warmup", "golden", "replay", "engine_stop")
+#: Label values exported at 0 before they are first counted (so a rate sees the first one, and
+#: dashboards and alerts find the series): outcomes, events, failures.
+OUTCOMES = ("passed", "failed_gates", "error", "timeout", "cancelled")
+EVENT_KINDS = ("trial.progress", "trial.completed")
+FAILURE_KINDS = ("trial_error", "trial_timeout", "progress_unpublished")
 #: Buckets (s) of one phase: from a sim engine's ~0.1 s start to a long replay.
 PHASE_BUCKETS = (0.1, 0.5, *SLOW_BUCKETS)
 
@@ -93,7 +98,7 @@ def runner_metrics(service: RunnerService) -> Iterator[Metric]:
     yield counter(
         "evertune_runner_trials_total",
         "Trials run to an end, by outcome",
-        {(k,): v for k, v in stats.trials.items()},
+        {(k,): v for k, v in {**dict.fromkeys(OUTCOMES, 0), **stats.trials}.items()},
         ["outcome"],
     )
     yield histogram(
@@ -102,7 +107,10 @@ def runner_metrics(service: RunnerService) -> Iterator[Metric]:
     yield histogram(
         "evertune_runner_trial_phase_seconds",
         "Seconds of each phase of a trial",
-        {(k,): v for k, v in stats.phase_seconds.items()},
+        {
+            (k,): stats.phase_seconds[k] if k in stats.phase_seconds else Distribution(PHASE_BUCKETS)
+            for k in dict.fromkeys([*PHASES, *stats.phase_seconds])
+        },
         ["phase"],
     )
     yield gauge(
@@ -116,14 +124,21 @@ def runner_metrics(service: RunnerService) -> Iterator[Metric]:
     yield counter(
         "evertune_runner_events_published_total",
         "Events published, by kind",
-        {(k,): v for k, v in stats.events.items()},
+        {(k,): v for k, v in {**dict.fromkeys(EVENT_KINDS, 0), **stats.events}.items()},
         ["kind"],
     )
     yield counter(
         "evertune_runner_failures_total",
         "Failures, by kind",
-        {(k,): v for k, v in stats.failures.items()},
+        {(k,): v for k, v in {**dict.fromkeys(FAILURE_KINDS, 0), **stats.failures}.items()},
         ["kind"],
     )
+    if service.jobs_pending is not None:
+        yield gauge(
+            "evertune_runner_jobs_pending",
+            "Jobs of this hardware class waiting in JOBS, not yet delivered (read at each scrape)",
+            {(service.settings.hardware,): service.jobs_pending},
+            ["hardware"],
+        )
     jobs = service.jobs_consumer
     yield from consumer_metrics("evertune_runner", {jobs[0]: jobs[1]} if jobs else {})

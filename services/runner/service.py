@@ -68,6 +68,8 @@ STREAM = "JOBS"
 RETRY_DELAYS_S: tuple[float, ...] = (2.0, 10.0, 30.0)
 #: Ended searches a runner remembers (a job of one of them is not started).
 ENDED_SEARCHES = 1000
+#: Longest wait for the jobs consumer's info before a scrape answers without its backlog, s.
+CONSUMER_INFO_TIMEOUT_S = 1.0
 
 
 class RunnerService(Service):
@@ -103,6 +105,9 @@ class RunnerService(Service):
         self._ended_sub: Subscription | None = None
         self.fingerprint: Fingerprint | None = None  #: the hardware of the last trial (None: none yet)
         self.stats = RunnerStats()  #: what the metrics export
+        #: jobs of this class waiting in JOBS (not yet delivered to the class's durable), as of the
+        #: last scrape (None: unknown, JetStream did not answer)
+        self.jobs_pending: int | None = None
         self.metrics_registry.register(FunctionCollector(lambda: runner_metrics(self)))
 
     @property
@@ -160,8 +165,19 @@ class RunnerService(Service):
             nak_on_stop=True,
         )
         self._jobs = DurableConsumer(ctx.js, spec, self._take, source=self.name)
-        await self.serve_metrics(host=s.metrics_host, port=s.metrics_port)
+        await self.serve_metrics(host=s.metrics_host, port=s.metrics_port, refresh=self._read_jobs_pending)
         self.spawn(self._jobs.run(self.stopping), name="jobs")
+
+    async def _read_jobs_pending(self) -> None:
+        """Before each scrape: the jobs of this class not yet delivered, from JetStream."""
+        self.jobs_pending = None
+        if self._js is None:
+            return
+        with contextlib.suppress(Exception):  # no consumer yet, NATS away: the gauge is left out
+            info = await asyncio.wait_for(
+                self._js.consumer_info(STREAM, self.settings.durable), CONSUMER_INFO_TIMEOUT_S
+            )
+            self.jobs_pending = info.num_pending or 0
 
     async def on_stop(self) -> None:
         if self._ended_sub is not None:

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
     from evertune.searcher.service import SearcherService
 
 
+#: Label values exported at 0 before they are first counted (so a rate sees the first one, and
+#: dashboards find the series): outcomes (`orchestrate.Outcome`), events, failures.
+OUTCOMES = ("winner", "no_improvement", "infeasible", "failed", "cancelled")
+EVENT_KINDS = ("search.started", "search.completed")
+FAILURE_KINDS = ("search_failed", "trial_missing")
+
+
 @dataclass
 class SearcherStats:
     """What the searcher counts, kept as plain data (exported by `searcher_metrics`)."""
@@ -70,13 +77,16 @@ def searcher_metrics(service: SearcherService) -> Iterator[Metric]:
     yield counter(
         "evertune_searcher_searches_total",
         "Searches ended, by outcome",
-        {(k,): v for k, v in stats.searches.items()},
+        {(k,): v for k, v in {**dict.fromkeys(OUTCOMES, 0), **stats.searches}.items()},
         ["outcome"],
     )
     yield histogram(
         "evertune_searcher_search_duration_seconds",
         "A search, from start to end",
-        {(k,): v for k, v in stats.search_seconds.items()},
+        {
+            (k,): stats.search_seconds[k] if k in stats.search_seconds else Distribution(SLOW_BUCKETS)
+            for k in dict.fromkeys([*OUTCOMES, *stats.search_seconds])
+        },
         ["outcome"],
     )
     yield histogram(
@@ -106,7 +116,7 @@ def searcher_metrics(service: SearcherService) -> Iterator[Metric]:
     yield counter(
         "evertune_searcher_events_published_total",
         "Events published, by kind",
-        {(k,): v for k, v in stats.events.items()},
+        {(k,): v for k, v in {**dict.fromkeys(EVENT_KINDS, 0), **stats.events}.items()},
         ["kind"],
     )
     yield counter(
@@ -119,7 +129,7 @@ def searcher_metrics(service: SearcherService) -> Iterator[Metric]:
         },
         ["result"],
     )
-    failures = dict(stats.failures)
+    failures = {**dict.fromkeys(FAILURE_KINDS, 0), **stats.failures}
     if trials is not None and trials.missing:
         failures["trial_missing"] = trials.missing
     yield counter(

@@ -9,7 +9,9 @@
 | `evertune_sla_ttft_target_seconds` | endpoint | the SLO's TTFT target |
 | `evertune_sla_attainment_target_ratio` | endpoint | the SLO's attainment target |
 | `evertune_sla_burn_rate` | endpoint, deployment, rule, window (long, short) | burn rate now |
-| `evertune_sla_burn_rate_threshold` | rule | the rule's threshold |
+| `evertune_sla_burn_rate_threshold` | rule, severity | the rule's threshold (severity page, ticket) |
+| `evertune_sla_requests_total` | endpoint, deployment | requests observed (cumulative) |
+| `evertune_sla_good_requests_total` | endpoint, deployment | of those, good (`Observation.is_good`) |
 | `evertune_sla_open_incidents` | endpoint, deployment, rule | 1 per open incident |
 | `evertune_sla_breaches_total`, `evertune_sla_resolved_total` | | decisions made |
 | `evertune_sla_drift_findings_total` | endpoint, feature | drift findings reported |
@@ -84,9 +86,20 @@ class SlaMonitorCollector(Collector):
         burn = GaugeMetricFamily(
             "evertune_sla_burn_rate", "Error-budget burn rate now", labels=[*scope, "rule", "window"]
         )
-        threshold = GaugeMetricFamily("evertune_sla_burn_rate_threshold", "Rule threshold", labels=["rule"])
+        threshold = GaugeMetricFamily(
+            "evertune_sla_burn_rate_threshold", "Rule threshold", labels=["rule", "severity"]
+        )
         for rule in svc.monitor.config.rules:
-            threshold.add_metric([rule.name], rule.burn_rate)
+            threshold.add_metric([rule.name, rule.severity], rule.burn_rate)
+        judged = CounterMetricFamily("evertune_sla_requests", "Requests observed", labels=scope)
+        good = CounterMetricFamily(
+            "evertune_sla_good_requests",
+            "Good requests observed: not failed, TTFT and ITL within the endpoint's targets",
+            labels=scope,
+        )
+        for (endpoint, deployment), counts in sorted(svc.judged.items()):
+            judged.add_metric([endpoint, deployment], counts.requests)
+            good.add_metric([endpoint, deployment], counts.good)
         for row in svc.slo_rows():
             labels = [row.endpoint, row.deployment or ALL]
             stats = row.stats
@@ -145,7 +158,7 @@ class SlaMonitorCollector(Collector):
             pending.add_metric(labels, figures.get("pending", 0))
         yield from ttft.values()
         yield from (itl, requests, attainment, ttft_target, att_target, burn, threshold, incidents)
-        yield published
+        yield from (published, judged, good)
         consumer = svc.telemetry_consumer
         yield from consumer_metrics("evertune_sla", {consumer[0]: consumer[1]} if consumer else {})
         yield from (breaches, resolved, records, pending_events, drift, delivered, failed, dropped, pending)

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from evertune.sla_monitor.alerts import Breach, Decision, Resolved
 from evertune.sla_monitor.burn_rate import RuleEvaluation, unreachable_rules
 from evertune.sla_monitor.drift import DriftReference, DriftReport, DriftSample, EndpointDrift
-from evertune.sla_monitor.metrics import SlaMonitorCollector
+from evertune.sla_monitor.metrics import ALL, SlaMonitorCollector
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
 from evertune.sla_monitor.payloads import ReceiverConfig
 from evertune.sla_monitor.receivers import AlertDispatcher
@@ -199,6 +199,14 @@ def _event_id(breach_id: str, kind: EventKind) -> str:
     return hashlib.sha256(f"{breach_id}:{kind.value}".encode()).hexdigest()[:32]
 
 
+@dataclass
+class JudgedCounts:
+    """Requests the monitor observed in one scope, and the good ones among them (cumulative)."""
+
+    requests: int = 0
+    good: int = 0
+
+
 class SlaMonitorService(Service):
     name: ClassVar[str] = "sla-monitor"
     description: ClassVar[str] = "Live TTFT percentiles, burn-rate SLO alerts, workload drift"
@@ -245,6 +253,8 @@ class SlaMonitorService(Service):
         self._profiles_sub: Resubscriber | None = None  #: the profile.ready ordered consumer
         self.profile_ids: dict[str, str] = {}  #: id of the last profile.ready handled per endpoint
         self.registry_loaded = asyncio.Event()  #: set once the endpoints bucket's values are in
+        #: requests observed and good ones, cumulative, per (endpoint, deployment or "all")
+        self.judged: dict[tuple[str, str], JudgedCounts] = {}
         self.metrics_registry.register(SlaMonitorCollector(self))
 
     @property
@@ -458,6 +468,26 @@ class SlaMonitorService(Service):
                 targets = cached[obs.endpoint] = self.slo_for(obs.endpoint)
                 self._warn_unreachable(obs.endpoint, targets)
             self.monitor.observe(obs, targets)
+            self.count_judged(obs, targets)
+
+    def count_judged(self, obs: Observation, targets: Slo) -> None:
+        """Count one observed request, and whether it was good, under its endpoint as a whole and
+        its deployment (the cumulative counters Prometheus computes burn rates from)."""
+        good = obs.is_good(targets)
+        for deployment in (ALL, obs.deployment) if obs.deployment else (ALL,):
+            counts = self.judged.get((obs.endpoint, deployment))
+            if counts is None:
+                counts = self.judged[(obs.endpoint, deployment)] = JudgedCounts()
+            counts.requests += 1
+            counts.good += good
+
+    def _forget_judged(self) -> None:
+        """Drop the counts of deployments the monitor no longer watches (a deployment id is not
+        reused: its series would stay forever); an endpoint's own counts stay."""
+        watched = set(self.monitor.scopes())
+        for endpoint, deployment in list(self.judged):
+            if deployment != ALL and (endpoint, deployment) not in watched:
+                del self.judged[(endpoint, deployment)]
 
     def _remember(self, batch_id: str) -> bool:
         """True when `batch_id` was seen already (a redelivery); remembers it otherwise."""
@@ -498,6 +528,7 @@ class SlaMonitorService(Service):
     def evaluate_and_queue(self, now: float) -> list[Decision]:
         """Evaluate every rule at `now` and queue the events of the decisions."""
         decisions = self.monitor.evaluate(now)
+        self._forget_judged()
         for decision in decisions:
             self.outbox.append(self._event(decision))
             self.alerts.enqueue(decision, self.receivers_for(decision.key.endpoint))

@@ -63,7 +63,11 @@ async def test_rollout_steps_analyses_rollbacks_states_and_engine_metrics_are_sc
         "evertune_deployer_engine_up",
         tuple(sorted({**engine, "deployment": canary}.items())),
     ) not in samples
-    failures = {dict(labels)["kind"] for n, labels in samples if n == "evertune_deployer_failures_total"}
+    failures = {
+        dict(labels)["kind"]
+        for (n, labels), v in samples.items()
+        if n == "evertune_deployer_failures_total" and v
+    }
     assert failures <= {"engine_scrape"}  # (the canary's engine was scraped while it started)
     assert ("evertune_deployer_messages_acked_total", (("consumer", "deployer-sla-breach"),)) in samples
 

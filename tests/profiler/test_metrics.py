@@ -26,7 +26,12 @@ async def test_inserts_batches_rows_and_poison_are_scraped(
 ) -> None:
     name = uuid.uuid4().hex[:12]
     settings = ProfilerSettings(
-        sink_subject=f"evertune.telemetry.t-{name}", sink_durable=f"t-{name}", sink_flush_ms=50.0
+        sink_subject=f"evertune.telemetry.t-{name}",
+        sink_durable=f"t-{name}",
+        sink_flush_ms=50.0,
+        # its own drift consumer: other tests' drift.detected events stay in the session's stream
+        drift_subject=f"evertune.events.drift.detected.t-{name}",
+        drift_durable=f"drift-{name}",
     )
     service = ProfilerService(settings)
     await service.start(ServiceContext(shared=SharedSettings(), nc=nc, js=js, store=db))
