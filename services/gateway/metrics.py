@@ -5,6 +5,7 @@
 | `evertune_gateway_requests_total` | counter | endpoint, deployment, status_class | finished requests |
 | `evertune_gateway_ttft_seconds` | histogram | endpoint, deployment | client-observed TTFT |
 | `evertune_gateway_in_flight_requests` | gauge | | requests being served now (streams included) |
+| `evertune_gateway_rejected_requests_total` | counter | reason | requests refused by a limit |
 | `evertune_gateway_telemetry_queue_records` | gauge | | records waiting for the publisher |
 | `evertune_gateway_spool_bytes` | gauge | | bytes in the spool files (NATS away) |
 | `evertune_gateway_records_published_total` | counter | | records acked by JetStream |
@@ -16,6 +17,9 @@ Requests and TTFT are counted when a request's record is handed to the publisher
 gets one, errors included); the publisher's figures are read from its stats at scrape time.
 `endpoint` is "unknown" for a request that never matched one (bad input, 404), `deployment` "none"
 for one that never reached a deployment; `status_class` is "2xx", "4xx", "5xx", ...
+`reason` of a refusal (`REJECTION_REASONS`, from the record's error class): "rate" (tenant over its
+request rate), "concurrency" (endpoint at its cap of requests in flight), "body_timeout",
+"body_too_large". A connection closed for slow headers never became a request: it is not counted.
 """
 
 from __future__ import annotations
@@ -32,6 +36,14 @@ from evertune.v1 import telemetry_pb2
 
 #: TTFT buckets, seconds: fine around a voice turn's budget (the model's share of ~800 ms).
 TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
+
+#: `reason` of `evertune_gateway_rejected_requests_total` by the record's error class.
+REJECTION_REASONS = {
+    "rate_limit_exceeded": "rate",
+    "concurrency_limit": "concurrency",
+    "body_timeout": "body_timeout",
+    "body_too_large": "body_too_large",
+}
 
 
 def status_class(code: int) -> str:
@@ -117,6 +129,14 @@ class GatewayMetrics:
             registry=registry,
         )
         self.in_flight.set_function(lambda: float(in_flight()))
+        self.rejected = Counter(
+            "evertune_gateway_rejected_requests",
+            "Requests refused by a limit (rate, concurrency, body timeout or size)",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in REJECTION_REASONS.values():
+            self.rejected.labels(reason)  # shown at 0 before the first refusal
         registry.register(_PublisherCollector(publisher_stats, spool_files))
 
     def observe(self, record: telemetry_pb2.RequestRecord) -> None:
@@ -124,5 +144,8 @@ class GatewayMetrics:
         endpoint = record.endpoint or "unknown"
         deployment = record.deployment or "none"
         self.requests.labels(endpoint, deployment, status_class(record.status_code)).inc()
+        reason = REJECTION_REASONS.get(record.error_class)
+        if reason is not None:
+            self.rejected.labels(reason).inc()
         if record.ttft_ms > 0:
             self.ttft.labels(endpoint, deployment).observe(record.ttft_ms / 1e3)

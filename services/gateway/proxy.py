@@ -16,6 +16,12 @@ serves; `GET /ready` while it also takes requests (routes loaded, not shutting d
 With API keys (`keys`): every inference call and `/v1/models` need `Authorization: Bearer <key>`
 (401 otherwise); a key reaches only its tenant's endpoints (another tenant's is answered as an
 unknown model, 404) and `/v1/models` lists only those; `/metrics` needs an operator's key.
+
+Admission, before any prompt work, each refusal a 429 `rate_limit_error` with `Retry-After`: the
+caller's tenant over its request rate (`ratelimit.TenantRates`, checked right after the key, before
+the body is read), then the endpoint at its cap of requests in flight. A client slow to send its
+headers loses the connection (`server_args`: aiohttp's keep-alive timer, which also runs while a
+request's headers are incomplete), one slow to send its body gets 408.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import aiohttp
 from aiohttp import web
 from evertune.gateway.prefix import chat_prompt, completion_prompt
 from evertune.gateway.publisher import Pending
+from evertune.gateway.ratelimit import TenantRates, retry_after_s
 from evertune.gateway.record import (
     Observation,
     apply_usage,
@@ -103,15 +110,21 @@ class Proxy:
         ready: Callable[[], str | None] = lambda: None,
         keys: TokenLookup | None = None,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         """`ready`: why the gateway takes no requests now (None: it does), for `GET /ready`.
-        `keys`: the API keys clients must send (None: no authentication)."""
+        `keys`: the API keys clients must send (None: no authentication). `clock`: seconds, of the
+        tenants' rate buckets."""
         self.settings = settings
         self.keys = keys
         self.book = book
         self.offer = offer
         self.ready = ready
         self.rng = rng or random.Random()
+        self.clock = clock
+        self.rates = TenantRates(
+            settings.tenant_rate_limit, settings.tenant_rate_limits, settings.tenant_rate_burst_s
+        )
         self.in_flight = 0
         self.endpoint_in_flight: dict[str, int] = {}  #: endpoint -> requests it is serving now
         self._session: aiohttp.ClientSession | None = None
@@ -123,6 +136,14 @@ class Proxy:
         self.app.router.add_get("/ready", self.readiness)
         self.app.on_startup.append(self._open)
         self.app.on_cleanup.append(self._close)
+
+    @property
+    def server_args(self) -> dict[str, Any]:
+        """Keyword arguments of the `web.AppRunner` serving `app`. aiohttp has no header timeout of
+        its own, but its keep-alive timer starts when a connection opens and again after each
+        response, and closes the connection when it fires while no whole request line and headers
+        have arrived: so `keepalive_timeout` bounds a slow sender's headers (and idle connections)."""
+        return {"keepalive_timeout": self.settings.header_timeout_s}
 
     async def _open(self, _: web.Application) -> None:
         timeout = aiohttp.ClientTimeout(
@@ -208,17 +229,38 @@ class Proxy:
             except Unauthenticated as err:
                 obs.status, obs.error_class, obs.ended = 401, "invalid_api_key", time.perf_counter()
                 return self._unauthenticated(err)
+            wait_s = self.rates.take(who.tenant, self.clock())
+            if wait_s > 0:  # before the body is read: a tenant over its rate costs no more than this
+                message = (
+                    f"tenant {who.tenant} is over its limit of {self.rates.rate(who.tenant):g} requests/s"
+                )
+                return self._error(
+                    obs, 429, message, code="rate_limit_exceeded", retry_s=retry_after_s(wait_s)
+                )
             body = await self._read_body(request, obs)
             if isinstance(body, web.Response):
                 return body
             table = self.book.tables.get(obs.model)
             if table is None or not who.sees(table.tenant):  # another tenant's: answered as unknown
                 return self._error(obs, 404, unknown_model(obs.model), code="model_not_found")
-            # Prompt work only for a model this caller is served.
-            prompt = chat_prompt(body.get("messages")) if api == telemetry_pb2.API_CHAT else None
-            if api == telemetry_pb2.API_COMPLETIONS:
-                prompt = completion_prompt(body.get("prompt"))
-            return await self._forward(request, body, obs, table)
+            obs.endpoint = endpoint = table.endpoint
+            busy = self.endpoint_in_flight.get(endpoint, 0)
+            if busy >= self.settings.max_in_flight_per_endpoint:
+                message = f"endpoint {endpoint} is at its limit of {busy} requests in flight"
+                return self._error(obs, 429, message, code="concurrency_limit")
+            self.endpoint_in_flight[endpoint] = busy + 1  # no await since the check: no race
+            try:
+                # Prompt work only for a request that is served.
+                prompt = chat_prompt(body.get("messages")) if api == telemetry_pb2.API_CHAT else None
+                if api == telemetry_pb2.API_COMPLETIONS:
+                    prompt = completion_prompt(body.get("prompt"))
+                return await self._route(request, body, obs, table)
+            finally:
+                left = self.endpoint_in_flight[endpoint] - 1
+                if left:
+                    self.endpoint_in_flight[endpoint] = left
+                else:
+                    del self.endpoint_in_flight[endpoint]
         except asyncio.CancelledError:
             obs.client_disconnected = True
             obs.error_class = obs.error_class or "client_disconnect"
@@ -229,13 +271,17 @@ class Proxy:
             obs.ended = obs.ended or time.perf_counter()
             self.offer(Pending(record=build_record(obs), prompt=prompt))
 
-    def _error(self, obs: Observation, status: int, message: str, *, code: str) -> web.Response:
+    def _error(
+        self, obs: Observation, status: int, message: str, *, code: str, retry_s: int | None = None
+    ) -> web.Response:
+        """The one error answer of a request (and its record's status): OpenAI's body; a 429 or 503
+        says when to retry (`retry_s`, else `RETRY_AFTER_S`)."""
         obs.status = status
         obs.error_class = obs.error_class or code
         obs.ended = time.perf_counter()
         headers = {"x-request-id": obs.reply_id}
         if status in RETRY_STATUSES:
-            headers["Retry-After"] = str(self.settings.retry_after_s)
+            headers["Retry-After"] = str(self.settings.retry_after_s if retry_s is None else retry_s)
         return web.json_response(
             error_body(message, status=status, code=code), status=status, headers=headers
         )
@@ -265,7 +311,7 @@ class Proxy:
             )
         try:
             body = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             return self._error(obs, 400, "request body is not valid JSON", code="bad_json")
         if not isinstance(body, dict):
             return self._error(obs, 400, "request body must be a JSON object", code="bad_json")
@@ -280,29 +326,6 @@ class Proxy:
             )
         obs.model = model
         return body
-
-    async def _forward(
-        self,
-        request: web.Request,
-        body: dict[str, Any],
-        obs: Observation,
-        table: endpoint_pb2.RouteTable,
-    ) -> web.StreamResponse:
-        """Send the request along `table` (the caller's endpoint), under the endpoint's cap."""
-        obs.endpoint = table.endpoint
-        busy = self.endpoint_in_flight.get(table.endpoint, 0)
-        if busy >= self.settings.max_in_flight_per_endpoint:
-            message = f"endpoint {table.endpoint} is at its limit of {busy} requests in flight"
-            return self._error(obs, 429, message, code="concurrency_limit")
-        self.endpoint_in_flight[table.endpoint] = busy + 1
-        try:
-            return await self._route(request, body, obs, table)
-        finally:
-            left = self.endpoint_in_flight[table.endpoint] - 1
-            if left:
-                self.endpoint_in_flight[table.endpoint] = left
-            else:
-                del self.endpoint_in_flight[table.endpoint]
 
     async def _route(
         self, request: web.Request, body: dict[str, Any], obs: Observation, table: endpoint_pb2.RouteTable

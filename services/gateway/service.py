@@ -108,6 +108,7 @@ class GatewayService(Service):
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=ctx.shared.shutdown_timeout_s * 0.7,
+            **self.proxy.server_args,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, settings.host, settings.port, reuse_port=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,9 +32,21 @@ class GatewaySettings(BaseSettings):
     api_keys: SecretStr = SecretStr("")
     #: Serve without API keys on a non-loopback address (never do this outside a closed network).
     allow_unauthenticated: bool = False
+    #: Seconds a client has to send a request's line and headers, counted from the connection's
+    #: start or the end of its previous response (then the connection is closed: a slow sender cannot
+    #: hold it). It also bounds how long an idle keep-alive connection stays open (aiohttp's
+    #: `keepalive_timeout`, which is what enforces it).
+    header_timeout_s: float = Field(default=10.0, gt=0)
     #: Seconds a client has to send its whole request body (then 408: a slow sender cannot hold a
     #: connection and a request slot open).
     body_read_timeout_s: float = Field(default=30.0, gt=0)
+    #: Requests per second each tenant may send (the tenant of the caller's API key, `*` for an
+    #: operator's key and for a gateway without keys); beyond it 429 with Retry-After. 0: no cap.
+    tenant_rate_limit: float = Field(default=0.0, ge=0)
+    #: Per-tenant rates replacing `tenant_rate_limit` (JSON, e.g. `{"acme": 50, "*": 0}`; 0: no cap).
+    tenant_rate_limits: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    #: Seconds of its rate a tenant may send at once (the token bucket's size; at least 1 request).
+    tenant_rate_burst_s: float = Field(default=1.0, gt=0)
     #: Requests one endpoint may have in flight (streams included); beyond it 429 with Retry-After.
     max_in_flight_per_endpoint: int = Field(default=1000, ge=1)
     #: KV bucket holding one serialized RouteTable per endpoint (key = endpoint name).
