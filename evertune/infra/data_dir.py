@@ -69,7 +69,10 @@ class DataDirLock:
 def write_runtime(data_dir: Path, runtime: Runtime) -> None:
     path = data_dir / RUNTIME_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(runtime), indent=2))
+    tmp.unlink(missing_ok=True)
+    # 0600: its NATS URL may carry the embedded admin's password
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        handle.write(json.dumps(asdict(runtime), indent=2))
     tmp.replace(path)
 
 

@@ -83,12 +83,20 @@ class EmbeddedNats:
     """
 
     def __init__(
-        self, store_dir: Path, *, port: int | None = None, cluster: ClusterNode | None = None
+        self,
+        store_dir: Path,
+        *,
+        port: int | None = None,
+        cluster: ClusterNode | None = None,
+        config: Path | None = None,
     ) -> None:
         if cluster is not None and not port:
             raise BusUnavailable(f"cluster node {cluster.name} needs its client port chosen up front")
         self.store_dir = store_dir
         self.cluster = cluster
+        #: a configuration file read first (the embedded users: `evertune.infra.nats_auth`); None:
+        #: no credentials, anyone who reaches the port may do anything
+        self.config = config
         self._wanted_port = port
         self.port = 0
         self._proc: asyncio.subprocess.Process | None = None
@@ -131,7 +139,9 @@ class EmbeddedNats:
     def _arguments(self) -> list[str]:
         if self.cluster is not None:
             return ["--config", str(CLUSTER_CONFIG), "--log", str(self.log_file)]
+        config = ["--config", str(self.config)] if self.config is not None else []
         return [
+            *config,
             *("--addr", "127.0.0.1", "--port", str(self.port)),
             *("--jetstream", "--store_dir", str(self.store_dir)),
             *("--log", str(self.log_file), "--server_name", f"evertune-{os.getpid()}"),

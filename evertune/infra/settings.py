@@ -7,10 +7,12 @@ the shared one here uses the `EVERTUNE_` prefix. Both are loaded once at start w
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from evertune.errors import InvalidArgument, SettingsError
@@ -19,6 +21,22 @@ from evertune.infra.outbound import OutboundPolicy, parse_networks
 DEFAULT_DATA_DIR = Path("~/.evertune").expanduser()
 #: URL schemes a NATS server address may have.
 NATS_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+
+
+@dataclasses.dataclass(frozen=True)
+class NatsAuth:
+    """How one client logs in to NATS: user and password, and TLS (a CA to trust the server by; a
+    client certificate and key for mutual TLS). All empty: no credentials, plain TCP."""
+
+    user: str = ""
+    password: str = dataclasses.field(default="", repr=False)
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_ca_file is not None or self.tls_cert_file is not None
 
 
 class SharedSettings(BaseSettings):
@@ -49,6 +67,58 @@ class SharedSettings(BaseSettings):
     #: cloud's metadata service), private and reserved addresses are refused otherwise. Empty: none,
     #: except loopback for the embedded single-machine setup (no `nats_url`). `evertune.infra.outbound`.
     alert_allowed_networks: str = ""
+    #: NATS user and password of this service (docs/security.md, "NATS"); both or neither. Sent in
+    #: plain text unless TLS is on, so refused with a NATS URL off loopback without TLS.
+    nats_user: str = ""
+    nats_password: SecretStr = SecretStr("")
+    #: CA (PEM) the NATS server's certificate is checked against; setting it turns TLS on.
+    nats_tls_ca_file: Path | None = None
+    #: Client certificate and key (PEM) for mutual TLS; both or neither.
+    nats_tls_cert_file: Path | None = None
+    nats_tls_key_file: Path | None = None
+
+    @field_validator("nats_tls_ca_file", "nats_tls_cert_file", "nats_tls_key_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError(f"{value} is not a readable file")
+        return value.expanduser() if value is not None else None
+
+    @model_validator(mode="after")
+    def _nats_credentials(self) -> Self:
+        password = self.nats_password.get_secret_value()
+        if bool(self.nats_user) != bool(password):
+            raise ValueError("set both EVERTUNE_NATS_USER and EVERTUNE_NATS_PASSWORD, or neither")
+        if (self.nats_tls_cert_file is None) != (self.nats_tls_key_file is None):
+            raise ValueError(
+                "set both EVERTUNE_NATS_TLS_CERT_FILE and EVERTUNE_NATS_TLS_KEY_FILE, or neither"
+            )
+        from evertune.infra.runtime.auth import LOOPBACK_HOSTS  # runtime imports this module
+
+        for server in filter(None, (s.strip() for s in self.nats_url.split(","))):
+            split = urlsplit(server)
+            if (
+                not (self.nats_user or split.password)
+                or self.nats_auth().tls
+                or split.scheme in ("tls", "wss")
+            ):
+                continue
+            if (split.hostname or "") not in LOOPBACK_HOSTS:
+                raise ValueError(
+                    f"the NATS password would cross the network in plain text to {split.hostname}:"
+                    " set EVERTUNE_NATS_TLS_CA_FILE (or a tls:// URL)"
+                )
+        return self
+
+    def nats_auth(self) -> NatsAuth:
+        """The credentials and TLS files this process connects to NATS with."""
+        return NatsAuth(
+            user=self.nats_user,
+            password=self.nats_password.get_secret_value(),
+            tls_ca_file=self.nats_tls_ca_file,
+            tls_cert_file=self.nats_tls_cert_file,
+            tls_key_file=self.nats_tls_key_file,
+        )
 
     @field_validator("nats_url")
     @classmethod
@@ -96,7 +166,9 @@ def load_settings(cls: type[SettingsT], **overrides: Any) -> SettingsT:
         return cls(**overrides)
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "?"
+        field = ".".join(str(part) for part in first["loc"])
+        if not field:  # a check across settings: its message names them
+            raise SettingsError(f"invalid settings: {first['msg']}") from None
         prefix = str(cls.model_config.get("env_prefix", ""))
         name = field if field in overrides else f"{prefix}{field}".upper()
         raise SettingsError(f"invalid setting {name}: {first['msg']}") from None

@@ -102,7 +102,12 @@ def tail(
     async def main() -> int:
         stop = asyncio.Event()
         stop_on_signals(stop)
-        nc = await connect(url, name="evertune-events-tail", connect_timeout_s=shared.connect_timeout_s)
+        nc = await connect(
+            url,
+            name="evertune-events-tail",
+            connect_timeout_s=shared.connect_timeout_s,
+            auth=shared.nats_auth(),
+        )
         try:
             js = nc.jetstream()
             policy = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW

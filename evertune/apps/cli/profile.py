@@ -233,7 +233,12 @@ def show(
         subject = os.environ.get("EVERTUNE_PROFILER_REQUEST_SUBJECT", DEFAULT_SUBJECT)
 
         async def main() -> dict[str, Any]:
-            nc = await connect(url, name="evertune-profile", connect_timeout_s=shared.connect_timeout_s)
+            nc = await connect(
+                url,
+                name="evertune-profile",
+                connect_timeout_s=shared.connect_timeout_s,
+                auth=shared.nats_auth(),
+            )
             try:
                 return await ask(nc, endpoint=endpoint, subject=subject, build=build, window_s=window_s)
             finally:

@@ -174,7 +174,12 @@ def slo_status(
         stop = asyncio.Event()
         if watch_s is not None:
             stop_on_signals(stop)
-        nc = await connect(url, name="evertune-slo-status", connect_timeout_s=shared.connect_timeout_s)
+        nc = await connect(
+            url,
+            name="evertune-slo-status",
+            connect_timeout_s=shared.connect_timeout_s,
+            auth=shared.nats_auth(),
+        )
         try:
             while True:
                 rows = await _rows(nc, url=url, endpoint=endpoint, wait_s=wait_s)

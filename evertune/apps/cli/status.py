@@ -14,24 +14,28 @@ from evertune.apps.cli.console import out_console, table
 from evertune.apps.services import SERVICE_NAMES
 from evertune.errors import Unavailable
 from evertune.infra.bus import connect
+from evertune.infra.bus.connection import redact
 from evertune.infra.runtime.micro import InstanceStatus, discover
+from evertune.infra.settings import NatsAuth
 
 
 def status(*, data_dir: Path | None, nats_url: str | None, as_json: bool, wait_s: float) -> int:
     shared = shared_settings(data_dir, log_format="console")
     url = nats_url_for(shared, nats_url)
-    found = asyncio.run(_discover(url, shared.connect_timeout_s, wait_s))
+    found = asyncio.run(_discover(url, shared.connect_timeout_s, wait_s, shared.nats_auth()))
     if as_json:
-        print(json.dumps({"nats_url": url, "services": [asdict(s) for s in found]}))
+        print(json.dumps({"nats_url": redact(url), "services": [asdict(s) for s in found]}))
     else:
         out_console().print(status_table(found))
     if not found:
-        raise Unavailable(f"no evertune service answered on {url} within {wait_s:g} s")
+        raise Unavailable(f"no evertune service answered on {redact(url)} within {wait_s:g} s")
     return 0
 
 
-async def _discover(url: str, connect_timeout_s: float, wait_s: float) -> list[InstanceStatus]:
-    nc = await connect(url, name="evertune-status", connect_timeout_s=connect_timeout_s)
+async def _discover(
+    url: str, connect_timeout_s: float, wait_s: float, auth: NatsAuth | None = None
+) -> list[InstanceStatus]:
+    nc = await connect(url, name="evertune-status", connect_timeout_s=connect_timeout_s, auth=auth)
     try:
         return await discover(nc, wait_s=wait_s)
     finally:

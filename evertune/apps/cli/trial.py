@@ -236,7 +236,9 @@ def trial_run(request: TrialRequest, *, data_dir: Path | None, nats_url: str | N
     async def main() -> int:
         stop = asyncio.Event()
         stop_on_signals(stop)
-        nc = await connect(url, name="evertune-trial", connect_timeout_s=shared.connect_timeout_s)
+        nc = await connect(
+            url, name="evertune-trial", connect_timeout_s=shared.connect_timeout_s, auth=shared.nats_auth()
+        )
         result: asyncio.Future[events_pb2.TrialCompleted] = asyncio.get_running_loop().create_future()
         bar = trial_bar(err)
         task = bar.add_task("submitted", total=len(job.rates_rps))

@@ -33,6 +33,7 @@ from evertune.apps.demo.stack import DEFAULT_DURATION_S, ENGINE_DEFAULTS, DemoOp
 from evertune.apps.services import SERVICE_NAMES, create_service
 from evertune.errors import EvertuneError, InvalidArgument
 from evertune.infra.data_dir import DataDirLock, Runtime, remove_runtime, write_runtime
+from evertune.infra.nats_auth import EmbeddedCredentials, generate
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.runtime import Service
 from evertune.infra.runtime.host import host_services
@@ -95,10 +96,15 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOpt
     services = [create_service(name) for name in SERVICE_NAMES]
     nats: EmbeddedNats | None = None
     nats_url = shared.nats_url
+    #: the embedded server's users: each service logs in as its own, the CLI as the admin
+    credentials: EmbeddedCredentials | None = None
     if not nats_url:
-        nats = EmbeddedNats(data_dir / "nats")
+        credentials = generate(data_dir / "nats")
+        nats = EmbeddedNats(data_dir / "nats", config=credentials.config_file)
         await nats.start()
         nats_url = nats.url
+    #: the URL the CLI and the demo use: the admin's credentials in it (runtime.json is 0600)
+    admin_url = credentials.admin_url(nats_url) if credentials is not None else nats_url
 
     def ready(running: Sequence[Service]) -> None:
         listen = {s.name: ", ".join(f"{k} {v}" for k, v in s.listen().items()) for s in running}
@@ -106,7 +112,7 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOpt
             data_dir,
             Runtime(
                 pid=os.getpid(),
-                nats_url=nats_url,
+                nats_url=admin_url,
                 clickhouse_url=shared.store_url,
                 started_at=time.time(),
                 listen={k: v for k, v in listen.items() if v},
@@ -125,13 +131,21 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOpt
         if demo is not None:
             nonlocal demo_task
             demo_task = asyncio.get_running_loop().create_task(
-                _run_demo(demo, shared=shared, nats_url=nats_url, running=running, stop=stop)
+                _run_demo(demo, shared=shared, nats_url=admin_url, running=running, stop=stop)
             )
 
     timer = asyncio.get_running_loop().call_later(duration_s, stop.set) if duration_s else None
     code = 0
     try:
-        await host_services(services, shared=shared, nats_url=nats_url, stop=stop, on_ready=ready)
+        await host_services(
+            services,
+            shared=shared,
+            nats_url=nats_url,
+            stop=stop,
+            on_ready=ready,
+            auth=credentials.admin if credentials is not None else None,
+            service_auth=credentials.services if credentials is not None else None,
+        )
     finally:
         if timer is not None:
             timer.cancel()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
+from nats.aio.client import Client
 from nats.micro.service import Service as MicroService
 
 from evertune.errors import Unavailable
@@ -18,7 +19,7 @@ from evertune.infra.bus import connect, declare, load_definitions
 from evertune.infra.logging import get_logger
 from evertune.infra.runtime.micro import register
 from evertune.infra.runtime.service import Service, ServiceContext
-from evertune.infra.settings import SharedSettings
+from evertune.infra.settings import NatsAuth, SharedSettings
 from evertune.infra.store import Store, migrate, open_store
 
 log = get_logger("evertune.host")
@@ -34,13 +35,23 @@ async def host_services(
     stop: asyncio.Event,
     on_ready: ReadyCallback | None = None,
     client_name: str = "evertune",
+    auth: NatsAuth | None = None,
+    service_auth: Mapping[str, NatsAuth] | None = None,
 ) -> None:
     """Run `services` until `stop` is set, then shut them down cleanly.
+
+    The host's connection (declaring streams, and every service's unless `service_auth` names it)
+    logs in with `auth`, else the shared settings' credentials; a service in `service_auth` gets a
+    connection of its own, logged in as its own NATS user (the embedded `evertune up`).
 
     Startup errors (NATS unreachable, store locked, a port taken) propagate as `EvertuneError`s
     after whatever had started is stopped again.
     """
-    nc = await connect(nats_url, name=client_name, connect_timeout_s=shared.connect_timeout_s)
+    timeout_s = shared.connect_timeout_s
+    nc = await connect(
+        nats_url, name=client_name, connect_timeout_s=timeout_s, auth=auth or shared.nats_auth()
+    )
+    own: list[Client] = []  #: the services' own connections
     store: Store | None = None
     started: list[tuple[Service, MicroService]] = []
     try:
@@ -53,8 +64,20 @@ async def host_services(
             log.info("store ready", url=shared.store_url, migrations_applied=applied)
         ctx = ServiceContext(shared=shared, nc=nc, js=js, store=store)
         for service in services:
-            await service.start(ctx)
-            started.append((service, await register(nc, service)))
+            service_ctx, service_nc = ctx, nc
+            if service_auth is not None and service.name in service_auth:
+                service_nc = await connect(
+                    nats_url,
+                    name=f"{client_name}-{service.name}",
+                    connect_timeout_s=timeout_s,
+                    auth=service_auth[service.name],
+                )
+                own.append(service_nc)
+                service_ctx = ServiceContext(
+                    shared=shared, nc=service_nc, js=service_nc.jetstream(), store=store
+                )
+            await service.start(service_ctx)
+            started.append((service, await register(service_nc, service)))
             log.info("service running", service=service.name, listen=service.listen())
         if on_ready is not None:
             on_ready(services)
@@ -68,8 +91,9 @@ async def host_services(
         for service in services:  # started but never registered, or failed half way
             if service.state in ("starting", "running", "failed"):
                 await service.stop(shared.shutdown_timeout_s)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(nc.drain(), shared.shutdown_timeout_s)
+        for client in (*reversed(own), nc):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.drain(), shared.shutdown_timeout_s)
         if store is not None:
             await store.close()
 

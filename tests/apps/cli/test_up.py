@@ -61,6 +61,12 @@ def test_up_status_second_up_and_ctrl_c(tmp_path: Path) -> None:
             url.endswith((":9401/metrics", ":9405/metrics", ":8080/metrics")) for url in metrics.values()
         )
         assert f"http://{deployer['details']['listen']['metrics']}/metrics" == metrics["deployer"]
+        # the embedded NATS has a user per service and an admin (docs/security.md): status logged in
+        # as the admin, from runtime.json (0600), and does not print the password; without it, refused
+        assert (data_dir / "runtime.json").stat().st_mode & 0o077 == 0
+        assert found["nats_url"].startswith("nats://admin:***@127.0.0.1:")
+        anonymous = found["nats_url"].replace("admin:***@", "")
+        assert_one_line_error(run_cli("status", "--nats-url", anonymous), "refused the login")
 
         second = run_cli("up", "--data-dir", str(data_dir))  # the lock is the running up's
         assert_one_line_error(second, "in use", str(data_dir))
