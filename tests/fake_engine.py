@@ -48,6 +48,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import os
 import sys
 import time
@@ -56,6 +57,8 @@ from typing import Any
 
 from aiohttp import web
 
+#: Most tokens one answer has, whatever the request asks (a fixture, not a model).
+MAX_TOKENS = 10_000
 #: This script: tests run it as `python SCRIPT --port N [options]`.
 SCRIPT = Path(__file__).resolve()
 
@@ -72,6 +75,16 @@ def token_ids(prompt: Any, n: int, diverge_at: int) -> list[int]:
         digest = hashlib.sha256(seed + salt + i.to_bytes(4, "little")).digest()
         out.append(int.from_bytes(digest[:2], "little"))
     return out
+
+
+def _token_count(asked: Any) -> int:
+    """Tokens to answer: what was asked, within 0..MAX_TOKENS; 16 for anything not a finite number
+    (a fuzzed max_tokens of 10**18, "x" or inf must not make the fixture build a list that size)."""
+    if isinstance(asked, bool) or not isinstance(asked, int | float):
+        return 16
+    if isinstance(asked, float) and not math.isfinite(asked):
+        return 16
+    return max(0, min(int(asked), MAX_TOKENS))
 
 
 def _overrides(request: web.Request) -> dict[str, float]:
@@ -139,7 +152,7 @@ async def answer(request: web.Request, api: str) -> web.StreamResponse:
     status = int(overrides.get("status", 200))
     if status != 200:
         return _error("fixture says so", status)
-    tokens = int(overrides.get("tokens", args.tokens or body.get("max_tokens", 16)))
+    tokens = _token_count(overrides.get("tokens", args.tokens or body.get("max_tokens", 16)))
     ttft_s = overrides.get("ttft_ms", args.ttft_ms) / 1000.0
     prompt = body.get("messages") if api == "chat" else body.get("prompt")
     state["running"] += 1
@@ -199,7 +212,7 @@ async def _stream(
         "gaps_ms": gaps_ms,
         "arrived_at": time.time(),
         "max_tokens": body.get("max_tokens"),
-        "messages": len(body.get("messages", [])),
+        "messages": len(messages) if isinstance(messages := body.get("messages"), list) else 0,
     }
     request.app[STATE]["truth"][request.headers.get("X-Request-Id", "")] = record
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

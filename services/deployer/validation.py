@@ -806,7 +806,10 @@ def watch_filter(request: endpoint_service_pb2.WatchEventsRequest) -> WatchFilte
     if request.HasField("since"):
         if request.since.seconds < 0:
             raise InvalidArgument("since: must be after 1970-01-01")
-        since = request.since.ToDatetime(tzinfo=UTC)
+        try:
+            since = request.since.ToDatetime(tzinfo=UTC)
+        except ValueError:  # nanos outside 0-999999999, or seconds past 9999-12-31
+            raise InvalidArgument("since: not a valid timestamp") from None
     return WatchFilter(
         endpoint=request.endpoint,
         kinds=frozenset(request.kinds),

@@ -65,11 +65,12 @@ def chat_prompt(messages: Any) -> str | None:
 
 
 def completion_prompt(prompt: Any) -> str | list[int] | None:
-    """A completion's prompt: its text, its token ids, or the first of a list; None otherwise."""
+    """A completion's prompt: its text, its token ids (each 0 to 2**32 - 1), or the first of a list;
+    None otherwise."""
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list) and prompt:
-        if all(isinstance(t, int) for t in prompt):
+        if all(isinstance(t, int) and 0 <= t < 2**32 for t in prompt):  # ids the hash chain can pack
             return [int(t) for t in prompt]
         return completion_prompt(prompt[0])
     return None

@@ -78,9 +78,19 @@ class RouteBook:
         return sorted(self.tables)
 
 
+#: Most characters of a client's model name an error message repeats.
+MAX_MODEL_SHOWN = 128
+
+
 def unknown_model(name: str) -> str:
-    """The answer to a model the caller cannot use: unknown, or another tenant's (the same words)."""
-    return f"The model `{name}` does not exist."
+    """The answer to a model the caller cannot use: unknown, or another tenant's (the same words).
+    A name that is long or has unprintable characters is shown cut and escaped: one short line."""
+    shown = name[:MAX_MODEL_SHOWN]
+    if not shown.isprintable():
+        shown = shown.encode("unicode_escape").decode("ascii")
+    if len(name) > MAX_MODEL_SHOWN:
+        shown += "..."
+    return f"The model `{shown}` does not exist."
 
 
 def upstream_model(route: endpoint_pb2.Route, endpoint: str, mode: str) -> str:
