@@ -4,8 +4,6 @@ trials, and a request through the real gateway."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from evertune.v1 import events_pb2
 from tests.deployer.conftest import Stack, deployer_settings, purge_state, start_stack, stop_stack
 from tests.deployer.helpers import create_request, new_name
 from tests.deployer.test_api import deployments, endpoint_in, routes
+from tests.tls import self_signed
 
 
 async def consumers(js: JetStreamContext) -> set[str]:
@@ -145,46 +144,9 @@ async def test_unary_calls_stop_at_the_callers_deadline() -> None:
     assert await run_unary(_Context(remaining=None), "GetEndpoint", quick) == 7
 
 
-def _self_signed(tmp_path: Path) -> tuple[Path, Path, bytes]:
-    x509 = pytest.importorskip(
-        "cryptography.x509", reason="the TLS test makes its certificate with `cryptography`"
-    )
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    pem = cert.public_bytes(serialization.Encoding.PEM)
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_file.write_bytes(pem)
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_file, key_file, pem
-
-
 async def test_tls(nc: Client, tmp_path: Path) -> None:
-    cert_file, key_file, pem = _self_signed(tmp_path)
+    cert_file, key_file = self_signed(tmp_path)
+    pem = cert_file.read_bytes()
     stack = await start_stack(nc, tmp_path, tls_cert_file=cert_file, tls_key_file=key_file)
     try:
         assert stack.service.server.tls

@@ -11,7 +11,6 @@ Reproducible: `derandomize=True` and no example database (as tests/security/test
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 from evertune.gateway import GatewayService, GatewaySettings
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 from pydantic import SecretStr
@@ -30,20 +29,14 @@ from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings
 from evertune.v1 import endpoint_pb2
 from tests.domain.replay.conftest import _serve
+from tests.security.fuzz import fuzz_settings
 
 KEY = "sk-fuzz-tenant-0123456789abcdef"
 ENDPOINT = "fuzz-gateway-target"
 MAX_BODY = 256 * 1024
 #: Longest error message accepted: one line a person reads, not an echo of the body.
 MAX_MESSAGE = 1000
-EXAMPLES = int(os.environ.get("EVERTUNE_FUZZ_EXAMPLES", "200"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=os.environ.get("EVERTUNE_FUZZ_RANDOM") != "1",
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings(examples=200)
 PATHS = ("/v1/chat/completions", "/v1/completions")
 
 

@@ -8,11 +8,10 @@ error's details are one bounded line (no traceback), and the service answers a v
 Reproducible: `derandomize=True` (examples derived from the test's name, the same on every run and
 in CI) and no example database. `EVERTUNE_FUZZ_EXAMPLES=<n>` runs n examples per RPC instead, with
 random seeds when `EVERTUNE_FUZZ_RANDOM=1`, to explore further by hand; a failure found that way
-belongs in an explicit `@example` (the `EXAMPLES` table)."""
+belongs in an explicit `@example` (the `KNOWN` table)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.timestamp_pb2 import Timestamp
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 from pydantic import SecretStr
@@ -38,20 +37,14 @@ from evertune.v1 import search_service_pb2_grpc as search_grpc
 from tests.deployer.conftest import TOKEN_A, TOKEN_OPERATOR, Stack, bearer, start_stack, stop_stack
 from tests.deployer.helpers import create_request, spec
 from tests.searcher.stack import make_searcher, running, store_profile
+from tests.security.fuzz import fuzz_settings
 
 #: Longest error details accepted: one line a person reads, not an echo of a huge field.
 MAX_DETAILS = 1000
 #: Codes a client's input must never produce.
 SERVER_FAULTS = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL})
 #: Examples per RPC (the caller, tenant or operator, drawn per example): the file in about 30 s.
-EXAMPLES = int(os.environ.get("EVERTUNE_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=os.environ.get("EVERTUNE_FUZZ_RANDOM") != "1",
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings(examples=60)
 
 SEARCH_OWNER = "tenant-t-token-0123456789"  # make_endpoint's endpoints belong to tenant "t"
 SEARCH_OPERATOR = "operator-token-0123456789"

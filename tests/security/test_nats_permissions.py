@@ -6,8 +6,6 @@ without credentials gets in, and a wrong password is one line. Real nats-server,
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -27,6 +25,7 @@ from evertune.infra.events import EventKind, event_subject
 from evertune.infra.nats_auth import EmbeddedCredentials, generate
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.settings import NatsAuth, SharedSettings, load_settings
+from tests.tls import self_signed
 
 ACK_TIMEOUT_S = 1.0
 
@@ -229,42 +228,9 @@ async def test_a_refused_publish_reaches_the_error_callback_as_a_permissions_vio
     assert any("permissions violation" in e.lower() for e in errors), errors
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 (its own CA, also used as the client's) and its key."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "evertune-test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    plain = serialization.NoEncryption()
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, plain)
-    )
-    return cert_file, key_file
-
-
 async def test_mutual_tls_with_the_generated_users(tmp_path: Path) -> None:
     credentials = generate(tmp_path / "nats")
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     config = tmp_path / "tls.conf"
     tls_block = f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{cert}", verify: true }}'
     config.write_text(f'include "nats/{credentials.config_file.name}"\n{tls_block}\n')  # relative to it
