@@ -39,7 +39,7 @@ from evertune.deployer.stats import enum_label
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from evertune.infra.runtime.metrics import consumer_metrics, counter, gauge, histogram
+from evertune.infra.runtime.metrics import by_label, consumer_metrics, counter, gauge, histogram
 from evertune.v1 import endpoint_pb2
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ class DeployerMetrics:
         yield counter(
             "evertune_deployer_canary_analyses_total",
             "Canary analyses, by verdict",
-            {(k,): v for k, v in {**dict.fromkeys(VERDICTS, 0), **stats.analyses}.items()},
+            by_label(stats.analyses, VERDICTS, 0),
             ["verdict"],
         )
         yield histogram(
@@ -214,7 +214,7 @@ class DeployerMetrics:
         yield counter(
             "evertune_deployer_rollbacks_total",
             "Rollbacks, by what triggered them",
-            {(k,): v for k, v in {**dict.fromkeys(ROLLBACK_REASONS, 0), **stats.rollbacks}.items()},
+            by_label(stats.rollbacks, ROLLBACK_REASONS, 0),
             ["reason"],
         )
         yield counter(
@@ -229,7 +229,7 @@ class DeployerMetrics:
         yield counter(
             "evertune_deployer_failures_total",
             "Failures, by kind",
-            {(k,): v for k, v in {**dict.fromkeys(FAILURE_KINDS, 0), **stats.failures}.items()},
+            by_label(stats.failures, FAILURE_KINDS, 0),
             ["kind"],
         )
         yield gauge(

@@ -26,6 +26,7 @@ from prometheus_client.core import Metric
 from evertune.infra.runtime.metrics import (
     SLOW_BUCKETS,
     Distribution,
+    by_label,
     consumer_metrics,
     counter,
     gauge,
@@ -98,7 +99,7 @@ def runner_metrics(service: RunnerService) -> Iterator[Metric]:
     yield counter(
         "evertune_runner_trials_total",
         "Trials run to an end, by outcome",
-        {(k,): v for k, v in {**dict.fromkeys(OUTCOMES, 0), **stats.trials}.items()},
+        by_label(stats.trials, OUTCOMES, 0),
         ["outcome"],
     )
     yield histogram(
@@ -107,10 +108,7 @@ def runner_metrics(service: RunnerService) -> Iterator[Metric]:
     yield histogram(
         "evertune_runner_trial_phase_seconds",
         "Seconds of each phase of a trial",
-        {
-            (k,): stats.phase_seconds[k] if k in stats.phase_seconds else Distribution(PHASE_BUCKETS)
-            for k in dict.fromkeys([*PHASES, *stats.phase_seconds])
-        },
+        by_label(stats.phase_seconds, PHASES, Distribution(PHASE_BUCKETS)),
         ["phase"],
     )
     yield gauge(
@@ -124,13 +122,13 @@ def runner_metrics(service: RunnerService) -> Iterator[Metric]:
     yield counter(
         "evertune_runner_events_published_total",
         "Events published, by kind",
-        {(k,): v for k, v in {**dict.fromkeys(EVENT_KINDS, 0), **stats.events}.items()},
+        by_label(stats.events, EVENT_KINDS, 0),
         ["kind"],
     )
     yield counter(
         "evertune_runner_failures_total",
         "Failures, by kind",
-        {(k,): v for k, v in {**dict.fromkeys(FAILURE_KINDS, 0), **stats.failures}.items()},
+        by_label(stats.failures, FAILURE_KINDS, 0),
         ["kind"],
     )
     if service.jobs_pending is not None:

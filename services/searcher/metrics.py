@@ -23,6 +23,7 @@ from evertune.infra.runtime.metrics import (
     COUNT_BUCKETS,
     SLOW_BUCKETS,
     Distribution,
+    by_label,
     consumer_metrics,
     counter,
     gauge,
@@ -77,16 +78,13 @@ def searcher_metrics(service: SearcherService) -> Iterator[Metric]:
     yield counter(
         "evertune_searcher_searches_total",
         "Searches ended, by outcome",
-        {(k,): v for k, v in {**dict.fromkeys(OUTCOMES, 0), **stats.searches}.items()},
+        by_label(stats.searches, OUTCOMES, 0),
         ["outcome"],
     )
     yield histogram(
         "evertune_searcher_search_duration_seconds",
         "A search, from start to end",
-        {
-            (k,): stats.search_seconds[k] if k in stats.search_seconds else Distribution(SLOW_BUCKETS)
-            for k in dict.fromkeys([*OUTCOMES, *stats.search_seconds])
-        },
+        by_label(stats.search_seconds, OUTCOMES, Distribution(SLOW_BUCKETS)),
         ["outcome"],
     )
     yield histogram(
@@ -116,7 +114,7 @@ def searcher_metrics(service: SearcherService) -> Iterator[Metric]:
     yield counter(
         "evertune_searcher_events_published_total",
         "Events published, by kind",
-        {(k,): v for k, v in {**dict.fromkeys(EVENT_KINDS, 0), **stats.events}.items()},
+        by_label(stats.events, EVENT_KINDS, 0),
         ["kind"],
     )
     yield counter(
@@ -129,13 +127,13 @@ def searcher_metrics(service: SearcherService) -> Iterator[Metric]:
         },
         ["result"],
     )
-    failures = {**dict.fromkeys(FAILURE_KINDS, 0), **stats.failures}
+    failures = dict(stats.failures)
     if trials is not None and trials.missing:
         failures["trial_missing"] = trials.missing
     yield counter(
         "evertune_searcher_failures_total",
         "Failures, by kind",
-        {(k,): v for k, v in failures.items()},
+        by_label(failures, FAILURE_KINDS, 0),
         ["kind"],
     )
     yield from consumer_metrics("evertune_searcher", {name: c.stats for name, c in service.consumers.items()})

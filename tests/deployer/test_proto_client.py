@@ -28,7 +28,8 @@ from pydantic import SecretStr
 
 from evertune.domain.model import ensure_model
 from evertune.infra import repository
-from tests.reliability.loop import running_loop, wait_rows
+from tests.reliability.helpers import wait_rows
+from tests.reliability.loop import running_loop
 
 REPO = repository.ROOT
 TOKEN = "proto-client-token-0123456789"
@@ -125,5 +126,5 @@ async def test_generated_client_creates_an_endpoint_that_streams(store_url: str,
         seen = json.loads(stdout.decode().strip().splitlines()[-1])
         assert seen["tenant"] == "tenant-p" and seen["stable"].startswith("dep-")
         assert seen["chars"] > 0 and seen["finish"] in ("length", "stop")
-        rows = await wait_rows(loop, name, 1, timeout_s=20)
+        rows = await wait_rows(loop.store, name, 1, timeout_s=20)
         assert rows == {seen["request_id"]: 1}  # the gateway's id of the streamed request

@@ -1,6 +1,5 @@
-"""What the reliability tests that take NATS away share: the telemetry path (the gateway and the
-profiler's sink) hosted as `evertune up` hosts it, the fake upstream's truth, and the rows the
-store ends up with."""
+"""What the reliability tests share: the telemetry path (the gateway and the profiler's sink) hosted
+as `evertune up` hosts it, the fake upstream's truth, and the rows the store ends up with."""
 
 from __future__ import annotations
 
@@ -18,10 +17,13 @@ from evertune.profiler import ProfilerService, ProfilerSettings
 from evertune.apps.harness.waiting import eventually
 from evertune.infra.runtime.host import host_services
 from evertune.infra.settings import SharedSettings, load_settings
-from evertune.infra.store import open_store
+from evertune.infra.store import Store, open_store
 
-#: The sink's ack wait, seconds: past it, a redelivered batch would have landed.
+#: The sink's ack wait, seconds, of the hosted telemetry path.
 SINK_ACK_WAIT_S = 2.0
+#: How long `wait_rows` waits once every request has rows: past the ack wait (2 s) of the sinks the
+#: tests host (here and in `loop.py`), a redelivered batch would have landed.
+ROWS_SETTLE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,7 @@ class TelemetryPath:
 
     gateway: GatewayService  #: proxies and records; spools while NATS is away
     profiler: ProfilerService  #: its sink consumes `evertune.telemetry.<endpoint>` into the store
-    store_url: str  #: the session's chDB engine
-    database: str  #: created for this path, dropped after it
+    store: Store  #: the database of this path (on the session's chDB engine), dropped after it
 
 
 @contextlib.asynccontextmanager
@@ -66,15 +67,17 @@ async def telemetry_path(
             [profiler, gateway], shared=shared, nats_url=nats_url, stop=stop, on_ready=lambda _: ready.set()
         )
     )
+    store: Store | None = None
     try:
         await asyncio.wait_for(ready.wait(), 60)
-        yield TelemetryPath(gateway=gateway, profiler=profiler, store_url=store_url, database=database)
+        store = await open_store(store_url, database=database)
+        yield TelemetryPath(gateway=gateway, profiler=profiler, store=store)
     finally:
         stop.set()
         try:
             await asyncio.wait_for(hosting, 30)
         finally:
-            store = await open_store(store_url, database=database)
+            store = store or await open_store(store_url, database=database)
             try:
                 await store.command(f"DROP DATABASE IF EXISTS `{database}`")
             finally:
@@ -87,30 +90,22 @@ async def upstream_ids(url: str) -> set[str]:
         return set(await response.json())
 
 
-async def rows_per_request(
-    path: TelemetryPath, endpoint: str, *, expected: int
-) -> tuple[dict[str, int], float]:
-    """Wait until `expected` requests of `endpoint` have rows, then past the sink's ack wait (a
-    redelivered batch would have landed); returns the rows per request id and the seconds waited
-    for the last row."""
-    store = await open_store(path.store_url, database=path.database)
-    try:
+async def rows_per_request(store: Store, endpoint: str) -> dict[str, int]:
+    """Telemetry rows per request id of `endpoint`."""
+    rows = await store.query(
+        "SELECT request_id, count() FROM requests WHERE endpoint = {e:String} GROUP BY request_id",
+        {"e": endpoint},
+    )
+    return {str(r): int(n) for r, n in rows}
 
-        async def all_rows() -> bool:
-            n = await store.query(
-                "SELECT uniqExact(request_id) FROM requests WHERE endpoint = {e:String}", {"e": endpoint}
-            )
-            return int(n.scalar()) >= expected
 
-        loop = asyncio.get_running_loop()
-        waited = loop.time()
-        await eventually(all_rows, timeout_s=30, what=f"rows of {expected} requests")
-        caught_up_s = loop.time() - waited
-        await asyncio.sleep(SINK_ACK_WAIT_S + 1.0)
-        rows = await store.query(
-            "SELECT request_id, count() FROM requests WHERE endpoint = {e:String} GROUP BY request_id",
-            {"e": endpoint},
-        )
-        return {str(r): int(n) for r, n in rows}, caught_up_s
-    finally:
-        await store.close()
+async def wait_rows(store: Store, endpoint: str, expected: int, *, timeout_s: float) -> dict[str, int]:
+    """Wait until `expected` distinct requests of `endpoint` have rows, then `ROWS_SETTLE_S` more (past
+    the sink's ack wait: a redelivered batch would have landed), and return the rows per request."""
+
+    async def enough() -> bool:
+        return len(await rows_per_request(store, endpoint)) >= expected
+
+    await eventually(enough, timeout_s=timeout_s, what=f"telemetry rows of {expected} requests")
+    await asyncio.sleep(ROWS_SETTLE_S)
+    return await rows_per_request(store, endpoint)

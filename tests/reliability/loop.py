@@ -196,27 +196,6 @@ class Traffic:
         return [(r.request_id, r.error_class, r.status) for r in self.results if not r.ok]
 
 
-async def rows_per_request(loop: Loop, endpoint: str) -> dict[str, int]:
-    """Telemetry rows per request id of `endpoint`."""
-    rows = await loop.store.query(
-        "SELECT request_id, count() FROM requests WHERE endpoint = {e:String} GROUP BY request_id",
-        {"e": endpoint},
-    )
-    return {str(r): int(n) for r, n in rows}
-
-
-async def wait_rows(loop: Loop, endpoint: str, expected: int, *, timeout_s: float) -> dict[str, int]:
-    """Wait until `expected` distinct requests have rows, then a little past the sink's ack wait (a
-    redelivered batch would have landed), and return the rows per request."""
-
-    async def enough() -> bool:
-        return len(await rows_per_request(loop, endpoint)) >= expected
-
-    await eventually(enough, timeout_s=timeout_s, what=f"telemetry rows of {expected} requests")
-    await asyncio.sleep(3.0)
-    return await rows_per_request(loop, endpoint)
-
-
 async def rollout_finished(state: State, name: str, canary: str, *, timeout_s: float) -> int:
     """Wait until the rollout of `canary` ended (no rollout record, the canary ACTIVE or finished);
     the canary's final state."""

@@ -18,6 +18,7 @@ import pytest
 
 from evertune.apps.harness.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
+from tests.reliability.helpers import wait_rows
 from tests.reliability.loop import (
     Traffic,
     check_consistent,
@@ -26,7 +27,6 @@ from tests.reliability.loop import (
     rollout_finished,
     running_loop,
     sim_spec,
-    wait_rows,
     weight_of,
 )
 
@@ -69,7 +69,7 @@ async def test_nats_killed_mid_rollout_loses_no_request_and_no_record(
 
         final = await rollout_finished(loop.stack.state, name, canary, timeout_s=60)
         assert final in (D.DEPLOYMENT_STATE_ACTIVE, D.DEPLOYMENT_STATE_ROLLED_BACK)
-        rows = await wait_rows(loop, name, REQUESTS, timeout_s=30)
+        rows = await wait_rows(loop.store, name, REQUESTS, timeout_s=30)
         # (rows carry the gateway's request ids; nothing but this traffic goes to the endpoint)
         assert len(rows) == len(traffic.sent)  # a row for every request sent
         assert sorted(set(rows.values())) == [1]  # exactly one each

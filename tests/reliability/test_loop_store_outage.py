@@ -27,6 +27,7 @@ import pytest
 from evertune.apps.harness.waiting import eventually
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import events_pb2
+from tests.reliability.helpers import wait_rows
 from tests.reliability.loop import (
     FAST_ROLLOUT,
     Traffic,
@@ -36,7 +37,6 @@ from tests.reliability.loop import (
     rollout_finished,
     running_loop,
     sim_spec,
-    wait_rows,
     watching,
     weight_of,
 )
@@ -86,7 +86,7 @@ async def test_store_outage_mid_rollout_holds_the_canary_and_loses_no_record(
             await driving
         assert traffic.failures == []  # the data path never needed the store
         assert failed_inserts > 0  # the outage was real: inserts failed
-        rows = await wait_rows(loop, name, len(traffic.sent), timeout_s=30)
+        rows = await wait_rows(loop.store, name, len(traffic.sent), timeout_s=30)
         assert len(rows) == len(traffic.sent) == len(traffic.results)  # every record landed
         assert sorted(set(rows.values())) == [1]  # exactly once each
         steps = [

@@ -32,7 +32,7 @@ from evertune.v1 import events_pb2
 from tests.domain.replay.conftest import fake_url
 from tests.domain.replay.helpers import chat_plan
 from tests.gateway.conftest import put_routes
-from tests.reliability.helpers import rows_per_request, telemetry_path, upstream_ids
+from tests.reliability.helpers import telemetry_path, upstream_ids, wait_rows
 
 __all__ = ["fake_url"]
 
@@ -134,7 +134,7 @@ async def test_the_telemetry_leader_killed_mid_replay_loses_and_doubles_nothing(
             assert [r.error_class for r in run.results if not r.ok] == []  # the client never noticed
             assert len(served) == REQUESTS and len(killed) == 1
 
-            counts, _ = await rows_per_request(path, endpoint, expected=REQUESTS)
+            counts = await wait_rows(path.store, endpoint, REQUESTS, timeout_s=30)
             assert set(counts) == served  # every request the upstream served, and nothing else
             assert sorted(set(counts.values())) == [1]  # exactly one row each
 

@@ -25,7 +25,7 @@ from evertune.infra.nats_server import EmbeddedNats
 from tests.domain.replay.conftest import fake_url
 from tests.domain.replay.helpers import chat_plan
 from tests.gateway.conftest import put_routes
-from tests.reliability.helpers import rows_per_request, telemetry_path, upstream_ids
+from tests.reliability.helpers import ROWS_SETTLE_S, telemetry_path, upstream_ids, wait_rows
 
 __all__ = ["fake_url"]
 
@@ -87,7 +87,9 @@ async def test_nats_killed_during_a_replay_leaves_exactly_one_row_per_request(
             assert publisher.stats.spooled_records > 0
             await eventually(lambda: not publisher.spool.has_data(), timeout_s=20, what="spool drained")
 
-            counts, caught_up_s = await rows_per_request(path, endpoint, expected=REQUESTS)
+            waited = time.monotonic()
+            counts = await wait_rows(path.store, endpoint, REQUESTS, timeout_s=30)
+            caught_up_s = time.monotonic() - waited - ROWS_SETTLE_S
             assert set(counts) == served  # every request the upstream served, and nothing else
             assert sorted(set(counts.values())) == [1]  # exactly one row each
             assert publisher.stats.drained_records > 0

@@ -22,7 +22,7 @@ import bisect
 import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -43,6 +43,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Refresh = Callable[[], Awaitable[None]]
 #: Label values of one series -> its value.
 Series = Mapping[tuple[str, ...], float]
+#: What `by_label` maps label values to: a count or a `Distribution`.
+V = TypeVar("V")
 
 #: Buckets (s) of steps that take milliseconds to seconds: store inserts, queries, analyses.
 FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -114,6 +116,13 @@ def histogram(
     for values, dist in sorted(items):
         family.add_metric(list(values), buckets=dist.cumulative(), sum_value=dist.total)
     return family
+
+
+def by_label(values: Mapping[str, V], known: Iterable[str], missing: V) -> dict[tuple[str, ...], V]:
+    """One series per value of a single label: every `known` value (at `missing` until it is first
+    counted, so a rate sees the first one and dashboards and alerts find the series), then any other
+    value counted."""
+    return {(k,): values.get(k, missing) for k in dict.fromkeys([*known, *values])}
 
 
 def _series(value: float | Series) -> Iterable[tuple[tuple[str, ...], float]]:

@@ -8,7 +8,7 @@ from prometheus_client import Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from evertune.errors import Unavailable
-from evertune.infra.runtime.metrics import MetricsServer, exposition, new_registry
+from evertune.infra.runtime.metrics import MetricsServer, by_label, exposition, new_registry
 
 
 async def test_server_serves_its_registry_and_only_its_own() -> None:
@@ -36,3 +36,10 @@ async def test_server_serves_its_registry_and_only_its_own() -> None:
     finally:
         await server.stop()
         await server.stop()  # idempotent
+
+
+def test_by_label_shows_known_values_at_zero_then_the_others_counted() -> None:
+    counted = {"error": 2, "novel": 1}
+    assert by_label(counted, ("ok", "error"), 0) == {("ok",): 0, ("error",): 2, ("novel",): 1}
+    assert list(by_label(counted, ("ok", "error"), 0)) == [("ok",), ("error",), ("novel",)]
+    assert by_label({}, (), 0) == {}
