@@ -273,7 +273,9 @@ def test_event_subjects() -> None:
 
 #: The only string fields a RequestRecord may have: identifiers and labels, never content. Adding a
 #: string or bytes field (a prompt, a completion, a header dump) must fail this test on purpose.
-ALLOWED_RECORD_STRING_FIELDS = frozenset({"request_id", "endpoint", "deployment", "model", "error_class"})
+ALLOWED_RECORD_STRING_FIELDS = frozenset(
+    {"request_id", "endpoint", "endpoint_uid", "deployment", "model", "error_class"}
+)
 
 
 def _text_fields(desc: Any, prefix: str = "", seen: frozenset[str] = frozenset()) -> set[str]:

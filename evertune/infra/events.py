@@ -172,8 +172,10 @@ def new_event(
     payload_message: EventPayload,
     severity: common_pb2.Severity | None = None,
     cause_id: str = "",
+    endpoint_uid: str = "",
 ) -> events_pb2.Event:
     """Build an Event: a fresh id (uuid4 hex), time = now (UTC), and the payload in its oneof field.
+    `endpoint_uid` is the endpoint's immutable id when the emitter knows it.
 
     `severity` defaults to the kind's (DEFAULT_SEVERITY, else INFO). Raises InvalidArgument when
     the payload's type is not the kind's, the endpoint is not a valid subject token, the endpoint
@@ -200,6 +202,7 @@ def new_event(
         source=source,
         severity=severity,
         cause_id=cause_id,
+        endpoint_uid=endpoint_uid,
     )
     event.time.FromDatetime(datetime.now(UTC))
     getattr(event, kind.payload_field).CopyFrom(payload_message)

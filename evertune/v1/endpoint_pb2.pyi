@@ -232,7 +232,7 @@ class RolloutPolicy(_message.Message):
     def __init__(self, steps: _Optional[_Iterable[int]] = ..., step_duration_s: _Optional[float] = ..., min_requests: _Optional[int] = ..., tail_min_requests: _Optional[int] = ..., max_ttft_regression: _Optional[float] = ..., ttft_slack_ms: _Optional[float] = ..., max_itl_regression: _Optional[float] = ..., itl_slack_ms: _Optional[float] = ..., max_error_share_increase: _Optional[float] = ..., p_value: _Optional[float] = ..., failure_limit: _Optional[int] = ...) -> None: ...
 
 class Endpoint(_message.Message):
-    __slots__ = ("spec", "state", "create_time", "update_time", "revision", "stable_deployment_id", "state_message")
+    __slots__ = ("spec", "state", "create_time", "update_time", "revision", "stable_deployment_id", "state_message", "uid")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +240,7 @@ class Endpoint(_message.Message):
     REVISION_FIELD_NUMBER: _ClassVar[int]
     STABLE_DEPLOYMENT_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
     spec: EndpointSpec
     state: EndpointState
     create_time: _timestamp_pb2.Timestamp
@@ -247,7 +248,8 @@ class Endpoint(_message.Message):
     revision: int
     stable_deployment_id: str
     state_message: str
-    def __init__(self, spec: _Optional[_Union[EndpointSpec, _Mapping]] = ..., state: _Optional[_Union[EndpointState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revision: _Optional[int] = ..., stable_deployment_id: _Optional[str] = ..., state_message: _Optional[str] = ...) -> None: ...
+    uid: str
+    def __init__(self, spec: _Optional[_Union[EndpointSpec, _Mapping]] = ..., state: _Optional[_Union[EndpointState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revision: _Optional[int] = ..., stable_deployment_id: _Optional[str] = ..., state_message: _Optional[str] = ..., uid: _Optional[str] = ...) -> None: ...
 
 class Deployment(_message.Message):
     __slots__ = ("id", "endpoint", "engine_config", "state", "weight", "create_time", "update_time", "origin", "origin_search_id", "origin_trial_id", "previous_deployment_id", "upstream_url", "state_message")
@@ -290,15 +292,17 @@ class Route(_message.Message):
     def __init__(self, deployment_id: _Optional[str] = ..., upstream_url: _Optional[str] = ..., weight: _Optional[int] = ...) -> None: ...
 
 class RouteTable(_message.Message):
-    __slots__ = ("endpoint", "routes", "revision", "update_time", "tenant")
+    __slots__ = ("endpoint", "routes", "revision", "update_time", "tenant", "endpoint_uid")
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_UID_FIELD_NUMBER: _ClassVar[int]
     endpoint: str
     routes: _containers.RepeatedCompositeFieldContainer[Route]
     revision: int
     update_time: _timestamp_pb2.Timestamp
     tenant: str
-    def __init__(self, endpoint: _Optional[str] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., revision: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
+    endpoint_uid: str
+    def __init__(self, endpoint: _Optional[str] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., revision: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., endpoint_uid: _Optional[str] = ...) -> None: ...

@@ -86,7 +86,7 @@ CANARY_VERDICT_HOLD: CanaryVerdict
 CANARY_VERDICT_ROLL_BACK: CanaryVerdict
 
 class Event(_message.Message):
-    __slots__ = ("id", "kind", "endpoint", "time", "source", "severity", "cause_id", "profile_ready", "sla_breach", "sla_resolved", "drift_detected", "search_started", "search_completed", "trial_progress", "trial_completed", "deploy_started", "deploy_canary_step", "deploy_promoted", "deploy_rolled_back", "endpoint_created", "endpoint_updated", "endpoint_deleted", "service_poison_message")
+    __slots__ = ("id", "kind", "endpoint", "time", "source", "severity", "cause_id", "endpoint_uid", "profile_ready", "sla_breach", "sla_resolved", "drift_detected", "search_started", "search_completed", "trial_progress", "trial_completed", "deploy_started", "deploy_canary_step", "deploy_promoted", "deploy_rolled_back", "endpoint_created", "endpoint_updated", "endpoint_deleted", "service_poison_message")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class Event(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SEVERITY_FIELD_NUMBER: _ClassVar[int]
     CAUSE_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_UID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_READY_FIELD_NUMBER: _ClassVar[int]
     SLA_BREACH_FIELD_NUMBER: _ClassVar[int]
     SLA_RESOLVED_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +118,7 @@ class Event(_message.Message):
     source: str
     severity: _common_pb2.Severity
     cause_id: str
+    endpoint_uid: str
     profile_ready: ProfileReady
     sla_breach: SlaBreach
     sla_resolved: SlaResolved
@@ -133,7 +135,7 @@ class Event(_message.Message):
     endpoint_updated: EndpointUpdated
     endpoint_deleted: EndpointDeleted
     service_poison_message: ServicePoisonMessage
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., endpoint: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., source: _Optional[str] = ..., severity: _Optional[_Union[_common_pb2.Severity, str]] = ..., cause_id: _Optional[str] = ..., profile_ready: _Optional[_Union[ProfileReady, _Mapping]] = ..., sla_breach: _Optional[_Union[SlaBreach, _Mapping]] = ..., sla_resolved: _Optional[_Union[SlaResolved, _Mapping]] = ..., drift_detected: _Optional[_Union[DriftDetected, _Mapping]] = ..., search_started: _Optional[_Union[SearchStarted, _Mapping]] = ..., search_completed: _Optional[_Union[SearchCompleted, _Mapping]] = ..., trial_progress: _Optional[_Union[TrialProgress, _Mapping]] = ..., trial_completed: _Optional[_Union[TrialCompleted, _Mapping]] = ..., deploy_started: _Optional[_Union[DeployStarted, _Mapping]] = ..., deploy_canary_step: _Optional[_Union[DeployCanaryStep, _Mapping]] = ..., deploy_promoted: _Optional[_Union[DeployPromoted, _Mapping]] = ..., deploy_rolled_back: _Optional[_Union[DeployRolledBack, _Mapping]] = ..., endpoint_created: _Optional[_Union[EndpointCreated, _Mapping]] = ..., endpoint_updated: _Optional[_Union[EndpointUpdated, _Mapping]] = ..., endpoint_deleted: _Optional[_Union[EndpointDeleted, _Mapping]] = ..., service_poison_message: _Optional[_Union[ServicePoisonMessage, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., endpoint: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., source: _Optional[str] = ..., severity: _Optional[_Union[_common_pb2.Severity, str]] = ..., cause_id: _Optional[str] = ..., endpoint_uid: _Optional[str] = ..., profile_ready: _Optional[_Union[ProfileReady, _Mapping]] = ..., sla_breach: _Optional[_Union[SlaBreach, _Mapping]] = ..., sla_resolved: _Optional[_Union[SlaResolved, _Mapping]] = ..., drift_detected: _Optional[_Union[DriftDetected, _Mapping]] = ..., search_started: _Optional[_Union[SearchStarted, _Mapping]] = ..., search_completed: _Optional[_Union[SearchCompleted, _Mapping]] = ..., trial_progress: _Optional[_Union[TrialProgress, _Mapping]] = ..., trial_completed: _Optional[_Union[TrialCompleted, _Mapping]] = ..., deploy_started: _Optional[_Union[DeployStarted, _Mapping]] = ..., deploy_canary_step: _Optional[_Union[DeployCanaryStep, _Mapping]] = ..., deploy_promoted: _Optional[_Union[DeployPromoted, _Mapping]] = ..., deploy_rolled_back: _Optional[_Union[DeployRolledBack, _Mapping]] = ..., endpoint_created: _Optional[_Union[EndpointCreated, _Mapping]] = ..., endpoint_updated: _Optional[_Union[EndpointUpdated, _Mapping]] = ..., endpoint_deleted: _Optional[_Union[EndpointDeleted, _Mapping]] = ..., service_poison_message: _Optional[_Union[ServicePoisonMessage, _Mapping]] = ...) -> None: ...
 
 class Bottleneck(_message.Message):
     __slots__ = ("kind", "share", "detail")

@@ -28,41 +28,41 @@ from evertune.v1 import jobs_pb2 as evertune_dot_v1_dot_jobs__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n evertune/v1/search_service.proto\x12\x0b\x65vertune.v1\x1a\x1a\x65vertune/v1/endpoint.proto\x1a\x18\x65vertune/v1/events.proto\x1a\x16\x65vertune/v1/jobs.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x05\n\x06Search\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x12\n\nprofile_id\x18\x03 \x01(\t\x12\x18\n\x10hardware_classes\x18\x04 \x03(\t\x12\x14\n\x0ctrial_budget\x18\x05 \x01(\r\x12\'\n\x05state\x18\x06 \x01(\x0e\x32\x18.evertune.v1.SearchState\x12+\n\x07outcome\x18\x07 \x01(\x0e\x32\x1a.evertune.v1.SearchOutcome\x12\x18\n\x10trials_completed\x18\x08 \x01(\r\x12\x16\n\x0etrials_started\x18\t \x01(\r\x12\x1a\n\x12modeled_candidates\x18\n \x01(\r\x12\x35\n\x12\x62\x65st_engine_config\x18\x0b \x01(\x0b\x32\x19.evertune.v1.EngineConfig\x12\x15\n\rbest_trial_id\x18\x0c \x01(\t\x12/\n\x0c\x62\x65st_metrics\x18\r \x01(\x0b\x32\x19.evertune.v1.TrialMetrics\x12\x33\n\x10\x62\x61seline_metrics\x18\x0e \x01(\x0b\x32\x19.evertune.v1.TrialMetrics\x12\x10\n\x08verified\x18\x0f \x01(\x08\x12\x0f\n\x07trigger\x18\x10 \x01(\t\x12/\n\x0b\x63reate_time\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65rror\x18\x14 \x01(\t\x12\x0f\n\x07summary\x18\x15 \x01(\t\x12/\n\tobjective\x18\x16 \x01(\x0e\x32\x1c.evertune.v1.SearchObjective\"\xc3\x01\n\x12StartSearchRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x17\n\nprofile_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x10hardware_classes\x18\x04 \x03(\t\x12\x14\n\x0ctrial_budget\x18\x05 \x01(\r\x12/\n\tobjective\x18\x06 \x01(\x0e\x32\x1c.evertune.v1.SearchObjectiveB\r\n\x0b_profile_id\":\n\x13StartSearchResponse\x12#\n\x06search\x18\x01 \x01(\x0b\x32\x13.evertune.v1.Search\"%\n\x10GetSearchRequest\x12\x11\n\tsearch_id\x18\x01 \x01(\t\"8\n\x11GetSearchResponse\x12#\n\x06search\x18\x01 \x01(\x0b\x32\x13.evertune.v1.Search\"x\n\x13ListSearchesRequest\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12(\n\x06states\x18\x02 \x03(\x0e\x32\x18.evertune.v1.SearchState\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"V\n\x14ListSearchesResponse\x12%\n\x08searches\x18\x01 \x03(\x0b\x32\x13.evertune.v1.Search\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"8\n\x13\x43\x61ncelSearchRequest\x12\x11\n\tsearch_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\";\n\x14\x43\x61ncelSearchResponse\x12#\n\x06search\x18\x01 \x01(\x0b\x32\x13.evertune.v1.Search\"7\n\x12WatchSearchRequest\x12\x11\n\tsearch_id\x18\x01 \x01(\t\x12\x0e\n\x06replay\x18\x02 \x01(\x08\"\xcc\x01\n\x05Trial\x12+\n\x06result\x18\x01 \x01(\x0b\x32\x1b.evertune.v1.TrialCompleted\x12.\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ndeliveries\x18\x04 \x01(\r\x12\x10\n\x08log_tail\x18\x05 \x01(\t\x12\x12\n\nconfig_key\x18\x06 \x01(\t\"M\n\x11ListTrialsRequest\x12\x11\n\tsearch_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"Q\n\x12ListTrialsResponse\x12\"\n\x06trials\x18\x01 \x03(\x0b\x32\x12.evertune.v1.Trial\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*v\n\x0bSearchState\x12\x1c\n\x18SEARCH_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SEARCH_STATE_PENDING\x10\x01\x12\x18\n\x14SEARCH_STATE_RUNNING\x10\x02\x12\x15\n\x11SEARCH_STATE_DONE\x10\x03\x32\xec\x03\n\rSearchService\x12P\n\x0bStartSearch\x12\x1f.evertune.v1.StartSearchRequest\x1a .evertune.v1.StartSearchResponse\x12J\n\tGetSearch\x12\x1d.evertune.v1.GetSearchRequest\x1a\x1e.evertune.v1.GetSearchResponse\x12S\n\x0cListSearches\x12 .evertune.v1.ListSearchesRequest\x1a!.evertune.v1.ListSearchesResponse\x12S\n\x0c\x43\x61ncelSearch\x12 .evertune.v1.CancelSearchRequest\x1a!.evertune.v1.CancelSearchResponse\x12\x44\n\x0bWatchSearch\x12\x1f.evertune.v1.WatchSearchRequest\x1a\x12.evertune.v1.Event0\x01\x12M\n\nListTrials\x12\x1e.evertune.v1.ListTrialsRequest\x1a\x1f.evertune.v1.ListTrialsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n evertune/v1/search_service.proto\x12\x0b\x65vertune.v1\x1a\x1a\x65vertune/v1/endpoint.proto\x1a\x18\x65vertune/v1/events.proto\x1a\x16\x65vertune/v1/jobs.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x05\n\x06Search\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x12\n\nprofile_id\x18\x03 \x01(\t\x12\x18\n\x10hardware_classes\x18\x04 \x03(\t\x12\x14\n\x0ctrial_budget\x18\x05 \x01(\r\x12\'\n\x05state\x18\x06 \x01(\x0e\x32\x18.evertune.v1.SearchState\x12+\n\x07outcome\x18\x07 \x01(\x0e\x32\x1a.evertune.v1.SearchOutcome\x12\x18\n\x10trials_completed\x18\x08 \x01(\r\x12\x16\n\x0etrials_started\x18\t \x01(\r\x12\x1a\n\x12modeled_candidates\x18\n \x01(\r\x12\x35\n\x12\x62\x65st_engine_config\x18\x0b \x01(\x0b\x32\x19.evertune.v1.EngineConfig\x12\x15\n\rbest_trial_id\x18\x0c \x01(\t\x12/\n\x0c\x62\x65st_metrics\x18\r \x01(\x0b\x32\x19.evertune.v1.TrialMetrics\x12\x33\n\x10\x62\x61seline_metrics\x18\x0e \x01(\x0b\x32\x19.evertune.v1.TrialMetrics\x12\x10\n\x08verified\x18\x0f \x01(\x08\x12\x0f\n\x07trigger\x18\x10 \x01(\t\x12/\n\x0b\x63reate_time\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65rror\x18\x14 \x01(\t\x12\x0f\n\x07summary\x18\x15 \x01(\t\x12/\n\tobjective\x18\x16 \x01(\x0e\x32\x1c.evertune.v1.SearchObjective\x12\x14\n\x0c\x65ndpoint_uid\x18\x17 \x01(\t\"\xc3\x01\n\x12StartSearchRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x17\n\nprofile_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x10hardware_classes\x18\x04 \x03(\t\x12\x14\n\x0ctrial_budget\x18\x05 \x01(\r\x12/\n\tobjective\x18\x06 \x01(\x0e\x32\x1c.evertune.v1.SearchObjectiveB\r\n\x0b_profile_id\":\n\x13StartSearchResponse\x12#\n\x06search\x18\x01 \x01(\x0b\x32\x13.evertune.v1.Search\"%\n\x10GetSearchRequest\x12\x11\n\tsearch_id\x18\x01 \x01(\t\"8\n\x11GetSearchResponse\x12#\n\x06search\x18\x01 \x01(\x0b\x32\x13.evertune.v1.Search\"x\n\x13ListSearchesRequest\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12(\n\x06states\x18\x02 \x03(\x0e\x32\x18.evertune.v1.SearchState\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"V\n\x14ListSearchesResponse\x12%\n\x08searches\x18\x01 \x03(\x0b\x32\x13.evertune.v1.Search\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"8\n\x13\x43\x61ncelSearchRequest\x12\x11\n\tsearch_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\";\n\x14\x43\x61ncelSearchResponse\x12#\n\x06search\x18\x01 \x01(\x0b\x32\x13.evertune.v1.Search\"7\n\x12WatchSearchRequest\x12\x11\n\tsearch_id\x18\x01 \x01(\t\x12\x0e\n\x06replay\x18\x02 \x01(\x08\"\xcc\x01\n\x05Trial\x12+\n\x06result\x18\x01 \x01(\x0b\x32\x1b.evertune.v1.TrialCompleted\x12.\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ndeliveries\x18\x04 \x01(\r\x12\x10\n\x08log_tail\x18\x05 \x01(\t\x12\x12\n\nconfig_key\x18\x06 \x01(\t\"M\n\x11ListTrialsRequest\x12\x11\n\tsearch_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"Q\n\x12ListTrialsResponse\x12\"\n\x06trials\x18\x01 \x03(\x0b\x32\x12.evertune.v1.Trial\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*v\n\x0bSearchState\x12\x1c\n\x18SEARCH_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14SEARCH_STATE_PENDING\x10\x01\x12\x18\n\x14SEARCH_STATE_RUNNING\x10\x02\x12\x15\n\x11SEARCH_STATE_DONE\x10\x03\x32\xec\x03\n\rSearchService\x12P\n\x0bStartSearch\x12\x1f.evertune.v1.StartSearchRequest\x1a .evertune.v1.StartSearchResponse\x12J\n\tGetSearch\x12\x1d.evertune.v1.GetSearchRequest\x1a\x1e.evertune.v1.GetSearchResponse\x12S\n\x0cListSearches\x12 .evertune.v1.ListSearchesRequest\x1a!.evertune.v1.ListSearchesResponse\x12S\n\x0c\x43\x61ncelSearch\x12 .evertune.v1.CancelSearchRequest\x1a!.evertune.v1.CancelSearchResponse\x12\x44\n\x0bWatchSearch\x12\x1f.evertune.v1.WatchSearchRequest\x1a\x12.evertune.v1.Event0\x01\x12M\n\nListTrials\x12\x1e.evertune.v1.ListTrialsRequest\x1a\x1f.evertune.v1.ListTrialsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'evertune.v1.search_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEARCHSTATE']._serialized_start=1983
-  _globals['_SEARCHSTATE']._serialized_end=2101
+  _globals['_SEARCHSTATE']._serialized_start=2005
+  _globals['_SEARCHSTATE']._serialized_end=2123
   _globals['_SEARCH']._serialized_start=161
-  _globals['_SEARCH']._serialized_end=871
-  _globals['_STARTSEARCHREQUEST']._serialized_start=874
-  _globals['_STARTSEARCHREQUEST']._serialized_end=1069
-  _globals['_STARTSEARCHRESPONSE']._serialized_start=1071
-  _globals['_STARTSEARCHRESPONSE']._serialized_end=1129
-  _globals['_GETSEARCHREQUEST']._serialized_start=1131
-  _globals['_GETSEARCHREQUEST']._serialized_end=1168
-  _globals['_GETSEARCHRESPONSE']._serialized_start=1170
-  _globals['_GETSEARCHRESPONSE']._serialized_end=1226
-  _globals['_LISTSEARCHESREQUEST']._serialized_start=1228
-  _globals['_LISTSEARCHESREQUEST']._serialized_end=1348
-  _globals['_LISTSEARCHESRESPONSE']._serialized_start=1350
-  _globals['_LISTSEARCHESRESPONSE']._serialized_end=1436
-  _globals['_CANCELSEARCHREQUEST']._serialized_start=1438
-  _globals['_CANCELSEARCHREQUEST']._serialized_end=1494
-  _globals['_CANCELSEARCHRESPONSE']._serialized_start=1496
-  _globals['_CANCELSEARCHRESPONSE']._serialized_end=1555
-  _globals['_WATCHSEARCHREQUEST']._serialized_start=1557
-  _globals['_WATCHSEARCHREQUEST']._serialized_end=1612
-  _globals['_TRIAL']._serialized_start=1615
-  _globals['_TRIAL']._serialized_end=1819
-  _globals['_LISTTRIALSREQUEST']._serialized_start=1821
-  _globals['_LISTTRIALSREQUEST']._serialized_end=1898
-  _globals['_LISTTRIALSRESPONSE']._serialized_start=1900
-  _globals['_LISTTRIALSRESPONSE']._serialized_end=1981
-  _globals['_SEARCHSERVICE']._serialized_start=2104
-  _globals['_SEARCHSERVICE']._serialized_end=2596
+  _globals['_SEARCH']._serialized_end=893
+  _globals['_STARTSEARCHREQUEST']._serialized_start=896
+  _globals['_STARTSEARCHREQUEST']._serialized_end=1091
+  _globals['_STARTSEARCHRESPONSE']._serialized_start=1093
+  _globals['_STARTSEARCHRESPONSE']._serialized_end=1151
+  _globals['_GETSEARCHREQUEST']._serialized_start=1153
+  _globals['_GETSEARCHREQUEST']._serialized_end=1190
+  _globals['_GETSEARCHRESPONSE']._serialized_start=1192
+  _globals['_GETSEARCHRESPONSE']._serialized_end=1248
+  _globals['_LISTSEARCHESREQUEST']._serialized_start=1250
+  _globals['_LISTSEARCHESREQUEST']._serialized_end=1370
+  _globals['_LISTSEARCHESRESPONSE']._serialized_start=1372
+  _globals['_LISTSEARCHESRESPONSE']._serialized_end=1458
+  _globals['_CANCELSEARCHREQUEST']._serialized_start=1460
+  _globals['_CANCELSEARCHREQUEST']._serialized_end=1516
+  _globals['_CANCELSEARCHRESPONSE']._serialized_start=1518
+  _globals['_CANCELSEARCHRESPONSE']._serialized_end=1577
+  _globals['_WATCHSEARCHREQUEST']._serialized_start=1579
+  _globals['_WATCHSEARCHREQUEST']._serialized_end=1634
+  _globals['_TRIAL']._serialized_start=1637
+  _globals['_TRIAL']._serialized_end=1841
+  _globals['_LISTTRIALSREQUEST']._serialized_start=1843
+  _globals['_LISTTRIALSREQUEST']._serialized_end=1920
+  _globals['_LISTTRIALSRESPONSE']._serialized_start=1922
+  _globals['_LISTTRIALSRESPONSE']._serialized_end=2003
+  _globals['_SEARCHSERVICE']._serialized_start=2126
+  _globals['_SEARCHSERVICE']._serialized_end=2618
 # @@protoc_insertion_point(module_scope)

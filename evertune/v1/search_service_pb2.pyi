@@ -25,7 +25,7 @@ SEARCH_STATE_RUNNING: SearchState
 SEARCH_STATE_DONE: SearchState
 
 class Search(_message.Message):
-    __slots__ = ("id", "endpoint", "profile_id", "hardware_classes", "trial_budget", "state", "outcome", "trials_completed", "trials_started", "modeled_candidates", "best_engine_config", "best_trial_id", "best_metrics", "baseline_metrics", "verified", "trigger", "create_time", "update_time", "end_time", "error", "summary", "objective")
+    __slots__ = ("id", "endpoint", "profile_id", "hardware_classes", "trial_budget", "state", "outcome", "trials_completed", "trials_started", "modeled_candidates", "best_engine_config", "best_trial_id", "best_metrics", "baseline_metrics", "verified", "trigger", "create_time", "update_time", "end_time", "error", "summary", "objective", "endpoint_uid")
     ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class Search(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_UID_FIELD_NUMBER: _ClassVar[int]
     id: str
     endpoint: str
     profile_id: str
@@ -70,7 +71,8 @@ class Search(_message.Message):
     error: str
     summary: str
     objective: _endpoint_pb2.SearchObjective
-    def __init__(self, id: _Optional[str] = ..., endpoint: _Optional[str] = ..., profile_id: _Optional[str] = ..., hardware_classes: _Optional[_Iterable[str]] = ..., trial_budget: _Optional[int] = ..., state: _Optional[_Union[SearchState, str]] = ..., outcome: _Optional[_Union[_events_pb2.SearchOutcome, str]] = ..., trials_completed: _Optional[int] = ..., trials_started: _Optional[int] = ..., modeled_candidates: _Optional[int] = ..., best_engine_config: _Optional[_Union[_endpoint_pb2.EngineConfig, _Mapping]] = ..., best_trial_id: _Optional[str] = ..., best_metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., baseline_metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., verified: _Optional[bool] = ..., trigger: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., summary: _Optional[str] = ..., objective: _Optional[_Union[_endpoint_pb2.SearchObjective, str]] = ...) -> None: ...
+    endpoint_uid: str
+    def __init__(self, id: _Optional[str] = ..., endpoint: _Optional[str] = ..., profile_id: _Optional[str] = ..., hardware_classes: _Optional[_Iterable[str]] = ..., trial_budget: _Optional[int] = ..., state: _Optional[_Union[SearchState, str]] = ..., outcome: _Optional[_Union[_events_pb2.SearchOutcome, str]] = ..., trials_completed: _Optional[int] = ..., trials_started: _Optional[int] = ..., modeled_candidates: _Optional[int] = ..., best_engine_config: _Optional[_Union[_endpoint_pb2.EngineConfig, _Mapping]] = ..., best_trial_id: _Optional[str] = ..., best_metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., baseline_metrics: _Optional[_Union[_jobs_pb2.TrialMetrics, _Mapping]] = ..., verified: _Optional[bool] = ..., trigger: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., summary: _Optional[str] = ..., objective: _Optional[_Union[_endpoint_pb2.SearchObjective, str]] = ..., endpoint_uid: _Optional[str] = ...) -> None: ...
 
 class StartSearchRequest(_message.Message):
     __slots__ = ("request_id", "endpoint", "profile_id", "hardware_classes", "trial_budget", "objective")

@@ -17,7 +17,7 @@ API_CHAT: Api
 API_COMPLETIONS: Api
 
 class RequestRecord(_message.Message):
-    __slots__ = ("request_id", "endpoint", "deployment", "start_time_unix_ns", "api", "model", "stream", "status_code", "error_class", "ttft_ms", "e2e_ms", "itl_ms", "prompt_tokens", "cached_tokens", "completion_tokens", "prefix_hashes", "client_disconnected", "upstream_ttft_ms", "prefix_block_tokens")
+    __slots__ = ("request_id", "endpoint", "deployment", "start_time_unix_ns", "api", "model", "stream", "status_code", "error_class", "ttft_ms", "e2e_ms", "itl_ms", "prompt_tokens", "cached_tokens", "completion_tokens", "prefix_hashes", "client_disconnected", "upstream_ttft_ms", "prefix_block_tokens", "endpoint_uid")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class RequestRecord(_message.Message):
     CLIENT_DISCONNECTED_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_TTFT_MS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_BLOCK_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_UID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     endpoint: str
     deployment: str
@@ -56,7 +57,8 @@ class RequestRecord(_message.Message):
     client_disconnected: bool
     upstream_ttft_ms: float
     prefix_block_tokens: int
-    def __init__(self, request_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., deployment: _Optional[str] = ..., start_time_unix_ns: _Optional[int] = ..., api: _Optional[_Union[Api, str]] = ..., model: _Optional[str] = ..., stream: _Optional[bool] = ..., status_code: _Optional[int] = ..., error_class: _Optional[str] = ..., ttft_ms: _Optional[float] = ..., e2e_ms: _Optional[float] = ..., itl_ms: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., client_disconnected: _Optional[bool] = ..., upstream_ttft_ms: _Optional[float] = ..., prefix_block_tokens: _Optional[int] = ...) -> None: ...
+    endpoint_uid: str
+    def __init__(self, request_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., deployment: _Optional[str] = ..., start_time_unix_ns: _Optional[int] = ..., api: _Optional[_Union[Api, str]] = ..., model: _Optional[str] = ..., stream: _Optional[bool] = ..., status_code: _Optional[int] = ..., error_class: _Optional[str] = ..., ttft_ms: _Optional[float] = ..., e2e_ms: _Optional[float] = ..., itl_ms: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., prefix_hashes: _Optional[_Iterable[int]] = ..., client_disconnected: _Optional[bool] = ..., upstream_ttft_ms: _Optional[float] = ..., prefix_block_tokens: _Optional[int] = ..., endpoint_uid: _Optional[str] = ...) -> None: ...
 
 class RequestRecordBatch(_message.Message):
     __slots__ = ("records", "batch_id", "source")

@@ -171,7 +171,11 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             stored = await self.deployer.state.get_endpoint(endpoint)
             if stored is None:
                 return None
-            return Incarnation(tenant=stored.spec.tenant, created=stored.create_time.ToDatetime(tzinfo=UTC))
+            return Incarnation(
+                tenant=stored.spec.tenant,
+                created=stored.create_time.ToDatetime(tzinfo=UTC),
+                uid=stored.uid,
+            )
 
         async def live() -> None:  # initial metadata tells the client the watch is live
             await context.send_initial_metadata(())

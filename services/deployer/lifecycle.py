@@ -23,7 +23,7 @@ from evertune.deployer.validation import (
     page_token,
     update_command,
 )
-from evertune.deployer.workspace import Workspace, new_deployment_id
+from evertune.deployer.workspace import Workspace, new_deployment_id, new_endpoint_uid
 
 from evertune.errors import (
     AlreadyExists,
@@ -98,6 +98,7 @@ class Lifecycle:
             fingerprint=command.fingerprint,
             endpoint=spec.name,
             deployment_id=new_deployment_id(),
+            endpoint_uid=new_endpoint_uid(),
         )
         target = Target(
             deployment_id=record.deployment_id,
@@ -119,7 +120,10 @@ class Lifecycle:
                 return endpoint, deployment
         now = self.state.clock()
         endpoint = endpoint_pb2.Endpoint(
-            spec=endpoint_spec_proto(spec), state=D.ENDPOINT_STATE_PROVISIONING, revision=1
+            spec=endpoint_spec_proto(spec),
+            state=D.ENDPOINT_STATE_PROVISIONING,
+            revision=1,
+            uid=record.endpoint_uid or new_endpoint_uid(),
         )
         endpoint.create_time.FromDatetime(now)
         endpoint.update_time.FromDatetime(now)
@@ -138,7 +142,10 @@ class Lifecycle:
             await self.state.create_deployment(deployment)
         await self.state.begin_rollout(spec.name, deployment.id)
         await self.state.emit(
-            EventKind.ENDPOINT_CREATED, spec.name, events_pb2.EndpointCreated(endpoint=endpoint)
+            EventKind.ENDPOINT_CREATED,
+            spec.name,
+            events_pb2.EndpointCreated(endpoint=endpoint),
+            endpoint_uid=endpoint.uid,
         )
         await self.work.emit_started(deployment, trigger=events_pb2.DEPLOY_TRIGGER_INITIAL)
         self.work.spawn(spec.name, self.rollouts.roll_out(spec.name, deployment.id), name="provision")
@@ -149,6 +156,8 @@ class Lifecycle:
         stored = await self.state.get_endpoint(spec.name)
         if stored is None or stored.spec != endpoint_spec_proto(spec):
             return False
+        if record.endpoint_uid and stored.uid != record.endpoint_uid:
+            return False  # the name was deleted and created again since
         initial = [
             d for d in await self.state.list_deployments(spec.name) if d.origin == D.DEPLOYMENT_ORIGIN_INITIAL
         ]
@@ -231,6 +240,7 @@ class Lifecycle:
                     events_pb2.EndpointDeleted(
                         name=name, tenant=endpoint.spec.tenant, revision=endpoint.revision
                     ),
+                    endpoint_uid=endpoint.uid,
                 )
             log.info("endpoint deleted", endpoint=name)
         self.work.forget(name)

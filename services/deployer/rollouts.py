@@ -270,7 +270,9 @@ class Rollouts:
         if self.winners is None:
             log.warning("no store to read the search back from: its winner is not rolled out", **where)
             return
-        refusal = await self.winners.refusal(endpoint=name, model=model, pool=pool, done=done)
+        refusal = await self.winners.refusal(
+            endpoint=name, endpoint_uid=endpoint.uid, model=model, pool=pool, done=done
+        )
         if refusal:
             log.warning("search winner not confirmed by the store: not rolled out", **where, reason=refusal)
             return

@@ -65,6 +65,7 @@ class RequestRecord:
     fingerprint: str  #: sha256 of the normalized request
     endpoint: str  #: endpoint concerned
     deployment_id: str  #: the deployment the first call made (or restored)
+    endpoint_uid: str = ""  #: the endpoint id a create gave (a retry finishes the same endpoint)
 
 
 @dataclass(frozen=True)
@@ -413,9 +414,14 @@ class State:
         *,
         severity: common_pb2.Severity | None = None,
         cause_id: str = "",
+        endpoint_uid: str | None = None,
     ) -> events_pb2.Event:
         """Publish one event (Nats-Msg-Id = its id). A failed publish is logged, not raised: the
-        state change it reports is already stored."""
+        state change it reports is already stored. The event carries the endpoint's id:
+        `endpoint_uid`, else the stored endpoint's (none once it is gone)."""
+        if endpoint_uid is None:
+            stored = await self.get_endpoint(endpoint) if endpoint else None
+            endpoint_uid = stored.uid if stored is not None else ""
         event = new_event(
             kind,
             endpoint=endpoint,
@@ -423,6 +429,7 @@ class State:
             payload_message=payload,
             severity=severity,
             cause_id=cause_id,
+            endpoint_uid=endpoint_uid,
         )
         try:
             await publish_event(self.js, event)

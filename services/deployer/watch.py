@@ -5,10 +5,11 @@ beyond one and the severity floor are filtered here. A caller scoped to a tenant
 endpoint sees only its tenant's endpoints' events (no system events).
 
 Names are reused: tenant B deletes "foo", tenant A creates "foo". So an event belongs to the
-endpoint incarnation that existed when it happened: a scoped caller sees it only when the endpoint
-of that name now is its tenant's AND was created no later than the event (A never reads B's
-history), and the owner is read again whenever an event is newer than the last look (B's open
-watch stops at A's first event, whatever kinds it filters).
+endpoint it is about, by its immutable id (`Event.endpoint_uid`): a scoped caller sees it only when
+the endpoint of that name now is its tenant's AND has that id (A never reads B's history). An event
+without an id (written before endpoints had ids) belongs to the endpoint of its name that existed
+when it happened: created no later than the event. The endpoint is read again whenever an event is
+newer than the last look (B's open watch stops at A's first event, whatever kinds it filters).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Incarnation:
 
     tenant: str  #: its owner
     created: datetime  #: when it was created (UTC)
+    uid: str  #: its immutable id (Endpoint.uid)
 
 
 #: The endpoint stored under a name now, None when there is none.
@@ -77,7 +79,11 @@ class TenantScope:
             looked = (await self._incarnation_of(event.endpoint), self._clock())
             self._looked[event.endpoint] = looked
         current = looked[0]
-        return current is not None and self.caller.sees(current.tenant) and happened >= current.created
+        if current is None or not self.caller.sees(current.tenant):
+            return False
+        if event.endpoint_uid:
+            return event.endpoint_uid == current.uid
+        return happened >= current.created
 
 
 async def watch(

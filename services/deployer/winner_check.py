@@ -37,6 +37,7 @@ class StoredSearch:
     """What the `searches` table says of a search (its latest revision)."""
 
     endpoint: str  #: the endpoint it searched for
+    endpoint_uid: str  #: that endpoint's immutable id ("" for a search stored before ids)
     outcome: str  #: "winner", "no_improvement", "failed", ...
 
 
@@ -52,18 +53,25 @@ class StoredTrial:
 def winner_refusal(
     *,
     endpoint: str,
+    endpoint_uid: str,
     model: str,
     pool: str,
     done: events_pb2.SearchCompleted,
     search: StoredSearch | None,
     trial: StoredTrial | None,
 ) -> str:
-    """Why the winner of `done` (about `endpoint`, whose model is `model`, served from hardware
-    class `pool`) may not be rolled out by what the store holds; "" when it may."""
+    """Why the winner of `done` (about `endpoint`, whose immutable id is `endpoint_uid` and model
+    `model`, served from hardware class `pool`) may not be rolled out by what the store holds; ""
+    when it may."""
     if search is None:
         return f"search {done.search_id} is not in the store"
     if search.endpoint != endpoint:
         return f"search {done.search_id} belongs to endpoint {search.endpoint!r}, not {endpoint!r}"
+    if search.endpoint_uid != endpoint_uid:
+        return (
+            f"search {done.search_id} was started on an earlier endpoint named {endpoint!r} "
+            f"(id {search.endpoint_uid or 'none'}), not on this one ({endpoint_uid})"
+        )
     if search.outcome != "winner":
         return f"search {done.search_id} ended {search.outcome!r} in the store, not with a winner"
     if not done.winner_trial_id:
@@ -106,11 +114,14 @@ class StoredWinners:
 
     async def search(self, search_id: str) -> StoredSearch | None:
         rows = await self.store.query(
-            "SELECT endpoint, outcome FROM searches FINAL WHERE search_id = {s:String} "
+            "SELECT endpoint, endpoint_uid, outcome FROM searches FINAL WHERE search_id = {s:String} "
             "ORDER BY revision DESC LIMIT 1",
             {"s": search_id},
         )
-        return StoredSearch(endpoint=str(rows[0][0]), outcome=str(rows[0][1])) if rows else None
+        if not rows:
+            return None
+        endpoint, uid, outcome = rows[0]
+        return StoredSearch(endpoint=str(endpoint), endpoint_uid=str(uid), outcome=str(outcome))
 
     async def trial(self, trial_id: str) -> StoredTrial | None:
         rows = await self.store.query(
@@ -126,10 +137,18 @@ class StoredWinners:
             return None
         return StoredTrial(endpoint=str(endpoint), completed=completed, simulated=bool(simulated))
 
-    async def refusal(self, *, endpoint: str, model: str, pool: str, done: events_pb2.SearchCompleted) -> str:
+    async def refusal(
+        self, *, endpoint: str, endpoint_uid: str, model: str, pool: str, done: events_pb2.SearchCompleted
+    ) -> str:
         """`winner_refusal` of `done` against the rows the store holds."""
         search = await self.search(done.search_id)
         trial = await self.trial(done.winner_trial_id) if done.winner_trial_id else None
         return winner_refusal(
-            endpoint=endpoint, model=model, pool=pool, done=done, search=search, trial=trial
+            endpoint=endpoint,
+            endpoint_uid=endpoint_uid,
+            model=model,
+            pool=pool,
+            done=done,
+            search=search,
+            trial=trial,
         )

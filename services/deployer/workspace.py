@@ -41,6 +41,11 @@ def new_deployment_id() -> str:
     return f"dep-{uuid.uuid4().hex[:12]}"
 
 
+def new_endpoint_uid() -> str:
+    """A fresh immutable endpoint id (96 random bits: never reused in practice)."""
+    return f"ep-{uuid.uuid4().hex[:24]}"
+
+
 class Workspace:
     """The deployer's shared machinery. One instance per deployer process."""
 
@@ -197,6 +202,7 @@ class Workspace:
         weights; the records (what ListDeployments shows) follow it."""
         endpoint = await self.state.get_endpoint(name)
         tenant = endpoint.spec.tenant if endpoint is not None else ""
+        uid = endpoint.uid if endpoint is not None else ""
         before: dict[str, int] = {}
         after: dict[str, int] = {}
 
@@ -213,6 +219,7 @@ class Workspace:
                 revision=table.revision,
                 now=self.state.clock(),
                 tenant=tenant or table.tenant,
+                endpoint_uid=uid or table.endpoint_uid,
             )
 
         table = await self.state.change_routes(name, change)

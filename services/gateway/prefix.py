@@ -8,8 +8,10 @@ partial block is never reused from an engine's prefix cache). The chain is
     h_0 = HMAC-SHA256(key, tokens of block 0)[:8]
     h_i = HMAC-SHA256(key, h_{i-1} || tokens of block i)[:8]
 
-with tokens as little-endian uint32 and `key = HMAC-SHA256(secret, endpoint)`: equal chains mean
-equal token prefixes within one endpoint, and nothing can be compared across endpoints.
+with tokens as little-endian uint32 and `key = HMAC-SHA256(secret, endpoint id)`: equal chains mean
+equal token prefixes within one endpoint, and nothing can be compared across endpoints, nor
+between an endpoint and a later one created under the same name (the id is `Endpoint.uid`, new at
+every create; a route table without one keys by the name).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ BOS = "<|begin|>"  #: the chat template's first token
 EOS = "<|end|>"  #: the end of one message
 
 
-def endpoint_key(secret: bytes, endpoint: str) -> bytes:
-    """The endpoint's hashing key: HMAC-SHA256(secret, endpoint name)."""
-    return hmac.new(secret, endpoint.encode(), hashlib.sha256).digest()
+def endpoint_key(secret: bytes, endpoint_uid: str) -> bytes:
+    """The endpoint's hashing key: HMAC-SHA256(secret, the endpoint's immutable id)."""
+    return hmac.new(secret, endpoint_uid.encode(), hashlib.sha256).digest()
 
 
 def chain_hashes(key: bytes, token_ids: Sequence[int], block: int) -> list[int]:

@@ -244,6 +244,7 @@ class Proxy:
             if table is None or not who.sees(table.tenant):  # another tenant's: answered as unknown
                 return self._error(obs, 404, unknown_model(obs.model), code="model_not_found")
             obs.endpoint = endpoint = table.endpoint
+            obs.endpoint_uid = table.endpoint_uid
             busy = self.endpoint_in_flight.get(endpoint, 0)
             if busy >= self.settings.max_in_flight_per_endpoint:
                 message = f"endpoint {endpoint} is at its limit of {busy} requests in flight"

@@ -87,9 +87,8 @@ def hash_prompts(items: Sequence[Pending], tokenizer: Tokenizer | None, secret: 
     keys: dict[str, bytes] = {}
     for i, tokens in ids.items():
         record = items[i].record
-        key = keys.get(record.endpoint) or keys.setdefault(
-            record.endpoint, endpoint_key(secret, record.endpoint)
-        )
+        owner = record.endpoint_uid or record.endpoint  # a table without an id: the name
+        key = keys.get(owner) or keys.setdefault(owner, endpoint_key(secret, owner))
         hashes = chain_hashes(key, tokens, block)
         if hashes:
             record.prefix_hashes.extend(hashes)

@@ -28,6 +28,7 @@ class Observation:
     received: float  #: perf_counter at receipt
     api: telemetry_pb2.Api = telemetry_pb2.API_UNSPECIFIED  #: `Api` enum value
     endpoint: str = ""  #: endpoint name, once known to exist
+    endpoint_uid: str = ""  #: the endpoint's immutable id, from its route table
     model: str = ""  #: `model` as the client sent it
     stream: bool = False  #: the client asked for a stream
     deployment: str = ""  #: chosen deployment id
@@ -55,6 +56,7 @@ def build_record(obs: Observation) -> telemetry_pb2.RequestRecord:
     return telemetry_pb2.RequestRecord(
         request_id=obs.request_id,
         endpoint=obs.endpoint,
+        endpoint_uid=obs.endpoint_uid,
         deployment=obs.deployment,
         start_time_unix_ns=obs.start_time_unix_ns,
         api=obs.api,

@@ -3,6 +3,13 @@
 `ready_message` is the one conversion of a `WorkloadProfile` to the wire (`ProfileReady` with its
 `WorkloadSummary` and `Bottleneck`s). `save` writes a `StoredProfile` (idempotent per profile id);
 `latest`, `by_id` and `by_cause` read them back; `next_version` numbers an endpoint's profiles.
+
+A profile belongs to an endpoint id (`endpoint_uid`, Endpoint.uid), not only to a name: a name
+deleted and created again has a new id, and `latest`, `by_cause` and `known_endpoint` given an id
+answer only that id's profiles. Versions still count per name (1, 2, ... across every id the name
+has had: the simplest numbering that stays unique per name), so the new endpoint's first profile
+may be version 5. Profiles stored before endpoints had ids (migration 0006) have '' and belong to
+no id: a lookup with a (non-empty) id never returns them; only the id '' or no id at all does.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ TABLE = "profiles"
 
 COLUMNS: tuple[str, ...] = (
     "endpoint",
+    "endpoint_uid",
     "version",
     "profile_id",
     "created",
@@ -42,7 +50,7 @@ class StoredProfile:
     """One row of `profiles`: a profile, its announcement and its trace."""
 
     endpoint: str  #: endpoint name
-    version: int  #: 1, 2, ... per endpoint
+    version: int  #: 1, 2, ... per endpoint name (across its ids)
     profile_id: str  #: unique id ("prof-" + hex)
     created: datetime  #: when it was built (UTC)
     trigger: str  #: "schedule", "drift" or "api"
@@ -51,6 +59,7 @@ class StoredProfile:
     profile: WorkloadProfile  #: every figure
     trace_jsonl: str  #: the replayable trace, JSON lines
     trace_sha256: str  #: SHA-256 (hex) of `trace_jsonl`
+    endpoint_uid: str = ""  #: the endpoint id whose requests it describes ('' before endpoints had ids)
 
 
 def trace_uri(database: str, profile_id: str) -> str:
@@ -113,7 +122,8 @@ def ready_message(
 
 
 async def next_version(store: Store, endpoint: str) -> int:
-    """The version the endpoint's next profile gets (1 for its first)."""
+    """The version the endpoint's next profile gets (1 for its first). Counted per name, across
+    every endpoint id the name has had (a re-created name goes on from the old one's versions)."""
     result = await store.query(
         f"SELECT max(version) FROM {TABLE} WHERE endpoint = {{endpoint:String}}", {"endpoint": endpoint}
     )
@@ -124,6 +134,7 @@ async def save(store: Store, stored: StoredProfile) -> None:
     """Write a profile; a retry with the same profile id is written once."""
     row: list[Any] = [
         stored.endpoint,
+        stored.endpoint_uid,
         stored.version,
         stored.profile_id,
         stored.created,
@@ -147,6 +158,7 @@ def _stored(row: tuple[Any, ...]) -> StoredProfile:
     values = dict(zip(COLUMNS, row, strict=True))
     return StoredProfile(
         endpoint=str(values["endpoint"]),
+        endpoint_uid=str(values["endpoint_uid"]),
         version=int(values["version"]),
         profile_id=str(values["profile_id"]),
         created=values["created"],
@@ -159,11 +171,20 @@ def _stored(row: tuple[Any, ...]) -> StoredProfile:
     )
 
 
-async def latest(store: Store, endpoint: str) -> StoredProfile | None:
-    """The endpoint's newest profile (highest version), or None."""
+def _uid_filter(endpoint_uid: str | None) -> tuple[str, dict[str, Any]]:
+    """The SQL condition (with its parameters) for "of the endpoint id", or none for None."""
+    if endpoint_uid is None:
+        return "", {}
+    return " AND endpoint_uid = {uid:String}", {"uid": endpoint_uid}
+
+
+async def latest(store: Store, endpoint: str, *, endpoint_uid: str | None = None) -> StoredProfile | None:
+    """The endpoint's newest profile (highest version), or None; with `endpoint_uid`, the newest of
+    that endpoint id only (None when that id has none, whatever other ids of the name have)."""
+    where, params = _uid_filter(endpoint_uid)
     result = await store.query(
-        f"{_SELECT} WHERE endpoint = {{endpoint:String}} ORDER BY version DESC LIMIT 1",
-        {"endpoint": endpoint},
+        f"{_SELECT} WHERE endpoint = {{endpoint:String}}{where} ORDER BY version DESC LIMIT 1",
+        {"endpoint": endpoint, **params},
     )
     return _stored(result[0]) if result else None
 
@@ -174,19 +195,25 @@ async def by_id(store: Store, profile_id: str) -> StoredProfile | None:
     return _stored(result[0]) if result else None
 
 
-async def by_cause(store: Store, endpoint: str, cause_id: str) -> StoredProfile | None:
-    """The endpoint's profile built because of the event `cause_id`, or None."""
+async def by_cause(
+    store: Store, endpoint: str, cause_id: str, *, endpoint_uid: str | None = None
+) -> StoredProfile | None:
+    """The endpoint's profile built because of the event `cause_id` (of `endpoint_uid` when given),
+    or None."""
+    where, params = _uid_filter(endpoint_uid)
     result = await store.query(
-        f"{_SELECT} WHERE endpoint = {{endpoint:String}} AND cause_id = {{cause:String}} "
+        f"{_SELECT} WHERE endpoint = {{endpoint:String}} AND cause_id = {{cause:String}}{where} "
         "ORDER BY version DESC LIMIT 1",
-        {"endpoint": endpoint, "cause": cause_id},
+        {"endpoint": endpoint, "cause": cause_id, **params},
     )
     return _stored(result[0]) if result else None
 
 
-async def known_endpoint(store: Store, endpoint: str) -> bool:
-    """Whether any profile of the endpoint is stored."""
+async def known_endpoint(store: Store, endpoint: str, *, endpoint_uid: str | None = None) -> bool:
+    """Whether any profile of the endpoint (of `endpoint_uid` when given) is stored."""
+    where, params = _uid_filter(endpoint_uid)
     result = await store.query(
-        f"SELECT count() FROM {TABLE} WHERE endpoint = {{endpoint:String}}", {"endpoint": endpoint}
+        f"SELECT count() FROM {TABLE} WHERE endpoint = {{endpoint:String}}{where}",
+        {"endpoint": endpoint, **params},
     )
     return int(result.scalar() or 0) > 0

@@ -244,6 +244,9 @@ class WorkloadProfile:
     bottleneck: BottleneckReport = NO_BOTTLENECK  #: where TTFT goes
     layout: int = LAYOUT_VERSION  #: version of this layout
     extra: dict[str, str] = field(default_factory=dict)  #: free notes (e.g. why engine metrics were not used)
+    #: the endpoint id (Endpoint.uid) whose requests it describes; '' for requests recorded before
+    #: endpoints had ids (and for profiles stored then)
+    endpoint_uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -483,15 +486,18 @@ def build_profile(
     config: ProfileConfig,
     bottleneck: BottleneckReport = NO_BOTTLENECK,
     structure: Structure | None = None,
+    endpoint_uid: str = "",
 ) -> WorkloadProfile:
-    """The profile of a window from its aggregates and its (most recent) request samples."""
+    """The profile of a window from its aggregates and its (most recent) request samples, all of
+    the endpoint id `endpoint_uid`."""
     if structure is None:
         structure = chain_structure(samples, horizon_s=config.horizon_s)
     empty_reason = ""
     if aggregates.requests == 0:
         span = window_end - window_start
         empty_reason = (
-            f"no telemetry for endpoint {endpoint!r} between {window_start:%Y-%m-%d %H:%M:%S} and "
+            f"no telemetry for endpoint {endpoint!r}{f' (id {endpoint_uid})' if endpoint_uid else ''} "
+            f"between {window_start:%Y-%m-%d %H:%M:%S} and "
             f"{window_end:%Y-%m-%d %H:%M:%S} UTC ({_span(span)})"
         )
     return WorkloadProfile(
@@ -513,6 +519,7 @@ def build_profile(
             errors=aggregates.errors,
         ),
         bottleneck=bottleneck,
+        endpoint_uid=endpoint_uid,
     )
 
 

@@ -1,10 +1,18 @@
 """Read-side queries over the `requests` table, for profiles, reports and the watch work.
 
 Every function takes a `Store` and a window `[since, until)` (UTC datetimes) and optionally one
-endpoint (None: all endpoints); the profile queries (`window_aggregates`, `request_samples`) take
-one endpoint. Percentiles use ClickHouse's `quantiles` (reservoir sampling, exact
-up to 8192 values per group, linear interpolation between values); ITL percentiles are over every
-inter-token gap of the group's requests (the `-Array` combinator). Latencies are ms.
+endpoint (None: all endpoints) and one endpoint id (`endpoint_uid`, None: every id). The profile
+queries (`window_aggregates`, `request_samples`) take one endpoint and its id, and read only the rows
+recorded under that id (`endpoint = name AND endpoint_uid = uid`): a name deleted and created again
+has a new id, and the new endpoint's profile never mixes in the old one's requests.
+`newest_endpoint_uid` and `newest_uids` say which id a name's newest request was recorded under.
+
+Rows recorded before endpoints had ids (migration 0006) have `endpoint_uid` '' and belong to no id:
+a query with a (non-empty) id never returns them; only the id '' selects them.
+
+Percentiles use ClickHouse's `quantiles` (reservoir sampling, exact up to 8192 values per group,
+linear interpolation between values); ITL percentiles are over every inter-token gap of the group's
+requests (the `-Array` combinator). Latencies are ms.
 """
 
 from __future__ import annotations
@@ -91,16 +99,32 @@ class ErrorCount:
 
 
 _WINDOW = "ts >= {since:DateTime64(6, 'UTC')} AND ts < {until:DateTime64(6, 'UTC')}"
-_ENDPOINT = " AND ({endpoint:String} = '' OR endpoint = {endpoint:String})"
+_ENDPOINT = (
+    " AND ({endpoint:String} = '' OR endpoint = {endpoint:String})"
+    " AND ({any_uid:UInt8} = 1 OR endpoint_uid = {endpoint_uid:String})"
+)
 _Q = "0.5, 0.9, 0.99"
 
 
-def _params(since: datetime, until: datetime, endpoint: str | None) -> dict[str, Any]:
-    return {"since": since, "until": until, "endpoint": endpoint or ""}
+def _params(
+    since: datetime, until: datetime, endpoint: str | None, endpoint_uid: str | None = None
+) -> dict[str, Any]:
+    return {
+        "since": since,
+        "until": until,
+        "endpoint": endpoint or "",
+        "any_uid": int(endpoint_uid is None),
+        "endpoint_uid": endpoint_uid or "",
+    }
 
 
 async def latency_per_minute(
-    store: Store, since: datetime, until: datetime, *, endpoint: str | None = None
+    store: Store,
+    since: datetime,
+    until: datetime,
+    *,
+    endpoint: str | None = None,
+    endpoint_uid: str | None = None,
 ) -> list[MinuteLatency]:
     """TTFT and ITL percentiles per minute, endpoint and deployment, oldest first."""
     sql = f"""
@@ -110,7 +134,7 @@ async def latency_per_minute(
         FROM requests WHERE {_WINDOW}{_ENDPOINT}
         GROUP BY minute, endpoint, deployment ORDER BY minute, endpoint, deployment
     """
-    result = await store.query(sql, _params(since, until, endpoint))
+    result = await store.query(sql, _params(since, until, endpoint, endpoint_uid))
     return [
         MinuteLatency(
             minute=minute,
@@ -125,7 +149,12 @@ async def latency_per_minute(
 
 
 async def rate_per_minute(
-    store: Store, since: datetime, until: datetime, *, endpoint: str | None = None
+    store: Store,
+    since: datetime,
+    until: datetime,
+    *,
+    endpoint: str | None = None,
+    endpoint_uid: str | None = None,
 ) -> list[MinuteRate]:
     """Requests per minute, endpoint and deployment (minutes without requests are absent)."""
     sql = f"""
@@ -134,7 +163,7 @@ async def rate_per_minute(
         FROM requests WHERE {_WINDOW}{_ENDPOINT}
         GROUP BY minute, endpoint, deployment ORDER BY minute, endpoint, deployment
     """
-    result = await store.query(sql, _params(since, until, endpoint))
+    result = await store.query(sql, _params(since, until, endpoint, endpoint_uid))
     return [
         MinuteRate(
             minute=minute,
@@ -149,7 +178,12 @@ async def rate_per_minute(
 
 
 async def length_distribution(
-    store: Store, since: datetime, until: datetime, *, endpoint: str | None = None
+    store: Store,
+    since: datetime,
+    until: datetime,
+    *,
+    endpoint: str | None = None,
+    endpoint_uid: str | None = None,
 ) -> list[LengthDistribution]:
     """Prompt, cached and output length percentiles per endpoint."""
     sql = f"""
@@ -159,7 +193,7 @@ async def length_distribution(
         FROM requests WHERE {_WINDOW}{_ENDPOINT}
         GROUP BY endpoint ORDER BY endpoint
     """
-    result = await store.query(sql, _params(since, until, endpoint))
+    result = await store.query(sql, _params(since, until, endpoint, endpoint_uid))
     return [
         LengthDistribution(
             endpoint=str(ep),
@@ -175,7 +209,12 @@ async def length_distribution(
 
 
 async def error_counts(
-    store: Store, since: datetime, until: datetime, *, endpoint: str | None = None
+    store: Store,
+    since: datetime,
+    until: datetime,
+    *,
+    endpoint: str | None = None,
+    endpoint_uid: str | None = None,
 ) -> list[ErrorCount]:
     """Requests per error class, endpoint and deployment; successes ('') are not listed."""
     sql = f"""
@@ -183,13 +222,14 @@ async def error_counts(
         FROM requests WHERE {_WINDOW}{_ENDPOINT} AND error_class != ''
         GROUP BY endpoint, deployment, error_class ORDER BY endpoint, deployment, n DESC, error_class
     """
-    result = await store.query(sql, _params(since, until, endpoint))
+    result = await store.query(sql, _params(since, until, endpoint, endpoint_uid))
     return [ErrorCount(str(ep), str(dep), str(cls), int(n)) for ep, dep, cls, n in result]
 
 
 # --- workload profiles ------------------------------------------------------------------------
 
-_ONE_ENDPOINT = "endpoint = {endpoint:String} AND " + _WINDOW
+#: One endpoint's rows under one endpoint id (never another incarnation's, nor '' rows for an id).
+_ONE_ENDPOINT = "endpoint = {endpoint:String} AND endpoint_uid = {endpoint_uid:String} AND " + _WINDOW
 
 
 def _distribution(
@@ -210,14 +250,21 @@ def _distribution(
 
 
 async def window_aggregates(
-    store: Store, endpoint: str, since: datetime, until: datetime, *, bins: int = HISTOGRAM_BINS
+    store: Store,
+    endpoint: str,
+    since: datetime,
+    until: datetime,
+    *,
+    endpoint_uid: str,
+    bins: int = HISTOGRAM_BINS,
 ) -> WindowAggregates:
-    """Figures over every request of one endpoint in `[since, until)`, aggregated in ClickHouse.
+    """Figures over every request of one endpoint, recorded under the endpoint id `endpoint_uid`,
+    in `[since, until)`, aggregated in ClickHouse.
 
     Quantiles are `quantiles` (exact up to 8192 values, then a reservoir sample); histograms count
     exactly, in bins of `nice_width(max)`.
     """
-    params = {"since": since, "until": until, "endpoint": endpoint}
+    params = {"since": since, "until": until, "endpoint": endpoint, "endpoint_uid": endpoint_uid}
     sql = f"""
         SELECT count(), toUnixTimestamp64Micro(min(ts)), toUnixTimestamp64Micro(max(ts)),
                countIf(error_class != ''),
@@ -273,10 +320,11 @@ async def window_aggregates(
 
 
 async def request_samples(
-    store: Store, endpoint: str, since: datetime, until: datetime, *, limit: int
+    store: Store, endpoint: str, since: datetime, until: datetime, *, endpoint_uid: str, limit: int
 ) -> list[RequestSample]:
-    """The most recent `limit` requests of one endpoint in `[since, until)`, oldest first, with their
-    prefix chains (a contiguous span, so conversations and cache reuse within it stay whole)."""
+    """The most recent `limit` requests of one endpoint under the endpoint id `endpoint_uid` in
+    `[since, until)`, oldest first, with their prefix chains (a contiguous span, so conversations
+    and cache reuse within it stay whole)."""
     sql = f"""
         SELECT request_id, toUnixTimestamp64Micro(ts), e2e_ms, ttft_ms, upstream_ttft_ms,
                prompt_tokens, cached_tokens, completion_tokens,
@@ -284,7 +332,14 @@ async def request_samples(
         FROM requests WHERE {_ONE_ENDPOINT}
         ORDER BY ts DESC, request_id DESC LIMIT {{limit:UInt64}}
     """
-    result = await store.query(sql, {"since": since, "until": until, "endpoint": endpoint, "limit": limit})
+    params = {
+        "since": since,
+        "until": until,
+        "endpoint": endpoint,
+        "endpoint_uid": endpoint_uid,
+        "limit": limit,
+    }
+    result = await store.query(sql, params)
     samples = [
         RequestSample(
             request_id=str(rid),
@@ -306,11 +361,13 @@ async def request_samples(
     return samples
 
 
-async def endpoint_seen(store: Store, endpoint: str) -> bool:
-    """Whether the `requests` table holds any request of `endpoint` (at any time)."""
+async def endpoint_seen(store: Store, endpoint: str, *, endpoint_uid: str | None = None) -> bool:
+    """Whether the `requests` table holds any request of `endpoint` (at any time); with
+    `endpoint_uid`, any recorded under that endpoint id."""
     result = await store.query(
-        "SELECT count() > 0 FROM (SELECT 1 FROM requests WHERE endpoint = {endpoint:String} LIMIT 1)",
-        {"endpoint": endpoint},
+        "SELECT count() > 0 FROM (SELECT 1 FROM requests WHERE endpoint = {endpoint:String}"
+        " AND ({any_uid:UInt8} = 1 OR endpoint_uid = {endpoint_uid:String}) LIMIT 1)",
+        {"endpoint": endpoint, "any_uid": int(endpoint_uid is None), "endpoint_uid": endpoint_uid or ""},
     )
     return bool(result.scalar())
 
@@ -322,3 +379,34 @@ async def active_endpoints(store: Store, since: datetime, until: datetime) -> li
         {"since": since, "until": until},
     )
     return [str(e) for (e,) in result]
+
+
+async def newest_uids(store: Store, since: datetime, until: datetime) -> dict[str, str]:
+    """Every endpoint name with requests in `[since, until)` -> the endpoint id its newest request
+    there was recorded under (`argMax(endpoint_uid, ts)`), by name. A name deleted and created
+    again within the window answers the new endpoint's id."""
+    result = await store.query(
+        f"SELECT endpoint, argMax(endpoint_uid, ts) FROM requests WHERE {_WINDOW} "
+        "GROUP BY endpoint ORDER BY endpoint",
+        {"since": since, "until": until},
+    )
+    return {str(e): str(uid) for e, uid in result}
+
+
+async def newest_endpoint_uid(
+    store: Store, endpoint: str, since: datetime | None = None, until: datetime | None = None
+) -> str | None:
+    """The endpoint id the newest request of `endpoint` in `[since, until)` (both None: at any
+    time) was recorded under; None when there is no such request. '' is an id too: the newest
+    request was recorded before endpoints had ids."""
+    params: dict[str, Any] = {"endpoint": endpoint}
+    window = ""
+    if since is not None and until is not None:
+        window, params = f" AND {_WINDOW}", {**params, "since": since, "until": until}
+    result = await store.query(
+        "SELECT argMax(endpoint_uid, ts), count() FROM requests "
+        f"WHERE endpoint = {{endpoint:String}}{window}",
+        params,
+    )
+    uid, n = result[0]
+    return str(uid) if int(n) else None

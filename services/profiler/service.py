@@ -10,8 +10,16 @@ It owns the store: the host opens and migrates it before the profiler starts. `o
 - the schedule: every `schedule_interval_s`, a profile of every endpoint with telemetry in the
   last `window_s` (trigger "schedule");
 - the request subject `request_subject` (core NATS request/reply, JSON, queue group "profiler"):
-  `{"endpoint": E, "action": "latest"|"build", "window_s": s, "build_if_missing": true}` answers
-  `{"ok": true, "built": bool, "stored": {...}}` or `{"ok": false, "code": ..., "error": ...}`.
+  `{"endpoint": E, "endpoint_uid": U, "action": "latest"|"build", "window_s": s,
+  "build_if_missing": true}` answers `{"ok": true, "built": bool, "endpoint_uid": U,
+  "stored": {...}}` or `{"ok": false, "code": ..., "error": ...}`.
+
+A profile is of one endpoint id (Endpoint.uid), not of a name: it reads only the requests recorded
+under that id, is stored with it, and its `profile.ready` carries it (`Event.endpoint_uid`). Which
+id: the schedule profiles each name under the id of its newest request in the window; a drift
+event under the event's `endpoint_uid` (none: as the schedule); a request under its
+`endpoint_uid` (none or "": the id of the name's newest request in the window, see
+`builder.resolve_endpoint_uid`), and `latest` answers only a profile of that id.
 
 Every build is stored (`profiles` table) before its `profile.ready` event is published; the
 event's id derives from the profile id. Builds run one at a time. Prometheus metrics (the sink's
@@ -24,6 +32,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import re
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
@@ -32,10 +41,10 @@ from typing import Any, ClassVar
 import aiohttp
 from evertune.profiler import catalog
 from evertune.profiler.bottleneck import EngineFigures, engine_figures
-from evertune.profiler.builder import CreateRequest, create_profile
+from evertune.profiler.builder import CreateRequest, create_profile, resolve_endpoint_uid
 from evertune.profiler.metrics import profiler_metrics
 from evertune.profiler.profile import ProfileConfig, to_jsonable
-from evertune.profiler.queries import active_endpoints, endpoint_seen
+from evertune.profiler.queries import endpoint_seen, newest_uids
 from evertune.profiler.settings import ProfilerSettings
 from evertune.profiler.sink import SinkConfig, TelemetrySink
 from google.protobuf.json_format import MessageToDict
@@ -58,6 +67,8 @@ from evertune.v1 import endpoint_pb2, events_pb2
 ERROR_CODES = {NotFound: "not_found", InvalidArgument: "invalid_argument"}
 #: Longest wait for the sink consumer's info before a scrape answers without its backlog, s.
 CONSUMER_INFO_TIMEOUT_S = 1.0
+#: What a request's `endpoint_uid` may be (Endpoint.uid is "ep-" + 24 hex digits).
+ENDPOINT_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def sink_config(settings: ProfilerSettings, *, source: str = "profiler") -> SinkConfig:
@@ -86,6 +97,7 @@ def stored_reply(stored: catalog.StoredProfile) -> dict[str, Any]:
     """A stored profile as the request subject answers it (without the trace's lines)."""
     return {
         "endpoint": stored.endpoint,
+        "endpoint_uid": stored.endpoint_uid,
         "version": stored.version,
         "profile_id": stored.profile_id,
         "created": stored.created.isoformat(),
@@ -186,8 +198,10 @@ class ProfilerService(Service):
         cause_id: str = "",
         window_s: float | None = None,
         now: datetime | None = None,
+        endpoint_uid: str | None = None,
     ) -> catalog.StoredProfile:
-        """Build, store and announce a profile of `endpoint` over the window ending `now`."""
+        """Build, store and announce a profile of `endpoint` over the window ending `now`, of the
+        endpoint id `endpoint_uid` (None: the id of the name's newest request in the window)."""
         assert self._store is not None and self._js is not None, "the service is not started"
         until = now or datetime.now(UTC)
         since = until - timedelta(seconds=window_s or self.settings.window_s)
@@ -195,7 +209,12 @@ class ProfilerService(Service):
             building = time.monotonic()
             try:
                 stored = await self._create(
-                    endpoint, since=since, until=until, trigger=trigger, cause_id=cause_id
+                    endpoint,
+                    since=since,
+                    until=until,
+                    trigger=trigger,
+                    cause_id=cause_id,
+                    endpoint_uid=endpoint_uid,
                 )
             except Exception:
                 self.failed += 1
@@ -205,6 +224,7 @@ class ProfilerService(Service):
         self.log.info(
             "profile built",
             endpoint=endpoint,
+            endpoint_uid=stored.endpoint_uid,
             version=stored.version,
             requests=stored.profile.requests,
             trigger=trigger,
@@ -214,7 +234,14 @@ class ProfilerService(Service):
         return stored
 
     async def _create(
-        self, endpoint: str, *, since: datetime, until: datetime, trigger: str, cause_id: str
+        self,
+        endpoint: str,
+        *,
+        since: datetime,
+        until: datetime,
+        trigger: str,
+        cause_id: str,
+        endpoint_uid: str | None,
     ) -> catalog.StoredProfile:
         """Build and store one profile (the engines' figures first, where they can be read)."""
         assert self._store is not None
@@ -228,6 +255,7 @@ class ProfilerService(Service):
                 trigger=trigger,
                 created=datetime.now(UTC),
                 cause_id=cause_id,
+                endpoint_uid=endpoint_uid,
                 engine=engine,
                 notes=notes,
             ),
@@ -244,6 +272,7 @@ class ProfilerService(Service):
             source=self.name,
             payload_message=stored.ready,
             cause_id=stored.cause_id,
+            endpoint_uid=stored.endpoint_uid,
         )
         event.id = event_id_of(stored.profile_id)
         await publish_event(self._js, event)
@@ -298,12 +327,16 @@ class ProfilerService(Service):
         if event.WhichOneof("payload") != "drift_detected" or not event.endpoint:
             return
         assert self._store is not None
-        existing = await catalog.by_cause(self._store, event.endpoint, event.id)
+        # The event's endpoint id, when it has one; else the id of the newest request in the window.
+        uid = event.endpoint_uid or None
+        existing = await catalog.by_cause(self._store, event.endpoint, event.id, endpoint_uid=uid)
         if existing is not None:
             await self.announce(existing)
             return
         window = event.drift_detected.current_window.ToTimedelta().total_seconds()
-        await self.build(event.endpoint, trigger="drift", cause_id=event.id, window_s=window or None)
+        await self.build(
+            event.endpoint, trigger="drift", cause_id=event.id, window_s=window or None, endpoint_uid=uid
+        )
 
     async def _schedule(self) -> None:
         interval = self.settings.schedule_interval_s
@@ -315,16 +348,20 @@ class ProfilerService(Service):
             await self.scheduled_round(datetime.now(UTC))
 
     async def scheduled_round(self, now: datetime) -> list[catalog.StoredProfile]:
-        """One scheduled round: a profile of every endpoint with telemetry in the window."""
+        """One scheduled round: a profile of every endpoint name with telemetry in the window, of the
+        endpoint id its newest request there was recorded under (a stale incarnation's requests of
+        the same name are never mixed in)."""
         assert self._store is not None
         built = []
         since = now - timedelta(seconds=self.settings.window_s)
-        for endpoint in await active_endpoints(self._store, since, now):
+        for endpoint, uid in (await newest_uids(self._store, since, now)).items():
             try:
-                built.append(await self.build(endpoint, trigger="schedule", now=now))
+                built.append(await self.build(endpoint, trigger="schedule", now=now, endpoint_uid=uid))
             except Exception as err:  # one endpoint failing must not stop the others
                 self.last_error = f"{type(err).__name__}: {err}"
-                self.log.warning("scheduled profile failed", endpoint=endpoint, error=self.last_error)
+                self.log.warning(
+                    "scheduled profile failed", endpoint=endpoint, endpoint_uid=uid, error=self.last_error
+                )
         return built
 
     async def _on_request(self, msg: Msg) -> None:
@@ -358,18 +395,38 @@ class ProfilerService(Service):
         window_s = request.get("window_s")
         if window_s is not None and (not isinstance(window_s, int | float) or not window_s > 0):
             raise InvalidArgument(f"window_s must be a positive number of seconds, not {window_s!r}")
+        uid = request.get("endpoint_uid")
+        if uid is not None and (not isinstance(uid, str) or (uid and not ENDPOINT_UID.fullmatch(uid))):
+            raise InvalidArgument(
+                "endpoint_uid must be an endpoint's id (Endpoint.uid), e.g. 'ep-' + 24 hex digits"
+            )
+        asked = bool(uid)
+        if not asked:  # none asked: the id of the name's newest request (see resolve_endpoint_uid)
+            now = datetime.now(UTC)
+            since = now - timedelta(seconds=window_s or self.settings.window_s)
+            uid = await resolve_endpoint_uid(self._store, endpoint, since, now)
+            if uid is None:
+                raise NotFound(f"unknown endpoint {endpoint!r}: no telemetry and no profile of it")
+        assert isinstance(uid, str)
         if action == "latest":
-            stored = await catalog.latest(self._store, endpoint)
+            stored = await catalog.latest(self._store, endpoint, endpoint_uid=uid)
             if stored is not None:
-                return {"ok": True, "built": False, "stored": stored_reply(stored)}
+                return {"ok": True, "built": False, "endpoint_uid": uid, "stored": stored_reply(stored)}
             if not request.get("build_if_missing", True):
-                raise NotFound(f"no profile of endpoint {endpoint!r} is stored")
-        if not await endpoint_seen(self._store, endpoint) and not await catalog.known_endpoint(
-            self._store, endpoint
-        ):
-            raise NotFound(f"unknown endpoint {endpoint!r}: no telemetry and no profile of it")
-        stored = await self.build(endpoint, trigger="api", window_s=window_s)
-        return {"ok": True, "built": True, "stored": stored_reply(stored)}
+                raise NotFound(f"no profile of endpoint {endpoint!r} (id {uid!r}) is stored")
+        if asked and not await self._known(endpoint, uid):
+            raise NotFound(
+                f"unknown endpoint {endpoint!r} with id {uid!r}: no telemetry and no profile of it"
+            )
+        stored = await self.build(endpoint, trigger="api", window_s=window_s, endpoint_uid=uid)
+        return {"ok": True, "built": True, "endpoint_uid": uid, "stored": stored_reply(stored)}
+
+    async def _known(self, endpoint: str, endpoint_uid: str) -> bool:
+        """Whether the endpoint id has telemetry or a stored profile under this name."""
+        assert self._store is not None
+        return await endpoint_seen(self._store, endpoint, endpoint_uid=endpoint_uid) or (
+            await catalog.known_endpoint(self._store, endpoint, endpoint_uid=endpoint_uid)
+        )
 
 
 _EMPTY_SCRAPE = EngineMetrics(

@@ -57,6 +57,7 @@ TABLE = "requests"
 #: Columns of `requests` in the order `rows_of` fills them.
 COLUMNS: tuple[str, ...] = (
     "endpoint",
+    "endpoint_uid",
     "deployment",
     "request_id",
     "ts",
@@ -75,6 +76,10 @@ COLUMNS: tuple[str, ...] = (
     "prefix_hashes",
     "client_disconnected",
 )
+
+#: Where `rows_of` puts the columns a stored row is recognised by.
+_ENDPOINT_AT = COLUMNS.index("endpoint")
+_REQUEST_ID_AT = COLUMNS.index("request_id")
 
 #: `Api` enum value -> the `api` column.
 API_NAMES: dict[int, str] = {
@@ -123,6 +128,7 @@ def rows_of(batch: telemetry_pb2.RequestRecordBatch) -> list[list[Any]]:
     return [
         [
             r.endpoint,
+            r.endpoint_uid,
             r.deployment,
             r.request_id,
             timestamp_of(r.start_time_unix_ns),
@@ -359,7 +365,7 @@ class TelemetrySink:
     async def _not_stored(self, rows: list[list[Any]]) -> list[list[Any]]:
         """The rows whose (endpoint, request_id) the table does not hold yet."""
         stored: set[tuple[str, str]] = set()
-        keys = sorted({(row[0], row[2]) for row in rows})
+        keys = sorted({(row[_ENDPOINT_AT], row[_REQUEST_ID_AT]) for row in rows})
         for i in range(0, len(keys), _CHECK_CHUNK):
             chunk = keys[i : i + _CHECK_CHUNK]
             result = await self._store.query(
@@ -368,4 +374,4 @@ class TelemetrySink:
                 {"keys": chunk},
             )
             stored.update((str(e), str(r)) for e, r in result)
-        return [row for row in rows if (row[0], row[2]) not in stored]
+        return [row for row in rows if (row[_ENDPOINT_AT], row[_REQUEST_ID_AT]) not in stored]

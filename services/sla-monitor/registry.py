@@ -69,6 +69,7 @@ class EndpointEntry:
     receivers: tuple[ReceiverConfig, ...]  #: its alert routes as receivers
     stable_deployment_id: str  #: deployment carrying its stable traffic ("" while provisioning)
     revision: int  #: the endpoint's revision
+    uid: str = ""  #: the endpoint's immutable id (Endpoint.uid)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class Change:
 
     endpoint: str  #: endpoint name
     deployment_changed: bool  #: the stable deployment moved from one id to another
+    #: the name no longer holds the endpoint it held (deleted, or created again with a new id)
+    replaced: bool = False
 
 
 class EndpointRegistry:
@@ -90,7 +93,7 @@ class EndpointRegistry:
         old = self._entries.get(key)
         if value is None:
             self._entries.pop(key, None)
-            return Change(endpoint=key, deployment_changed=False)
+            return Change(endpoint=key, deployment_changed=False, replaced=old is not None)
         ep = endpoint_pb2.Endpoint.FromString(value)
         name = ep.spec.name or key
         slo = endpoint_pb2.Slo()
@@ -100,8 +103,11 @@ class EndpointRegistry:
             receivers=tuple(receivers_from_routes(name, list(ep.spec.alert_routes))),
             stable_deployment_id=ep.stable_deployment_id,
             revision=ep.revision,
+            uid=ep.uid,
         )
         self._entries[key] = entry
+        if old is not None and old.uid != entry.uid:
+            return Change(endpoint=key, deployment_changed=False, replaced=True)
         moved = (
             old is not None
             and bool(old.stable_deployment_id)
@@ -112,6 +118,11 @@ class EndpointRegistry:
     def get(self, endpoint: str) -> EndpointEntry | None:
         """The stored endpoint; None when the bucket does not have it."""
         return self._entries.get(endpoint)
+
+    def uid_of(self, endpoint: str) -> str:
+        """The stored endpoint's immutable id; "" when the bucket does not have it."""
+        entry = self._entries.get(endpoint)
+        return entry.uid if entry is not None else ""
 
     def __contains__(self, endpoint: str) -> bool:
         return endpoint in self._entries

@@ -338,6 +338,8 @@ class SlaMonitorService(Service):
             self.log.warning("endpoint entry ignored: not an Endpoint", key=key, error=str(err))
             return
         self._warned_unreachable.discard(key)  # the SLO may have changed
+        if change.replaced and self.drift.pop(change.endpoint, None) is not None:
+            self.log.info("endpoint replaced; its drift baseline is dropped", endpoint=change.endpoint)
         tracker = self.drift.get(change.endpoint)
         if change.deployment_changed and tracker is not None:
             tracker.deployment_changed()
@@ -424,7 +426,11 @@ class SlaMonitorService(Service):
     def _drift_event(self, report: DriftReport) -> events_pb2.Event:
         payload = drift_payload(report)
         event = new_event(
-            EventKind.DRIFT_DETECTED, endpoint=report.endpoint, source=self.name, payload_message=payload
+            EventKind.DRIFT_DETECTED,
+            endpoint=report.endpoint,
+            source=self.name,
+            payload_message=payload,
+            endpoint_uid=self.registry.uid_of(report.endpoint),
         )
         event.id = drift_event_id(report)
         summary = drift_summary(report)
@@ -446,6 +452,12 @@ class SlaMonitorService(Service):
         )
         return event
 
+    def _stale(self, record: telemetry_pb2.RequestRecord) -> bool:
+        """A record of an endpoint the name no longer holds (served before it was deleted and
+        created again): it says nothing of the endpoint's workload now."""
+        uid = self.registry.uid_of(record.endpoint)
+        return bool(record.endpoint_uid and uid and record.endpoint_uid != uid)
+
     async def _on_batch(self, msg: Msg) -> None:
         try:
             batch = telemetry_pb2.RequestRecordBatch.FromString(msg.data)
@@ -456,7 +468,7 @@ class SlaMonitorService(Service):
             return
         cached: dict[str, Slo] = {}
         for record in batch.records:
-            if self.settings.drift and record.endpoint:
+            if self.settings.drift and record.endpoint and not self._stale(record):
                 sample = drift_sample(record)
                 if sample is not None:
                     self._drift_tracker(record.endpoint).observe(sample)
@@ -591,7 +603,12 @@ class SlaMonitorService(Service):
             )
             severity = common_pb2.SEVERITY_INFO
         event = new_event(
-            kind, endpoint=key.endpoint, source=self.name, payload_message=payload, severity=severity
+            kind,
+            endpoint=key.endpoint,
+            source=self.name,
+            payload_message=payload,
+            severity=severity,
+            endpoint_uid=self.registry.uid_of(key.endpoint),
         )
         event.id = _event_id(incident.breach_id, kind)  # stable: a republish is dropped by JetStream
         self.log.info(

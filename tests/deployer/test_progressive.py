@@ -18,6 +18,7 @@ from evertune.deployer.state import State
 from google.protobuf.field_mask_pb2 import FieldMask
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
 
 from evertune.apps.harness.waiting import eventually
 from evertune.infra.bus import publish_event
@@ -209,6 +210,15 @@ async def test_an_sla_breach_of_the_canary_rolls_it_back(nc: Client, tmp_path: P
         await stop_stack(stack)
 
 
+async def _uid_of(js: JetStreamContext, name: str) -> str:
+    """The stored endpoint's immutable id ("" when there is none): a search is started on it."""
+    try:
+        entry = await (await js.key_value("endpoints")).get(name)
+    except KeyNotFoundError:
+        return ""
+    return D.Endpoint.FromString(entry.value or b"").uid
+
+
 async def _search_completed(
     js: JetStreamContext,
     name: str,
@@ -237,8 +247,8 @@ async def _search_completed(
         owner = stored_for or name
         await store.insert(
             "searches",
-            [[search_id, 1, owner, "winner" if winner else "no_improvement"]],
-            ["search_id", "revision", "endpoint", "outcome"],
+            [[search_id, 1, owner, await _uid_of(js, owner), "winner" if winner else "no_improvement"]],
+            ["search_id", "revision", "endpoint", "endpoint_uid", "outcome"],
             dedup_token=f"test-{search_id}",
         )
         completed = events_pb2.TrialCompleted(

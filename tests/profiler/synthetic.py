@@ -89,11 +89,15 @@ def voice(
     return out
 
 
-def as_record(s: RequestSample, *, endpoint: str = "voice", block: int = 16) -> telemetry_pb2.RequestRecord:
-    """The telemetry record the gateway would have published for a sample."""
+def as_record(
+    s: RequestSample, *, endpoint: str = "voice", endpoint_uid: str = "", block: int = 16
+) -> telemetry_pb2.RequestRecord:
+    """The telemetry record the gateway would have published for a sample (under the endpoint id
+    `endpoint_uid`; '' as recorded before endpoints had ids)."""
     return record(
         0,
         endpoint=endpoint,
+        endpoint_uid=endpoint_uid,
         request_id=s.request_id,
         start_time_unix_ns=round(s.start_s * 1e6) * 1000,
         ttft_ms=s.ttft_ms,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 from evertune.profiler import ProfilerService, ProfilerSettings, catalog
-from evertune.profiler.builder import build_from_store
+from evertune.profiler.builder import build_from_store, profile_id_for
 from evertune.profiler.profile import ProfileConfig, RequestSample, aggregates_of, build_profile
 from evertune.profiler.queries import request_samples, window_aggregates
 from evertune.profiler.sink import COLUMNS, TABLE, rows_of
@@ -36,9 +37,19 @@ from tests.profiler.test_bottleneck import metrics_text
 BLOCK = 16
 
 
-async def insert(store: Store, endpoint: str, samples: list[RequestSample]) -> None:
+def uid_of(endpoint: str) -> str:
+    """The endpoint id (Endpoint.uid's form) the tests record an endpoint's requests under."""
+    return "ep-" + hashlib.sha256(endpoint.encode()).hexdigest()[:24]
+
+
+async def insert(
+    store: Store, endpoint: str, samples: list[RequestSample], *, endpoint_uid: str | None = None
+) -> None:
+    """The samples as the sink stores the gateway's records of them, under `endpoint_uid`
+    (default `uid_of(endpoint)`; '' as recorded before endpoints had ids)."""
+    uid = uid_of(endpoint) if endpoint_uid is None else endpoint_uid
     batch = telemetry_pb2.RequestRecordBatch(
-        records=[as_record(s, endpoint=endpoint, block=BLOCK) for s in samples]
+        records=[as_record(s, endpoint=endpoint, endpoint_uid=uid, block=BLOCK) for s in samples]
     )
     await store.insert(TABLE, rows_of(batch), COLUMNS, dedup_token=f"t-{uuid.uuid4().hex}")
 
@@ -56,7 +67,7 @@ async def test_sql_figures_match_the_pure_core(db: Store) -> None:
     await insert(db, "other", samples[:50])
     since = datetime.fromtimestamp(samples[0].start_s, UTC) - timedelta(minutes=1)
     until = since + timedelta(hours=1)
-    sql = await window_aggregates(db, "voice", since, until)
+    sql = await window_aggregates(db, "voice", since, until, endpoint_uid=uid_of("voice"))
     pure = aggregates_of(samples)
     assert sql.requests == pure.requests == len(samples)
     assert sql.minute_counts == pure.minute_counts
@@ -68,11 +79,11 @@ async def test_sql_figures_match_the_pure_core(db: Store) -> None:
     assert sql.prompt_tokens.p90 == pytest.approx(np.percentile(prompts, 90))
     assert sql.ttft_p50_ms == pytest.approx(np.percentile([s.ttft_ms for s in samples], 50))
     assert sql.itl_p99_ms == pytest.approx(10.0)
-    fetched = await request_samples(db, "voice", since, until, limit=10_000)
+    fetched = await request_samples(db, "voice", since, until, endpoint_uid=uid_of("voice"), limit=10_000)
     assert [s.request_id for s in fetched] == [s.request_id for s in samples]
     assert fetched[5].prefix_hashes == samples[5].prefix_hashes
     # The most recent ones only, oldest first, when the window holds more than the limit.
-    recent = await request_samples(db, "voice", since, until, limit=100)
+    recent = await request_samples(db, "voice", since, until, endpoint_uid=uid_of("voice"), limit=100)
     assert [s.request_id for s in recent] == [s.request_id for s in samples[-100:]]
 
     built = await build_from_store(
@@ -97,6 +108,7 @@ async def test_sql_figures_match_the_pure_core(db: Store) -> None:
     )
     assert built.profile.bottleneck.verdict == "prefill"  # TTFT = 40 ms + 0.05 ms/token, nothing else
     assert len(built.records) == len(samples)
+    assert built.endpoint_uid == uid_of("voice")  # no id asked: that of the newest request
 
 
 async def test_empty_window(db: Store) -> None:
@@ -163,6 +175,8 @@ async def test_drift_event_builds_stores_and_announces(
     msg = await ready.next_msg(timeout=30)
     announced = events_pb2.Event.FromString(msg.data)
     assert announced.cause_id == event.id and announced.source == "profiler"
+    # The event had no endpoint id: the profile is of the id of the newest request in the window.
+    assert announced.endpoint_uid == uid_of(running.endpoint)
     payload = announced.profile_ready
     assert payload.trigger == "drift" and payload.version == 1 and payload.request_count == len(samples)
     assert payload.summary.prefix_block_tokens == BLOCK and payload.bottleneck_verdict == "prefill"
@@ -171,6 +185,7 @@ async def test_drift_event_builds_stores_and_announces(
     )
     stored = await catalog.by_cause(db, running.endpoint, event.id)
     assert stored is not None and stored.profile_id == payload.profile_id
+    assert stored.endpoint_uid == uid_of(running.endpoint)
     assert stored.trace_jsonl.count("\n") == len(samples) and payload.trace_sha256 == stored.trace_sha256
     assert payload.trace_uri == catalog.trace_uri(db.database, payload.profile_id)
     # The same event again (a redelivery) announces the stored profile; nothing new is built.
@@ -247,6 +262,149 @@ async def test_engine_metrics_from_the_deployments_bucket(
     finally:
         await bucket.delete(key)
         await runner.cleanup()
+
+
+# --- profiles belong to an endpoint id, not a name ------------------------------------------------
+
+OLD_UID, NEW_UID = "ep-" + "a" * 24, "ep-" + "b" * 24
+
+
+async def two_incarnations(db: Store, endpoint: str) -> tuple[list[RequestSample], list[RequestSample]]:
+    """The name deleted and created again within the last hour: the old endpoint's requests 50 to
+    40 minutes ago, the new one's 15 to 5 minutes ago (`recent_samples`), each under its own id."""
+    now = time.time()
+    old = [g.sample for g in voice(seed=21, start_s=now - 3000, duration_s=600.0, calls_per_s=0.5)]
+    new = recent_samples(seed=22)
+    await insert(db, endpoint, old, endpoint_uid=OLD_UID)
+    await insert(db, endpoint, new, endpoint_uid=NEW_UID)
+    assert len(old) != len(new) and old[-1].start_s < new[0].start_s
+    return old, new
+
+
+async def test_the_scheduled_profile_counts_only_the_newest_endpoint_id(
+    nc: Client, db: Store, running: Running
+) -> None:
+    _, new = await two_incarnations(db, running.endpoint)
+    ready = await nc.subscribe(f"evertune.events.profile.ready.{running.endpoint}")
+    built = await running.service.scheduled_round(datetime.now(UTC))
+    [mine] = [b for b in built if b.endpoint == running.endpoint]
+    assert mine.endpoint_uid == mine.profile.endpoint_uid == NEW_UID
+    assert mine.profile.requests == mine.ready.request_count == len(new)
+    assert mine.trace_jsonl.count("\n") == len(new)
+    stored = await catalog.by_id(db, mine.profile_id)  # the row keeps the id
+    assert stored is not None and stored.endpoint_uid == NEW_UID and stored.profile.requests == len(new)
+    announced = events_pb2.Event.FromString((await ready.next_msg(timeout=30)).data)
+    assert announced.endpoint_uid == NEW_UID and announced.profile_ready.profile_id == mine.profile_id
+    await ready.unsubscribe()
+
+
+async def test_latest_answers_only_the_asked_endpoint_id(nc: Client, db: Store, running: Running) -> None:
+    old, new = await two_incarnations(db, running.endpoint)
+    ep = running.endpoint
+    of_old = await request(nc, running, endpoint=ep, endpoint_uid=OLD_UID, action="build")
+    assert of_old["ok"] and of_old["endpoint_uid"] == of_old["stored"]["endpoint_uid"] == OLD_UID
+    assert of_old["stored"]["profile"]["requests"] == len(old) and of_old["stored"]["version"] == 1
+    # The new id has no profile yet: `latest` builds one of it, never answers the old one's.
+    of_new = await request(nc, running, endpoint=ep, endpoint_uid=NEW_UID)
+    assert of_new["ok"] and of_new["built"] and of_new["stored"]["endpoint_uid"] == NEW_UID
+    assert of_new["stored"]["profile"]["requests"] == len(new) and of_new["stored"]["version"] == 2
+    # The old id's latest is its own although the name's newest version is the new id's, and back.
+    again_old = await request(nc, running, endpoint=ep, endpoint_uid=OLD_UID)
+    assert not again_old["built"] and again_old["stored"]["profile_id"] == of_old["stored"]["profile_id"]
+    again_new = await request(nc, running, endpoint=ep, endpoint_uid=NEW_UID, build_if_missing=False)
+    assert not again_new["built"] and again_new["stored"]["profile_id"] == of_new["stored"]["profile_id"]
+    # No id asked: the id of the newest request.
+    unnamed = await request(nc, running, endpoint=ep)
+    assert unnamed["endpoint_uid"] == NEW_UID
+    assert unnamed["stored"]["profile_id"] == of_new["stored"]["profile_id"]
+    latest_old = await catalog.latest(db, ep, endpoint_uid=OLD_UID)
+    assert latest_old is not None and latest_old.profile_id == of_old["stored"]["profile_id"]
+
+
+async def test_an_endpoint_id_without_rows_is_not_found(nc: Client, db: Store, running: Running) -> None:
+    await insert(db, running.endpoint, recent_samples(seed=23), endpoint_uid=OLD_UID)
+    stranger = "ep-" + "c" * 24
+    for body in ({"action": "build"}, {"action": "latest"}):
+        answer = await request(nc, running, endpoint=running.endpoint, endpoint_uid=stranger, **body)
+        assert answer == {
+            "ok": False,
+            "code": "not_found",
+            "error": f"unknown endpoint {running.endpoint!r} with id {stranger!r}: "
+            "no telemetry and no profile of it",
+        }
+    quiet = await request(
+        nc, running, endpoint=running.endpoint, endpoint_uid=stranger, build_if_missing=False
+    )
+    assert quiet["code"] == "not_found"
+    assert running.service.built == 0 and await catalog.latest(db, running.endpoint) is None
+    bad = await request(nc, running, endpoint=running.endpoint, endpoint_uid="x y")
+    assert bad["code"] == "invalid_argument"
+
+
+async def test_a_drift_event_profiles_its_own_endpoint_id(
+    nc: Client, js: JetStreamContext, db: Store, running: Running
+) -> None:
+    old, _ = await two_incarnations(db, running.endpoint)
+    ready = await nc.subscribe(f"evertune.events.profile.ready.{running.endpoint}")
+    drift = events_pb2.DriftDetected(current_window=Duration(seconds=3600))
+    event = new_event(
+        EventKind.DRIFT_DETECTED,
+        endpoint=running.endpoint,
+        source="tests",
+        payload_message=drift,
+        endpoint_uid=OLD_UID,
+    )
+    await publish_event(js, event)
+    announced = events_pb2.Event.FromString((await ready.next_msg(timeout=30)).data)
+    assert announced.endpoint_uid == OLD_UID and announced.profile_ready.request_count == len(old)
+    stored = await catalog.by_cause(db, running.endpoint, event.id, endpoint_uid=OLD_UID)
+    assert stored is not None and stored.profile_id == announced.profile_ready.profile_id
+    assert await catalog.by_cause(db, running.endpoint, event.id, endpoint_uid=NEW_UID) is None
+    # The same cause under another id of the name is another profile.
+    assert stored.profile_id == profile_id_for(running.endpoint, event.id, OLD_UID)
+    assert stored.profile_id != profile_id_for(running.endpoint, event.id, NEW_UID)
+    await ready.unsubscribe()
+
+
+async def test_rows_from_before_endpoint_ids_belong_to_none(db: Store) -> None:
+    now = datetime.now(UTC)
+    since, until = now - timedelta(hours=1), now
+    legacy = [g.sample for g in voice(seed=24, start_s=time.time() - 3000, duration_s=600.0, calls_per_s=0.5)]
+    await insert(db, "voice", legacy, endpoint_uid="")
+    identified = recent_samples(seed=25)
+    await insert(db, "voice", identified, endpoint_uid=NEW_UID)
+    with_id = await window_aggregates(db, "voice", since, until, endpoint_uid=NEW_UID)
+    assert with_id.requests == len(identified)
+    samples = await request_samples(db, "voice", since, until, endpoint_uid=NEW_UID, limit=100_000)
+    assert [(s.request_id, s.start_s) for s in samples] == [(s.request_id, s.start_s) for s in identified]
+    assert (await window_aggregates(db, "voice", since, until, endpoint_uid="")).requests == len(legacy)
+    # A profile stored before ids ('') is never the latest of an id.
+    built = await build_from_store(
+        db,
+        endpoint="voice",
+        since=since,
+        until=until,
+        config=ProfileConfig(),
+        max_samples=10,
+        endpoint_uid="",
+    )
+    assert built.profile.requests == len(legacy)
+    legacy_profile = catalog.StoredProfile(
+        endpoint="voice",
+        version=await catalog.next_version(db, "voice"),
+        profile_id="prof-legacy",
+        created=now,
+        trigger="schedule",
+        cause_id="",
+        ready=events_pb2.ProfileReady(profile_id="prof-legacy"),
+        profile=built.profile,
+        trace_jsonl="",
+        trace_sha256="",
+    )
+    await catalog.save(db, legacy_profile)
+    assert await catalog.latest(db, "voice", endpoint_uid=NEW_UID) is None
+    assert not await catalog.known_endpoint(db, "voice", endpoint_uid=NEW_UID)
+    assert (await catalog.latest(db, "voice")) is not None
 
 
 async def test_stop_is_prompt(running: Running) -> None:

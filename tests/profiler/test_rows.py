@@ -21,10 +21,12 @@ def test_rows_of_converts_every_field() -> None:
         status_code=502,
         error_class="upstream_5xx",
         client_disconnected=True,
+        endpoint_uid="ep-0123456789abcdef01234567",
     )
     [row] = rows_of(telemetry_pb2.RequestRecordBatch(records=[rec], batch_id="b"))
     assert dict(zip(COLUMNS, row, strict=True)) == {
         "endpoint": "voice",
+        "endpoint_uid": "ep-0123456789abcdef01234567",
         "deployment": "d-a",
         "request_id": "r-0",
         "ts": datetime.fromtimestamp(BASE_NS // 1_000_000_000, UTC) + timedelta(microseconds=123_456),
@@ -59,12 +61,12 @@ def test_no_text_columns() -> None:
     assert {"prompt", "completion", "text", "messages", "content"}.isdisjoint(COLUMNS)
     [row] = rows_of(batch(0, 1))
     strings = {c for c, v in zip(COLUMNS, row, strict=True) if isinstance(v, str)}
-    assert strings == {"endpoint", "deployment", "request_id", "api", "model", "error_class"}
+    assert strings == {"endpoint", "endpoint_uid", "deployment", "request_id", "api", "model", "error_class"}
 
 
 def test_rows_keep_record_order() -> None:
     rows = rows_of(batch(0, 5))
-    assert [r[2] for r in rows] == [f"r-{i}" for i in range(5)]
+    assert [r[COLUMNS.index("request_id")] for r in rows] == [f"r-{i}" for i in range(5)]
 
 
 def test_decode_rejects_garbage_as_poison() -> None:

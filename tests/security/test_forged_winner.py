@@ -13,7 +13,8 @@ from evertune.v1 import endpoint_pb2, events_pb2
 MODEL = "/models/voice"
 CONFIG = endpoint_pb2.EngineConfig(engine="vllm", max_num_seqs=8, kv_cache_space_gib=2.0)
 DONE = events_pb2.SearchCompleted(search_id="s1", winner_trial_id="t1", winner=CONFIG, verified=True)
-SEARCH = StoredSearch(endpoint="voice", outcome="winner")
+UID = "ep-0123456789abcdef01234567"
+SEARCH = StoredSearch(endpoint="voice", endpoint_uid=UID, outcome="winner")
 MEASURED = endpoint_pb2.EngineConfig(engine="vllm", model=MODEL, max_num_seqs=8, kv_cache_space_gib=2.0)
 TRIAL = StoredTrial(
     endpoint="voice",
@@ -29,7 +30,9 @@ def _refusal(
     trial: StoredTrial | None = TRIAL,
     pool: str = "cpu",
 ) -> str:
-    return winner_refusal(endpoint="voice", model=MODEL, pool=pool, done=done, search=search, trial=trial)
+    return winner_refusal(
+        endpoint="voice", endpoint_uid=UID, model=MODEL, pool=pool, done=done, search=search, trial=trial
+    )
 
 
 def test_a_winner_the_store_confirms_passes() -> None:
@@ -69,10 +72,24 @@ def _other_trial(**changes: object) -> StoredTrial:
     ("case", "kwargs", "reason"),
     [
         ("no search row", {"search": None}, "not in the store"),
-        ("another endpoint's search", {"search": StoredSearch("billing", "winner")}, "belongs to endpoint"),
+        (
+            "another endpoint's search",
+            {"search": StoredSearch("billing", UID, "winner")},
+            "belongs to endpoint",
+        ),
+        (
+            "a search of the name's earlier endpoint",
+            {"search": StoredSearch("voice", "ep-ffffffffffffffffffffffff", "winner")},
+            "earlier endpoint named 'voice'",
+        ),
+        (
+            "a search stored before endpoints had ids",
+            {"search": StoredSearch("voice", "", "winner")},
+            "earlier endpoint named 'voice'",
+        ),
         (
             "a search that found nothing",
-            {"search": StoredSearch("voice", "no_improvement")},
+            {"search": StoredSearch("voice", UID, "no_improvement")},
             "not with a winner",
         ),
         ("no trial row", {"trial": None}, "trial t1 is not in the store"),

@@ -332,3 +332,47 @@ def test_drift_event_ids_are_stable_and_signals_complete() -> None:
     assert signal.statistic == "cusum" and signal.measure == "geometric_mean" and signal.threshold == 10
     assert not signal.HasField("p_value") and not signal.HasField("p_value_threshold")
     assert signal.current_window.ToMilliseconds() == 2000
+
+
+def _incarnation(name: str, uid: str) -> bytes:
+    endpoint = endpoint_pb2.Endpoint.FromString(_endpoint(name, ttft_ms=300, routes=[], stable="d1"))
+    endpoint.uid = uid
+    return endpoint.SerializeToString()
+
+
+def test_a_name_created_again_is_a_new_endpoint_to_the_monitor() -> None:
+    """The registry knows each endpoint's id; the name holding another id (or none) is a
+    replacement: the old endpoint's drift baseline is dropped and its late records are not the new
+    endpoint's workload. Events name the endpoint's id."""
+    service = SlaMonitorService(_settings("voice"))
+    registry = service.registry
+    assert not registry.put("voice", _incarnation("voice", "ep-old")).replaced
+    assert registry.uid_of("voice") == "ep-old" and registry.uid_of("other") == ""
+    assert not registry.put("voice", _incarnation("voice", "ep-old")).replaced  # a change, same endpoint
+
+    late = telemetry_pb2.RequestRecord(endpoint="voice", endpoint_uid="ep-old", prompt_tokens=10)
+    service._drift_tracker("voice")
+    service._apply_endpoint("voice", _incarnation("voice", "ep-new"))
+    assert "voice" not in service.drift  # the old endpoint's baseline is gone
+    assert service._stale(late)
+    assert not service._stale(telemetry_pb2.RequestRecord(endpoint="voice", endpoint_uid="ep-new"))
+    assert not service._stale(telemetry_pb2.RequestRecord(endpoint="voice"))  # a record without an id
+
+    finding = DriftFinding(
+        feature="prompt_tokens",
+        test="ks",
+        statistic=0.5,
+        p_value=0.001,
+        reference_value=100.0,
+        live_value=400.0,
+        relative_change=3.0,
+        time_s=1_700_000_000.0,
+        live_requests=200,
+        reference_requests=1000,
+        measure="median",
+        critical_value=0.1,
+        live_window_s=2.0,
+    )
+    report = DriftReport("voice", 1_700_000_000.0, (finding,), "", "traffic", 600.0, 3000)
+    assert service._drift_event(report).endpoint_uid == "ep-new"
+    assert registry.put("voice", None).replaced
