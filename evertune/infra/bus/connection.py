@@ -56,6 +56,12 @@ def tls_context(auth: NatsAuth) -> ssl.SSLContext | None:
     return context
 
 
+def inbox_prefix(user: str) -> str:
+    """The inboxes a NATS user gets its replies and deliveries on: `_INBOX.<user>` (its
+    permissions let it subscribe to no other), `_INBOX` without a user."""
+    return f"_INBOX.{user}" if user else "_INBOX"
+
+
 async def connect(
     urls: str, *, name: str, connect_timeout_s: float = 5.0, auth: NatsAuth | None = None
 ) -> Client:
@@ -64,7 +70,9 @@ async def connect(
 
     The first connection must succeed within `connect_timeout_s` or a one-line `BusUnavailable` is
     raised (a refused login too). After that the client reconnects forever, buffering publishes
-    while it is away.
+    while it is away. A user's replies and deliveries come to inboxes under `_INBOX.<user>.`, the
+    only inboxes its permissions let it subscribe to (`evertune.infra.bus.permissions`): no service
+    reads what another fetches.
     """
     servers = parse_servers(urls)
     auth = auth or NatsAuth()
@@ -98,6 +106,7 @@ async def connect(
             tls=tls,
             user=auth.user or None,
             password=auth.password or None,
+            inbox_prefix=inbox_prefix(auth.user),
         )
 
     connecting = asyncio.ensure_future(first_connect())

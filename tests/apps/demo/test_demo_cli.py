@@ -97,6 +97,11 @@ def test_the_demo_runs_end_to_end_on_the_sim_engine(data_dir: Path) -> None:
     phases = [row["label"] for row in summary["phases"]]
     assert phases[0] == "before the shift" and phases[-1].startswith("after the promotion"), phases
 
+    # the whole loop ran under the services' own NATS users: none was refused anything
+    [server_log] = data_dir.rglob("nats-server.log")
+    violations = [line for line in server_log.read_text().splitlines() if "Violation" in line]
+    assert violations == [], violations[:5]
+
     # nothing left running: the demo endpoint's engine stopped with it
     assert _leftovers(data_dir, exclude_logs_under=data_dir / "runner") == []
 
