@@ -136,7 +136,7 @@ class TrialPhases(_message.Message):
     def __init__(self, engine_start_s: _Optional[float] = ..., warmup_s: _Optional[float] = ..., golden_s: _Optional[float] = ..., replay_s: _Optional[float] = ..., engine_stop_s: _Optional[float] = ...) -> None: ...
 
 class TrialJob(_message.Message):
-    __slots__ = ("job_id", "search_id", "trial_id", "endpoint", "hardware_class", "engine_config", "trace_uri", "trace_sha256", "profile_id", "rates_rps", "target_rate_rps", "duration_per_rate", "warmup", "repeats", "seed", "slo", "gates", "deadline", "baseline", "slo_headroom", "skip_golden")
+    __slots__ = ("job_id", "search_id", "trial_id", "endpoint", "hardware_class", "engine_config", "trace_uri", "trace_sha256", "profile_id", "rates_rps", "target_rate_rps", "duration_per_rate", "warmup", "repeats", "seed", "slo", "gates", "deadline", "baseline", "slo_headroom", "skip_golden", "endpoint_uid")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEARCH_ID_FIELD_NUMBER: _ClassVar[int]
     TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +158,7 @@ class TrialJob(_message.Message):
     BASELINE_FIELD_NUMBER: _ClassVar[int]
     SLO_HEADROOM_FIELD_NUMBER: _ClassVar[int]
     SKIP_GOLDEN_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_UID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     search_id: str
     trial_id: str
@@ -179,4 +180,5 @@ class TrialJob(_message.Message):
     baseline: bool
     slo_headroom: float
     skip_golden: bool
-    def __init__(self, job_id: _Optional[str] = ..., search_id: _Optional[str] = ..., trial_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., hardware_class: _Optional[str] = ..., engine_config: _Optional[_Union[_endpoint_pb2.EngineConfig, _Mapping]] = ..., trace_uri: _Optional[str] = ..., trace_sha256: _Optional[str] = ..., profile_id: _Optional[str] = ..., rates_rps: _Optional[_Iterable[float]] = ..., target_rate_rps: _Optional[float] = ..., duration_per_rate: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., warmup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., repeats: _Optional[int] = ..., seed: _Optional[int] = ..., slo: _Optional[_Union[_endpoint_pb2.Slo, _Mapping]] = ..., gates: _Optional[_Iterable[_Union[GateSpec, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., baseline: _Optional[bool] = ..., slo_headroom: _Optional[float] = ..., skip_golden: _Optional[bool] = ...) -> None: ...
+    endpoint_uid: str
+    def __init__(self, job_id: _Optional[str] = ..., search_id: _Optional[str] = ..., trial_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., hardware_class: _Optional[str] = ..., engine_config: _Optional[_Union[_endpoint_pb2.EngineConfig, _Mapping]] = ..., trace_uri: _Optional[str] = ..., trace_sha256: _Optional[str] = ..., profile_id: _Optional[str] = ..., rates_rps: _Optional[_Iterable[float]] = ..., target_rate_rps: _Optional[float] = ..., duration_per_rate: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., warmup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., repeats: _Optional[int] = ..., seed: _Optional[int] = ..., slo: _Optional[_Union[_endpoint_pb2.Slo, _Mapping]] = ..., gates: _Optional[_Iterable[_Union[GateSpec, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., baseline: _Optional[bool] = ..., slo_headroom: _Optional[float] = ..., skip_golden: _Optional[bool] = ..., endpoint_uid: _Optional[str] = ...) -> None: ...

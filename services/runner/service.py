@@ -60,7 +60,7 @@ from evertune.infra.bus import ConsumerSpec, ConsumerStats, DurableConsumer, pub
 from evertune.infra.events import EventKind, event_filter_subject, new_event
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.metrics import FunctionCollector
-from evertune.v1 import common_pb2, events_pb2
+from evertune.v1 import common_pb2, events_pb2, jobs_pb2
 
 #: Stream holding the work queues of every hardware class.
 STREAM = "JOBS"
@@ -216,13 +216,13 @@ class RunnerService(Service):
             self.republished += 1
             self.stats.republished += 1
             self.log.info("job already finished; result republished", trial=job.trial_id, job=job.job_id)
-            await self._publish_completed(job.endpoint, stored)
+            await self._publish_completed(job, stored)
             return
         self.current_trial = job.trial_id
         deliveries = msg.metadata.num_delivered or 1
 
         async def progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
-            await self._progress(job.endpoint, job, phase=phase, rate=rate, done=done, total=total)
+            await self._progress(job, phase=phase, rate=rate, done=done, total=total)
 
         await progress(events_pb2.TRIAL_PHASE_ACCEPTED, 0.0, 0, len(job.rates_rps))
         hardware = await self._hardware()
@@ -250,7 +250,7 @@ class RunnerService(Service):
             row(outcome, payload, deliveries=deliveries), trial_id=job.trial_id, job_id=job.job_id
         )
         stored = await records.completed(job.job_id)  # a concurrent runner may have stored first
-        await self._publish_completed(job.endpoint, stored or payload)
+        await self._publish_completed(job, stored or payload)
         self.log.info(
             "trial reported",
             trial=job.trial_id,
@@ -273,14 +273,16 @@ class RunnerService(Service):
         self.fingerprint = now
         return now
 
-    async def _publish_completed(self, endpoint: str, payload: events_pb2.TrialCompleted) -> None:
+    async def _publish_completed(self, job: jobs_pb2.TrialJob, payload: events_pb2.TrialCompleted) -> None:
+        """trial.completed about the job's endpoint (by name and by id)."""
         severity = common_pb2.SEVERITY_INFO if payload.status == 1 else common_pb2.SEVERITY_WARNING
         event = new_event(
             EventKind.TRIAL_COMPLETED,
-            endpoint=endpoint,
+            endpoint=job.endpoint,
             source=self.name,
             payload_message=payload,
             severity=severity,
+            endpoint_uid=job.endpoint_uid,
         )
         event.id = completed_event_id(payload.job_id)
         await publish_event(self._require_js(), event)
@@ -288,8 +290,7 @@ class RunnerService(Service):
 
     async def _progress(
         self,
-        endpoint: str,
-        job: Any,
+        job: jobs_pb2.TrialJob,
         *,
         phase: events_pb2.TrialPhase,
         rate: float,
@@ -312,7 +313,11 @@ class RunnerService(Service):
             await publish_event(
                 self._require_js(),
                 new_event(
-                    EventKind.TRIAL_PROGRESS, endpoint=endpoint, source=self.name, payload_message=payload
+                    EventKind.TRIAL_PROGRESS,
+                    endpoint=job.endpoint,
+                    source=self.name,
+                    payload_message=payload,
+                    endpoint_uid=job.endpoint_uid,
                 ),
             )
             self.stats.event(EventKind.TRIAL_PROGRESS.value)

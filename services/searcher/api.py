@@ -5,7 +5,11 @@ FAILED_PRECONDITION with one-line details naming the field.
 Callers authenticate as the deployer's do (`evertune.infra.runtime.auth`: bearer tokens scoped to a
 tenant). A tenant's token reaches only searches of its own endpoints: another tenant's endpoint or
 search is NOT_FOUND, as an unknown one is (no existence leaks); ListSearches needs an endpoint from
-a tenant's token. An operator's token (tenant `*`), or no tokens on loopback, reaches everything."""
+a tenant's token. A search belongs to the endpoint it was started on by id (`Search.endpoint_uid`),
+not by name: a tenant reaches it only while that very endpoint holds the name
+(`records.Incarnation`); a search of an earlier endpoint of the name (deleted, created again,
+perhaps by another tenant) is NOT_FOUND to every tenant. An operator's token (tenant `*`), or no
+tokens on loopback, reaches everything."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 from evertune.searcher.control import Searches
-from evertune.searcher.records import SearchRecord
+from evertune.searcher.records import Incarnation, SearchRecord
 
 from evertune.errors import EvertuneError, InvalidArgument, NotFound
 from evertune.infra.runtime import run_unary
@@ -54,20 +58,25 @@ class SearchApi(pb_grpc.SearchServiceServicer):
             raise EvertuneError("the searcher is still starting")
         return self.searches
 
-    async def _visible_endpoint(self, endpoint: str, *, field: str) -> None:
-        """NOT_FOUND unless the caller may reach `endpoint` (an operator reaches every one)."""
+    async def _visible_endpoint(self, endpoint: str, *, field: str) -> Incarnation | None:
+        """NOT_FOUND unless the caller may reach `endpoint`; the endpoint that holds the name now
+        (None for an operator, who reaches every endpoint and every search)."""
         who = caller()
         if who.all_tenants:
-            return
+            return None
         found = await self._require().endpoint(endpoint) if endpoint else None
         if found is None or not who.sees(found.spec.tenant):
             raise NotFound(f"{field}: endpoint {endpoint!r} not found")
+        return Incarnation.of(endpoint, found)
 
     async def _visible_search(self, search_id: str) -> SearchRecord:
-        """The search, NOT_FOUND unless the caller may reach its endpoint."""
+        """The search, NOT_FOUND (as an unknown search) unless the caller may reach the endpoint it
+        was started on: that endpoint's id must be the one its name holds now."""
         record = await self._require().get(search_id)
         try:
-            await self._visible_endpoint(record.search.endpoint, field="search_id")
+            current = await self._visible_endpoint(record.search.endpoint, field="search_id")
+            if current is not None and not current.holds(record.search):
+                raise NotFound("an earlier endpoint of the name")
         except NotFound:
             raise NotFound(f"search_id: search {search_id!r} not found") from None
         return record
@@ -76,8 +85,8 @@ class SearchApi(pb_grpc.SearchServiceServicer):
         self, request: pb.StartSearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.StartSearchResponse:
         async def work() -> pb.StartSearchResponse:
-            await self._visible_endpoint(request.endpoint, field="endpoint")
-            record = await self._require().start(request)
+            current = await self._visible_endpoint(request.endpoint, field="endpoint")
+            record = await self._require().start(request, caller_sees=current)
             return pb.StartSearchResponse(search=record.search)
 
         return await run_unary(context, "StartSearch", work)
@@ -96,12 +105,13 @@ class SearchApi(pb_grpc.SearchServiceServicer):
         async def work() -> pb.ListSearchesResponse:
             if request.page_size > MAX_PAGE:
                 raise InvalidArgument(f"page_size: at most {MAX_PAGE}, got {request.page_size}")
+            current = None
             if not caller().all_tenants:
                 if not request.endpoint:
                     raise InvalidArgument(
                         "endpoint: required with a tenant's token (one endpoint's searches)"
                     )
-                await self._visible_endpoint(request.endpoint, field="endpoint")
+                current = await self._visible_endpoint(request.endpoint, field="endpoint")
             states = []
             for i, state in enumerate(request.states):
                 if state not in pb.SearchState.values() or state == pb.SEARCH_STATE_UNSPECIFIED:
@@ -110,7 +120,7 @@ class SearchApi(pb_grpc.SearchServiceServicer):
             offset = page_offset(request.page_token)
             limit = request.page_size or DEFAULT_PAGE
             records, more = await self._require().records.page(
-                endpoint=request.endpoint, states=states, limit=limit, offset=offset
+                endpoint=request.endpoint, states=states, limit=limit, offset=offset, incarnation=current
             )
             return pb.ListSearchesResponse(
                 searches=[r.search for r in records], next_page_token=f"o{offset + limit}" if more else ""

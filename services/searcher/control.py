@@ -6,6 +6,11 @@
   KV), its live configuration (the stable deployment's, from `deployments`, else the endpoint's
   initial one) and the profile (`profiles` table: the one named, else the endpoint's latest),
   stores the search PENDING and runs it in a task. Idempotent on `request_id`.
+  A search belongs to the endpoint's immutable id (`Endpoint.uid`), not its name: the id is stored
+  on the search (`Search.endpoint_uid`, the `searches.endpoint_uid` column), carried by its events
+  and its jobs (so the runners' trial events carry it too), and the profile must be one of that id
+  (`profiles.endpoint_uid`): a name deleted and created again searches none of the earlier
+  endpoint's profiles, and its running search does not hold the new one's back.
 - the task (`_run`): writes the profile's trace where runners read it (`trace_dir`), prepares it
   for the performance model, builds the candidate space of each hardware class, and calls
   `orchestrate.run_search` with the model in a worker thread and `TrialBus` as trial executor.
@@ -55,6 +60,7 @@ from evertune.searcher.orchestrate import (
 from evertune.searcher.records import (
     WIRE_OBJECTIVE,
     WIRE_OUTCOME,
+    Incarnation,
     SearchRecord,
     SearchRecords,
     SearchTrials,
@@ -158,6 +164,7 @@ class Searches:
         self.efficiency = efficiency or {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._endpoint_of: dict[str, str] = {}  # running search id -> endpoint
+        self._uid_of: dict[str, str] = {}  # running search id -> the endpoint's immutable id
         #: per endpoint, the newest search request waiting for the running one to end
         self._queued: dict[str, tuple[pb.StartSearchRequest, str, str]] = {}
         #: per endpoint, the last search that ended with a winner (its rollout holds the queue)
@@ -200,11 +207,18 @@ class Searches:
         entry = await self._endpoints.get(name)
         return endpoint_pb2.Endpoint.FromString(entry.value) if entry is not None else None
 
-    async def latest_profile_id(self, endpoint: str) -> str:
-        """Id of the endpoint's newest stored profile ("" when none)."""
+    async def latest_profile_id(self, endpoint: str, uid: str | None = None) -> str:
+        """Id of the newest profile stored for the endpoint of id `uid` (None: the id the name
+        holds now); "" when none, or when no endpoint holds the name."""
+        if uid is None:
+            found = await self.endpoint(endpoint)
+            if found is None:
+                return ""
+            uid = found.uid
         rows = await self.store.query(
-            "SELECT profile_id FROM profiles FINAL WHERE endpoint = {e:String} ORDER BY version DESC LIMIT 1",
-            {"e": endpoint},
+            "SELECT profile_id FROM profiles FINAL WHERE endpoint = {e:String} AND endpoint_uid = {u:String} "
+            "ORDER BY version DESC LIMIT 1",
+            {"e": endpoint, "u": uid},
         )
         return str(rows[0][0]) if rows else ""
 
@@ -219,9 +233,17 @@ class Searches:
 
     # --- start -----------------------------------------------------------------------------------
     async def start(
-        self, request: pb.StartSearchRequest, *, trigger: str = "api", cause_id: str = ""
+        self,
+        request: pb.StartSearchRequest,
+        *,
+        trigger: str = "api",
+        cause_id: str = "",
+        caller_sees: Incarnation | None = None,
     ) -> SearchRecord:
-        """Accept a search (see the module doc); errors are one line naming the field."""
+        """Accept a search (see the module doc); errors are one line naming the field.
+        `caller_sees` is the endpoint a tenant's caller was allowed to reach (None: an operator, or
+        the searcher itself): a search for any other endpoint of the name is NOT_FOUND, and a
+        request id that started a search it does not hold is refused."""
         if not request.request_id:
             raise InvalidArgument("request_id: required (a client-chosen id that makes the call idempotent)")
         if not request.endpoint:
@@ -245,14 +267,18 @@ class Searches:
         async with self._lock:
             existing = await self.records.by_request(request.request_id)
             if existing is not None:
-                if existing.search.endpoint != request.endpoint:
+                if existing.search.endpoint != request.endpoint or (
+                    caller_sees is not None and not caller_sees.holds(existing.search)
+                ):
                     raise InvalidArgument(
-                        f"request_id: {request.request_id!r} already started a search for endpoint "
-                        f"{existing.search.endpoint!r}"
+                        f"request_id: {request.request_id!r} already started another search "
+                        "(choose a new request id)"
                     )
                 return existing
-            prepared = await self._prepare(request)
-            busy = [r for r in await self.records.unfinished(request.endpoint)]
+            prepared = await self._prepare(request, caller_sees)
+            busy = await self.records.unfinished(
+                incarnation=Incarnation.of(request.endpoint, prepared.endpoint)
+            )
             if busy:
                 raise FailedPrecondition(
                     f"endpoint {request.endpoint!r} already has a search running ({busy[0].search_id}); "
@@ -263,6 +289,7 @@ class Searches:
             task = asyncio.create_task(self._run(record, prepared), name=f"search:{record.search_id}")
             self._tasks[record.search_id] = task
             self._endpoint_of[record.search_id] = request.endpoint
+            self._uid_of[record.search_id] = record.search.endpoint_uid
             task.add_done_callback(self._forget)
         log.info("search accepted", search=record.search_id, endpoint=request.endpoint, trigger=trigger)
         return record
@@ -329,15 +356,23 @@ class Searches:
         except Exception:
             log.exception("queued search not started", endpoint=endpoint)
 
-    async def endpoint_deleted(self, endpoint: str) -> list[str]:
+    async def endpoint_deleted(
+        self, endpoint: str, *, endpoint_uid: str = "", name_reused: bool = False
+    ) -> list[str]:
         """Drop the endpoint's queued search request and cancel its running search: a deleted
         endpoint has nothing to tune, and trials kept running share the machine with whatever runs
         next. (In `bench loop` a request queued behind a winner's rollout started 2 s before its
-        endpoint was deleted, and its 4 trials ran beside the comparison's windows.) The ids of the
-        searches cancelled."""
-        self._queued.pop(endpoint, None)
-        self._winner_of.pop(endpoint, None)
-        cancelled = [sid for sid, name in list(self._endpoint_of.items()) if name == endpoint]
+        endpoint was deleted, and its 4 trials ran beside the comparison's windows.) With
+        `endpoint_uid`, only the searches of that endpoint id are cancelled; `name_reused`: the name
+        holds a new endpoint already, whose queued request stays. The ids of the searches cancelled."""
+        if not name_reused:
+            self._queued.pop(endpoint, None)
+            self._winner_of.pop(endpoint, None)
+        cancelled = [
+            sid
+            for sid, name in list(self._endpoint_of.items())
+            if name == endpoint and (not endpoint_uid or self._uid_of.get(sid) == endpoint_uid)
+        ]
         for search_id in cancelled:
             await self.cancel(search_id, f"endpoint {endpoint} was deleted")
         if cancelled:
@@ -399,6 +434,7 @@ class Searches:
             if running is task:
                 del self._tasks[search_id]
                 endpoint = self._endpoint_of.pop(search_id, "")
+                self._uid_of.pop(search_id, None)
                 # a winner's rollout holds the requests that arrive meanwhile, queued or not yet
                 if (endpoint in self._queued or endpoint in self._winner_of) and not self._closing:
                     drain = asyncio.create_task(self._start_queued(endpoint), name=f"queued:{endpoint}")
@@ -411,12 +447,13 @@ class Searches:
         except InvalidEngineConfig as err:
             raise InvalidArgument(f"{field}: {err}") from None
 
-    async def _prepare(self, request: pb.StartSearchRequest) -> Prepared:
+    async def _prepare(self, request: pb.StartSearchRequest, caller_sees: Incarnation | None) -> Prepared:
         assert self._endpoints is not None and self._deployments is not None, "Searches.open() first"
         entry = await self._endpoints.get(request.endpoint)
-        if entry is None:
+        endpoint = endpoint_pb2.Endpoint.FromString(entry.value) if entry is not None else None
+        # (a name deleted and created again since the caller's check is another endpoint)
+        if endpoint is None or (caller_sees is not None and endpoint.uid != caller_sees.uid):
             raise NotFound(f"endpoint {request.endpoint!r} not found")
-        endpoint = endpoint_pb2.Endpoint.FromString(entry.value)
         if endpoint.spec.search_policy == endpoint_pb2.SEARCH_POLICY_OFF:
             raise FailedPrecondition(f"endpoint {request.endpoint!r}: search_policy is OFF")
         if endpoint.spec.slo.ttft_p99_ms <= 0:
@@ -430,20 +467,20 @@ class Searches:
             if stable is not None:
                 live = endpoint_pb2.Deployment.FromString(stable.value).engine_config
         profile = await self._profile(
-            request.endpoint, request.profile_id if request.HasField("profile_id") else None
+            request.endpoint, endpoint.uid, request.profile_id if request.HasField("profile_id") else None
         )
         return Prepared(endpoint=endpoint, live=live, profile=profile, classes=classes)
 
-    async def _profile(self, endpoint: str, profile_id: str | None) -> Profile:
+    async def _profile(self, endpoint: str, uid: str, profile_id: str | None) -> Profile:
+        """The profile named (else the newest) of the endpoint of id `uid`: a profile of an earlier
+        endpoint of the name is not found, as an unknown one."""
+        where = "endpoint = {e:String} AND endpoint_uid = {u:String}"
+        params = {"e": endpoint, "u": uid}
         if profile_id is not None:
             if not profile_id:
                 raise InvalidArgument("profile_id: empty (leave it unset for the endpoint's latest)")
-            where, params = (
-                "endpoint = {e:String} AND profile_id = {p:String}",
-                {"e": endpoint, "p": profile_id},
-            )
-        else:
-            where, params = "endpoint = {e:String}", {"e": endpoint}
+            where += " AND profile_id = {p:String}"
+            params["p"] = profile_id
         rows = await self.store.query(
             "SELECT profile_id, ready_json, trace_jsonl, request_count FROM profiles FINAL "
             f"WHERE {where} ORDER BY version DESC LIMIT 1",
@@ -469,6 +506,7 @@ class Searches:
         search = pb.Search(
             id=f"search-{uuid.uuid4().hex[:12]}",
             endpoint=request.endpoint,
+            endpoint_uid=prepared.endpoint.uid,
             profile_id=prepared.profile.profile_id,
             hardware_classes=list(prepared.classes),
             trial_budget=request.trial_budget or self.settings.default_budget,
@@ -625,6 +663,7 @@ class Searches:
         template = JobTemplate(
             search_id=record.search_id,
             endpoint=record.search.endpoint,
+            endpoint_uid=record.search.endpoint_uid,
             profile_id=prepared.profile.profile_id,
             trace_uri=trace_path.resolve().as_uri(),
             trace_sha256=sha,
@@ -827,6 +866,7 @@ class Searches:
             source=SOURCE,
             payload_message=payload,
             cause_id=record.cause_id,
+            endpoint_uid=record.search.endpoint_uid,
         )
         event.id = _event_id(kind.value, record.search_id)
         await publish_event(self.js, event)

@@ -53,6 +53,7 @@ class JobTemplate:
     agreement_threshold: float  #: the endpoint's correctness threshold for lossy changes (0 = default)
     timeout_s: float  #: seconds a trial of fidelity 1 may take from publication (scaled by fidelity)
     engine_model: str = ""  #: model the jobs name, as the live config does ("" = the runner's own)
+    endpoint_uid: str = ""  #: the endpoint's immutable id (the search's; "" for one stored before ids)
     headroom: float = 0.0  #: the gates' rate is target x this (TrialJob.slo_headroom; 0 = runner default)
 
 
@@ -86,6 +87,7 @@ def trial_job(order: TrialOrder, template: JobTemplate, *, now: datetime) -> job
         search_id=template.search_id,
         trial_id=order.trial_id,
         endpoint=template.endpoint,
+        endpoint_uid=template.endpoint_uid,
         hardware_class=order.hardware_class,
         engine_config=request.candidate.spec.to_proto(),
         trace_uri=template.trace_uri,

@@ -8,6 +8,10 @@ written before the message had them still serves them (`_record` fills them from
 `search:<id>:<revision>`); reads take the highest revision (FINAL), so GetSearch and ListSearches
 answer the same after a restart.
 
+A search belongs to the endpoint it was started on by that endpoint's immutable id
+(`Search.endpoint_uid`, the `endpoint_uid` column), not by its name: `Incarnation` is the one rule
+a tenant's reads go through (`holds` for one search, `where` for ListSearches).
+
 `SearchTrials` reads the runners' `trials` table (infra/clickhouse/0003_trials.sql) for ListTrials:
 one `evertune.v1.Trial` per stored job, built from the row's own `completed_pb` (the
 trial.completed the runner published) plus the columns the event has no field for.
@@ -35,6 +39,7 @@ COLUMNS: tuple[str, ...] = (
     "search_id",
     "revision",
     "endpoint",
+    "endpoint_uid",
     "request_id",
     "trigger",
     "cause_id",
@@ -114,12 +119,50 @@ def _time(ts: Any) -> datetime:
     return ts.ToDatetime(tzinfo=UTC) if ts.seconds or ts.nanos else _EPOCH
 
 
+@dataclass(frozen=True)
+class Incarnation:
+    """One endpoint as it exists now: the searches that belong to it are those started on its
+    immutable id. A name deleted and created again is a new incarnation, and the earlier one's
+    searches belong to neither its new owner nor anyone but an operator.
+
+    An endpoint stored before endpoints had ids (`uid` "") holds the searches without an id
+    started since it was created (the rule the deployer's WatchEvents applies to such events); an
+    endpoint with an id never holds a search without one."""
+
+    name: str  #: endpoint name
+    uid: str  #: Endpoint.uid ("" for an endpoint stored before ids)
+    created: datetime  #: its create time (the epoch when unknown)
+
+    @classmethod
+    def of(cls, name: str, endpoint: endpoint_pb2.Endpoint) -> Incarnation:
+        """The incarnation `endpoint`, stored under `name`, is."""
+        return cls(name=name, uid=endpoint.uid, created=_time(endpoint.create_time))
+
+    def holds(self, search: pb.Search) -> bool:
+        """Whether `search` belongs to this incarnation."""
+        if search.endpoint != self.name:
+            return False
+        if self.uid:
+            return search.endpoint_uid == self.uid
+        return not search.endpoint_uid and _time(search.create_time) >= self.created
+
+    def where(self) -> tuple[str, dict[str, Any]]:
+        """`holds` as a condition on `searches` rows, and its parameters."""
+        params: dict[str, Any] = {"scope_e": self.name, "scope_u": self.uid}
+        clause = "endpoint = {scope_e:String} AND endpoint_uid = {scope_u:String}"
+        if not self.uid:
+            clause += " AND create_time >= fromUnixTimestamp64Micro({scope_c:Int64}, 'UTC')"
+            params["scope_c"] = int((self.created - _EPOCH).total_seconds() * 1_000_000)
+        return clause, params
+
+
 def _row(record: SearchRecord) -> list[Any]:
     s = record.search
     return [
         s.id,
         record.revision,
         s.endpoint,
+        s.endpoint_uid,
         record.request_id,
         s.trigger,
         record.cause_id,
@@ -197,23 +240,39 @@ class SearchRecords:
         )
         return _record(rows[0]) if rows else None
 
-    async def unfinished(self, endpoint: str | None = None) -> list[SearchRecord]:
-        """Searches not DONE (of one endpoint, or all)."""
+    async def unfinished(
+        self, endpoint: str | None = None, *, incarnation: Incarnation | None = None
+    ) -> list[SearchRecord]:
+        """Searches not DONE: of one endpoint by name, only those `incarnation` holds, or all."""
         where = "state != 'SEARCH_STATE_DONE'"
         params: dict[str, Any] = {}
-        if endpoint is not None:
+        if incarnation is not None:
+            clause, params = incarnation.where()
+            where += f" AND {clause}"
+        elif endpoint is not None:
             where += " AND endpoint = {e:String}"
             params["e"] = endpoint
         rows = await self.store.query(f"{_SELECT} WHERE {where} ORDER BY create_time", params)
         return [_record(r) for r in rows]
 
     async def page(
-        self, *, endpoint: str, states: list[str], limit: int, offset: int
+        self,
+        *,
+        endpoint: str,
+        states: list[str],
+        limit: int,
+        offset: int,
+        incarnation: Incarnation | None = None,
     ) -> tuple[list[SearchRecord], bool]:
-        """A page of searches, newest first, and whether more follow."""
+        """A page of searches, newest first, and whether more follow: of `endpoint` by name ("" =
+        every endpoint), or only those `incarnation` holds."""
         clauses = ["1"]
         params: dict[str, Any] = {"limit": limit + 1, "offset": offset}
-        if endpoint:
+        if incarnation is not None:
+            clause, scope = incarnation.where()
+            clauses.append(clause)
+            params.update(scope)
+        elif endpoint:
             clauses.append("endpoint = {e:String}")
             params["e"] = endpoint
         if states:

@@ -93,7 +93,15 @@ async def test_openai_stream_through_the_gateway_lands_as_one_row(
         assert completion == 6 and prompt > 0 and gaps == 5
         columns = {r[0]: r[1] for r in await store.query("DESCRIBE TABLE requests")}
         text_columns = {name for name, kind in columns.items() if "String" in kind}
-        assert text_columns == {"endpoint", "deployment", "request_id", "api", "model", "error_class"}
+        assert text_columns == {
+            "endpoint",
+            "endpoint_uid",
+            "deployment",
+            "request_id",
+            "api",
+            "model",
+            "error_class",
+        }
     finally:
         stop.set()
         await asyncio.wait_for(hosting, 30)

@@ -101,9 +101,13 @@ async def test_a_job_becomes_one_row_and_one_trial_completed(
         baseline=True,
         gates=("correctness", "slo", "stability"),
     )
+    trial_job.endpoint_uid = f"ep-{uuid.uuid4().hex[:24]}"
     async with watching(js, endpoint) as seen, running(service, nc, store):
         await publish(js, service.settings.subject, trial_job, msg_id=trial_job.job_id)
         [event] = await seen.wait_for("trial.completed", trial_job.job_id, timeout_s=60)
+    # The trial's events belong to the endpoint the search was started on, by its id too.
+    assert event.endpoint_uid == trial_job.endpoint_uid
+    assert {e.endpoint_uid for e in seen.of("trial.progress", trial_job.job_id)} == {trial_job.endpoint_uid}
     done = event.trial_completed
     failed = [f"{g.name}: {g.detail or g.value}" for g in done.gates if not g.passed]
     assert done.status == jobs_pb2.TRIAL_STATUS_OK and done.passed and done.baseline, failed

@@ -1,6 +1,9 @@
 """The searcher's hosted stack for service tests: an endpoint in the `endpoints` KV, a stored voice
 profile (as the profiler writes it), a searcher on a free gRPC port, and a runner on the `sim-cpu`
-class (the performance model served as an engine), each started on the session's NATS and chDB."""
+class (the performance model served as an engine), each started on the session's NATS and chDB.
+
+Endpoints have an immutable id (`Endpoint.uid`) as the deployer gives them; a profile is stored
+under the id `make_endpoint` last gave its name (`uid_of`), or the one named."""
 
 from __future__ import annotations
 
@@ -40,6 +43,18 @@ LIMITS = SpaceLimits(
     quantization=(),
 )
 PEAK = 6.0
+#: The id `make_endpoint` last gave each name (endpoints written otherwise have none: "").
+_UIDS: dict[str, str] = {}
+
+
+def new_uid() -> str:
+    """A fresh endpoint id, as the deployer makes them."""
+    return f"ep-{uuid.uuid4().hex[:24]}"
+
+
+def uid_of(name: str) -> str:
+    """The id `make_endpoint` last gave `name` ("" when it made none)."""
+    return _UIDS.get(name, "")
 
 
 @contextlib.asynccontextmanager
@@ -53,12 +68,21 @@ async def running(service: Service, nc: Client, store: Store) -> AsyncIterator[S
 
 
 async def make_endpoint(
-    js: JetStreamContext, *, policy: int, hardware: str = "sim-cpu", objective: int = 0
+    js: JetStreamContext,
+    *,
+    policy: int,
+    hardware: str = "sim-cpu",
+    objective: int = 0,
+    name: str = "",
+    tenant: str = "t",
+    uid: str = "",
 ) -> str:
-    name = f"ep-{uuid.uuid4().hex[:10]}"
+    """An endpoint in the `endpoints` KV (a fresh name unless given, which must be free), with an id
+    (`uid`, else a fresh one); its name."""
+    name = name or f"ep-{uuid.uuid4().hex[:10]}"
     spec = endpoint_pb2.EndpointSpec(
         name=name,
-        tenant="t",
+        tenant=tenant,
         model="",
         slo=endpoint_pb2.Slo(ttft_p99_ms=150.0),
         hardware_pool=endpoint_pb2.HardwarePool(hardware_class=hardware, max_replicas=1),
@@ -74,16 +98,32 @@ async def make_endpoint(
         search_policy=policy,  # type: ignore[arg-type]
         objective=objective,  # type: ignore[arg-type]
     )
+    endpoint = endpoint_pb2.Endpoint(spec=spec, revision=1, uid=uid or new_uid())
+    endpoint.create_time.FromDatetime(datetime.now(UTC))
     bucket = await Bucket.open(js, "endpoints")
-    await bucket.create(name, endpoint_pb2.Endpoint(spec=spec, revision=1).SerializeToString())
+    await bucket.create(name, endpoint.SerializeToString())
+    _UIDS[name] = endpoint.uid
     return name
 
 
+async def delete_endpoint(js: JetStreamContext, name: str) -> None:
+    """The endpoint's record gone from the `endpoints` KV, as the deployer leaves a deleted one."""
+    bucket = await Bucket.open(js, "endpoints")
+    await bucket.delete(name)
+    _UIDS.pop(name, None)
+
+
 async def store_profile(
-    store: Store, endpoint: str, model_dir: Path, *, peak_rps: float = PEAK
+    store: Store,
+    endpoint: str,
+    model_dir: Path,
+    *,
+    peak_rps: float = PEAK,
+    uid: str | None = None,
+    version: int = 1,
 ) -> events_pb2.ProfileReady:
     """A stored profile of voice traffic (the profiler's table, written as the profiler writes it),
-    its peak `peak_rps`."""
+    its peak `peak_rps`, of the endpoint with id `uid` (None: `uid_of(endpoint)`)."""
     plan = plan_voice(
         VoiceWorkload(duration_s=90, peak_calls_per_s=1.5, seed=5, curve=DailyCurve(shape="flat")),
         text=CorpusText(),
@@ -98,25 +138,27 @@ async def store_profile(
         summary=events_pb2.WorkloadSummary(rate_rps=peak_rps * 0.8, peak_rate_rps=peak_rps),
         trace_uri=catalog.trace_uri(store.database, profile_id),
         trigger="schedule",
-        version=1,
+        version=version,
     )
     now = datetime.now(UTC)
-    row = [
-        endpoint,
-        1,
-        profile_id,
-        now,
-        now,
-        now,
-        "schedule",
-        "",
-        len(records),
-        MessageToJson(ready),
-        "{}",
-        trace,
-        "",
-    ]
-    await store.insert(catalog.TABLE, [row], catalog.COLUMNS, dedup_token=profile_id)
+    values = {
+        "endpoint": endpoint,
+        "endpoint_uid": uid_of(endpoint) if uid is None else uid,
+        "version": version,
+        "profile_id": profile_id,
+        "created": now,
+        "window_start": now,
+        "window_end": now,
+        "trigger": "schedule",
+        "cause_id": "",
+        "request_count": len(records),
+        "ready_json": MessageToJson(ready),
+        "profile_json": "{}",
+        "trace_jsonl": trace,
+        "trace_sha256": "",
+    }
+    columns = tuple(dict.fromkeys((*catalog.COLUMNS, "endpoint_uid")))
+    await store.insert(catalog.TABLE, [[values[c] for c in columns]], columns, dedup_token=profile_id)
     return ready
 
 

@@ -23,6 +23,7 @@ SLO = endpoint_pb2.Slo(ttft_p99_ms=200.0, attainment_target=0.9)
 TEMPLATE = JobTemplate(
     search_id="search-1",
     endpoint="voice",
+    endpoint_uid="ep-0123456789abcdef01234567",
     profile_id="prof-1",
     trace_uri="file:///traces/prof-1.jsonl",
     trace_sha256="ab" * 32,
@@ -63,6 +64,8 @@ def test_a_candidate_job_asks_for_the_ladder_the_gates_and_the_baselines_referen
     assert job.engine_config.model == "" and job.engine_config.max_num_seqs == 64  # the runner's model
     assert job.deadline.ToDatetime(tzinfo=UTC) == datetime(2026, 11, 30, 0, 20, tzinfo=UTC)
     assert job.job_id == "job-search-1-r1-x" and job.seed == 7 and not job.baseline
+    # the endpoint by name and by id: the runner stamps the id on the trial's events
+    assert job.endpoint == "voice" and job.endpoint_uid == "ep-0123456789abcdef01234567"
 
 
 def test_no_correctness_gate_for_the_baseline_or_on_a_model() -> None:

@@ -26,7 +26,7 @@ from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
 
-from .stack import make_endpoint, make_searcher, running, sim_runner, store_profile
+from .stack import make_endpoint, make_searcher, running, sim_runner, store_profile, uid_of
 
 
 async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
@@ -77,6 +77,9 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
     assert [g.name for g in done.baseline_gates] == ["slo"]
     assert got.state == pb.SEARCH_STATE_DONE and got.trials_completed == 3 and got.modeled_candidates == 5
     assert got.best_trial_id == done.winner_trial_id and got.trigger == "profile.ready"
+    # The search and every event of it (the runner's trial events too) belong to the endpoint's id.
+    assert got.endpoint_uid == uid_of(endpoint) != ""
+    assert {e.endpoint_uid for e in events} == {got.endpoint_uid}
     assert [s.id for s in listed] == [search_id]
     rows = await store.query("SELECT count() FROM trials WHERE search_id = {s:String}", {"s": search_id})
     assert rows.scalar() == 3
@@ -95,7 +98,10 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
     assert (await again.records.by_request(f"profile:{event.id}")).search_id == search_id  # type: ignore[union-attr]
     # The rows the searcher and the runner stored confirm the event: a deployer would roll it out.
     winners = StoredWinners(store)
-    assert await winners.refusal(endpoint=endpoint, model="/models/ep", pool="sim-cpu", done=done) == ""
+    refusal = await winners.refusal(
+        endpoint=endpoint, endpoint_uid=uid_of(endpoint), model="/models/ep", pool="sim-cpu", done=done
+    )
+    assert refusal == ""
 
 
 async def _started(stub: pb_grpc.SearchServiceStub, search_id: str) -> bool:

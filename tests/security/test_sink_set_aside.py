@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink, rows_of, unfit
+from evertune.profiler.sink import COLUMNS, TABLE, SinkConfig, TelemetrySink, rows_of, unfit
 from nats.js import JetStreamContext
 
 from evertune.apps.harness.waiting import eventually
@@ -23,7 +23,8 @@ def test_unfit_names_what_the_table_cannot_hold() -> None:
     assert "1900-2299" in unfit(telemetry_pb2.RequestRecord(start_time_unix_ns=-(2**62)))
     mixed = batch(0, 3)
     mixed.records[1].status_code = 70_000
-    assert [row[2] for row in rows_of(mixed)] == ["r-0", "r-2"]
+    request_id = COLUMNS.index("request_id")
+    assert [row[request_id] for row in rows_of(mixed)] == ["r-0", "r-2"]
 
 
 async def test_an_unfit_record_is_set_aside_and_the_rest_stored(js: JetStreamContext, store: Store) -> None:

@@ -156,7 +156,7 @@ async def from_store(
     from evertune.profiler import catalog
     from evertune.profiler.builder import build_from_store
     from evertune.profiler.profile import ProfileConfig, to_jsonable
-    from evertune.profiler.queries import endpoint_seen
+    from evertune.profiler.queries import endpoint_seen, newest_endpoint_uid
     from evertune.profiler.settings import ProfilerSettings
 
     url = shared.store_url
@@ -169,7 +169,9 @@ async def from_store(
         )
         names = {str(name) for (name,) in tables}
         if not build and "profiles" in names:
-            stored = await catalog.latest(store, endpoint)
+            # the endpoint the name holds now: the one its newest request was served under
+            uid = await newest_endpoint_uid(store, endpoint) if "requests" in names else None
+            stored = await catalog.latest(store, endpoint, endpoint_uid=uid)
             if stored is not None:
                 from evertune.profiler.service import stored_reply
 

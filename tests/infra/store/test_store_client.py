@@ -25,6 +25,7 @@ def request_rows(n: int, endpoint: str = "voice", start: int = 0) -> list[list[o
     for i in range(start, start + n):
         row: dict[str, object] = {
             "endpoint": endpoint,
+            "endpoint_uid": f"ep-{endpoint}",
             "deployment": "d1",
             "request_id": f"req-{i}",
             "ts": T0 + dt.timedelta(milliseconds=10 * i),
