@@ -14,7 +14,6 @@ from evertune.deployer.backend_local import EngineFactory, LocalBackend, make_en
 from evertune.deployer.controller import Deployer
 from evertune.deployer.metrics import DeployerMetrics, EngineReplica
 from evertune.deployer.model_roots import ModelRoots
-from evertune.deployer.server import server_credentials
 from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.state import State
 from evertune.deployer.stats import DeployerStats
@@ -30,6 +29,7 @@ from evertune.infra.outbound import OutboundPolicy
 from evertune.infra.runtime import GrpcServer, GrpcService, ServiceContext
 from evertune.infra.runtime.auth import AuthInterceptor, TokenSource, load_tokens
 from evertune.infra.runtime.metrics import FunctionCollector
+from evertune.infra.runtime.tls import ServerTls, refuse_plaintext_credentials, tls_mode
 from evertune.v1 import events_pb2
 
 #: Durable consumer names (deployers sharing one share the work).
@@ -76,23 +76,17 @@ class DeployerService(GrpcService):
                 f"EVERTUNE_DEPLOYER_GRPC_HOST={settings.grpc_host} is not loopback "
                 "(set tokens, bind 127.0.0.1, or EVERTUNE_DEPLOYER_ALLOW_UNAUTHENTICATED=true)"
             )
-        plaintext = settings.tls_cert_file is None
-        if (
-            self.tokens is not None
-            and plaintext
-            and not settings.loopback_only
-            and not settings.allow_plaintext_tokens
-        ):
-            raise SettingsError(
-                "invalid setting EVERTUNE_DEPLOYER_TLS_CERT_FILE: tokens would cross the network in "
-                f"plaintext on EVERTUNE_DEPLOYER_GRPC_HOST={settings.grpc_host} (set the TLS files, bind "
-                "127.0.0.1, or EVERTUNE_DEPLOYER_ALLOW_PLAINTEXT_TOKENS=true behind a TLS proxy)"
+        self.tls = ServerTls.of(settings, "EVERTUNE_DEPLOYER_")
+        if self.tokens is not None:
+            refuse_plaintext_credentials(
+                prefix="EVERTUNE_DEPLOYER_",
+                credentials="tokens",
+                host_setting="GRPC_HOST",
+                host=settings.grpc_host,
+                tls=self.tls is not None,
+                allow_setting="ALLOW_PLAINTEXT_TOKENS",
+                allowed=settings.allow_plaintext_tokens,
             )
-        credentials = (
-            server_credentials(settings.tls_cert_file, settings.tls_key_file)
-            if settings.tls_cert_file is not None and settings.tls_key_file is not None
-            else None
-        )
         self.deployer: Deployer | None = None
         self.consumers: dict[str, DurableConsumer] = {}  #: durable name -> consumer (once started)
         self.metrics = DeployerMetrics(self)  #: the deployer's and its engines' metrics
@@ -103,7 +97,7 @@ class DeployerService(GrpcService):
             add_servicers=[self._add_api],
             service_names=[SERVICE_NAME],
             interceptors=[AuthInterceptor(self.tokens)],
-            credentials=credentials,
+            credentials=self.tls.grpc_credentials() if self.tls is not None else None,
             max_message_bytes=settings.max_message_bytes,
         )
         self.grpc = self.server
@@ -205,7 +199,7 @@ class DeployerService(GrpcService):
             "deployer serving",
             backend=backend.name,
             address=self.server.address,
-            tls=self.server.tls,
+            tls=tls_mode(self.tls),
             auth="tokens" if self.tokens is not None else "off",
         )
 

@@ -30,6 +30,7 @@ from evertune.infra.bus import KvFollower, publish
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.auth import LOOPBACK_HOSTS, load_tokens
 from evertune.infra.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
+from evertune.infra.runtime.tls import ServerTls, refuse_plaintext_credentials, tls_mode
 from evertune.v1 import telemetry_pb2
 
 
@@ -51,6 +52,17 @@ class GatewayService(Service):
                 "invalid setting EVERTUNE_GATEWAY_API_KEY_FILE: no API keys configured while "
                 f"EVERTUNE_GATEWAY_HOST={settings.host} is not loopback "
                 "(set keys, bind 127.0.0.1, or EVERTUNE_GATEWAY_ALLOW_UNAUTHENTICATED=true)"
+            )
+        self.tls = ServerTls.of(settings, "EVERTUNE_GATEWAY_")
+        if self.keys is not None:
+            refuse_plaintext_credentials(
+                prefix="EVERTUNE_GATEWAY_",
+                credentials="API keys",
+                host_setting="HOST",
+                host=settings.host,
+                tls=self.tls is not None,
+                allow_setting="ALLOW_PLAINTEXT_KEYS",
+                allowed=settings.allow_plaintext_keys,
             )
         self.book = RouteBook()
         self.publisher: Publisher | None = None
@@ -111,7 +123,13 @@ class GatewayService(Service):
             **self.proxy.server_args,
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, settings.host, settings.port, reuse_port=False)
+        site = web.TCPSite(
+            self._runner,
+            settings.host,
+            settings.port,
+            reuse_port=False,
+            ssl_context=self.tls.ssl_context() if self.tls is not None else None,
+        )
         try:
             await site.start()
         except OSError as err:
@@ -126,7 +144,10 @@ class GatewayService(Service):
         self.port = sockets[0].getsockname()[1] if sockets else settings.port
         self.spawn(self._serve_until_stopped(), name="http")
         self.log.info(
-            "gateway listening", address=f"{settings.host}:{self.port}", endpoints=len(self.book.tables)
+            "gateway listening",
+            address=f"{settings.host}:{self.port}",
+            tls=tls_mode(self.tls),
+            endpoints=len(self.book.tables),
         )
 
     def _offer(self, item: Pending) -> None:
@@ -191,13 +212,18 @@ class GatewayService(Service):
         if self._routes is not None:
             await self._routes.stop()
 
+    @property
+    def scheme(self) -> str:
+        """The URLs' scheme: https when the port speaks TLS, else http."""
+        return "http" if self.tls is None else "https"
+
     def listen(self) -> dict[str, str]:
-        return {"http": f"{self.settings.host}:{self.port}"} if self.port else {}
+        return {self.scheme: f"{self.settings.host}:{self.port}"} if self.port else {}
 
     def metrics_url(self) -> str:
         """`/metrics` on the proxy's own port (when `metrics` is on)."""
         return (
-            f"http://{self.settings.host}:{self.port}{METRICS_PATH}"
+            f"{self.scheme}://{self.settings.host}:{self.port}{METRICS_PATH}"
             if self.settings.metrics and self.port
             else ""
         )

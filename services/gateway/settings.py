@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from evertune.infra.runtime.tls import check_tls_settings
 
 #: The public development value of `prefix_secret`.
 DEV_PREFIX_SECRET = "evertune-dev-prefix-secret"
@@ -32,6 +34,16 @@ class GatewaySettings(BaseSettings):
     api_keys: SecretStr = SecretStr("")
     #: Serve without API keys on a non-loopback address (never do this outside a closed network).
     allow_unauthenticated: bool = False
+    #: Take API keys over plaintext HTTP on a non-loopback address: only when TLS is terminated in
+    #: front of the gateway (an ingress, a mesh, a proxy); otherwise set the TLS files.
+    allow_plaintext_keys: bool = False
+    #: TLS certificate chain (PEM); with `tls_key_file` the port speaks HTTPS only.
+    tls_cert_file: Path | None = None
+    #: TLS private key (PEM).
+    tls_key_file: Path | None = None
+    #: CA (PEM) that signs client certificates: set, the port speaks mutual TLS (a client without
+    #: a certificate it signed is refused). Only with the two files above.
+    tls_client_ca_file: Path | None = None
     #: Seconds a client has to send a request's line and headers, counted from the connection's
     #: start or the end of its previous response (then the connection is closed: a slow sender cannot
     #: hold it). It also bounds how long an idle keep-alive connection stays open (aiohttp's
@@ -89,3 +101,8 @@ class GatewaySettings(BaseSettings):
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     #: Answer Prometheus' `GET /metrics` on the gateway's HTTP port.
     metrics: bool = True
+
+    @model_validator(mode="after")
+    def _tls(self) -> Self:
+        check_tls_settings(self, "EVERTUNE_GATEWAY_")
+        return self

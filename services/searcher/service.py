@@ -10,8 +10,10 @@ Consumers (durable, on EVENTS):
   history). While the endpoint has a search running, the newest profile's request is queued and
   starts when that search ends (`Searches.start_or_queue`). The request id is
   `profile:<event id>`, so a redelivered event starts nothing new.
-- `searcher-deletions` (`endpoint.deleted`): cancels the endpoint's running search and drops its
-  queued request (`Searches.endpoint_deleted`), unless an endpoint of that name exists again.
+- `searcher-deletions` (`endpoint.deleted`): cancels the deleted endpoint's running search (by its
+  immutable id: also when the name was created again before the event arrived) and drops its
+  queued request unless the name holds a new endpoint (`Searches.endpoint_deleted`). An event
+  without an id (from before ids) cancels nothing once the name exists again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from evertune.infra.events import EventKind, event_filter_subject
 from evertune.infra.runtime import GrpcService, ServiceContext
 from evertune.infra.runtime.auth import LOOPBACK_HOSTS, AuthInterceptor, load_tokens
 from evertune.infra.runtime.metrics import FunctionCollector
+from evertune.infra.runtime.tls import ServerTls, refuse_plaintext_credentials, tls_mode
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 
@@ -70,12 +73,24 @@ class SearcherService(GrpcService):
                 f"EVERTUNE_SEARCHER_GRPC_HOST={settings.grpc_host} is not loopback "
                 "(set tokens, bind 127.0.0.1, or EVERTUNE_SEARCHER_ALLOW_UNAUTHENTICATED=true)"
             )
+        self.tls = ServerTls.of(settings, "EVERTUNE_SEARCHER_")
+        if self.tokens is not None:
+            refuse_plaintext_credentials(
+                prefix="EVERTUNE_SEARCHER_",
+                credentials="tokens",
+                host_setting="GRPC_HOST",
+                host=settings.grpc_host,
+                tls=self.tls is not None,
+                allow_setting="ALLOW_PLAINTEXT_TOKENS",
+                allowed=settings.allow_plaintext_tokens,
+            )
         super().__init__(
             host=settings.grpc_host,
             port=settings.grpc_port,
             add_servicers=[self.api.add_to],
             service_names=[SERVICE_NAME],
             interceptors=[AuthInterceptor(self.tokens)],
+            credentials=self.tls.grpc_credentials() if self.tls is not None else None,
         )
         self.api.stopping = self.stopping
         self.settings = settings
@@ -123,6 +138,7 @@ class SearcherService(GrpcService):
         self.spawn(profiles.run(self.stopping), name="profiles")
         self.spawn(deletions.run(self.stopping), name="deletions")
         await super().on_start(ctx)
+        self.log.info("searcher serving", address=self.grpc.address, tls=tls_mode(self.tls))
 
     async def on_stop(self) -> None:
         if self.searches is not None:
@@ -157,9 +173,12 @@ class SearcherService(GrpcService):
         assert self.searches is not None
         event = _event_of(msg)
         name = event.endpoint_deleted.name or event.endpoint
-        # a name created again since (or an old event replayed to a new consumer) stops nothing
-        if name and await self.searches.endpoint(name) is None:
-            await self.searches.endpoint_deleted(name)
+        if not name:
+            return
+        reused = await self.searches.endpoint(name) is not None
+        if reused and not event.endpoint_uid:
+            return  # the name holds a new endpoint, and nothing says which searches were the old one's
+        await self.searches.endpoint_deleted(name, endpoint_uid=event.endpoint_uid, name_reused=reused)
 
     async def _on_profile(self, msg: Msg) -> None:
         """Start a search for a new profile when the endpoint's policy allows (see the module doc)."""

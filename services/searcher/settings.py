@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from evertune.infra.runtime.tls import check_tls_settings
 
 
 class SearcherSettings(BaseSettings):
@@ -29,6 +31,16 @@ class SearcherSettings(BaseSettings):
     tokens: SecretStr = SecretStr("")
     #: Serve without tokens on a non-loopback address (never do this outside a closed network).
     allow_unauthenticated: bool = False
+    #: Take tokens over plaintext gRPC on a non-loopback address: only when TLS is terminated in
+    #: front of the searcher (a service mesh, a proxy); otherwise set the TLS files.
+    allow_plaintext_tokens: bool = False
+    #: TLS certificate chain (PEM); with `tls_key_file` the server speaks TLS only.
+    tls_cert_file: Path | None = None
+    #: TLS private key (PEM).
+    tls_key_file: Path | None = None
+    #: CA (PEM) that signs client certificates: set, the server speaks mutual TLS (a client without
+    #: a certificate it signed is refused). Only with the two files above.
+    tls_client_ca_file: Path | None = None
     #: A profile.ready of fewer requests starts no search: a few requests (a drift alarm's short
     #: window) do not describe a workload worth trials.
     min_profile_requests: int = Field(default=30, ge=1)
@@ -102,3 +114,8 @@ class SearcherSettings(BaseSettings):
         if value < info.data.get("default_budget", 0):
             raise ValueError("must be at least default_budget")
         return value
+
+    @model_validator(mode="after")
+    def _tls(self) -> Self:
+        check_tls_settings(self, "EVERTUNE_SEARCHER_")
+        return self

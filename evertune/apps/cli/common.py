@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal, cast
 
-from evertune.errors import EvertuneError
+import grpc
+
+from evertune.errors import EvertuneError, SettingsError
 from evertune.infra.data_dir import read_runtime
 from evertune.infra.logging import configure_logging
 from evertune.infra.settings import DEFAULT_DATA_DIR, SharedSettings, load_settings
@@ -84,3 +87,58 @@ def grpc_address(*, service: str, given: str | None, data_dir: Path | None, defa
         if kind == "grpc" and where:
             return where
     return default
+
+
+#: The TLS flags of the gRPC commands, and the variables they fall back to (as `--token` does to
+#: EVERTUNE_TOKEN).
+TLS_FLAGS: dict[str, str] = {
+    "tls_ca": "EVERTUNE_TLS_CA_FILE",
+    "tls_cert": "EVERTUNE_TLS_CERT_FILE",
+    "tls_key": "EVERTUNE_TLS_KEY_FILE",
+}
+
+
+def add_tls_flags(parser: argparse.ArgumentParser) -> None:
+    """`--tls-ca`, `--tls-cert`, `--tls-key` (see `grpc_channel`)."""
+    helps = {
+        "tls_ca": "speak TLS, trusting this CA's PEM",
+        "tls_cert": "client certificate (PEM) for mutual TLS",
+        "tls_key": "its private key (PEM)",
+    }
+    for dest, variable in TLS_FLAGS.items():
+        flag = "--" + dest.replace("_", "-")
+        parser.add_argument(flag, type=Path, default=None, help=f"{helps[dest]} (default ${variable})")
+
+
+def grpc_channel(
+    args: argparse.Namespace,
+    address: str,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+) -> grpc.aio.Channel:
+    """The one channel the gRPC commands open: plaintext, or TLS when a CA or a client certificate
+    is given (flag, else its variable: `TLS_FLAGS`); TLS without a CA trusts the system's roots. A
+    client certificate and key come together; an unreadable file is a one-line error."""
+    files: dict[str, Path | None] = {}
+    for dest, variable in TLS_FLAGS.items():
+        given = getattr(args, dest, None) or os.environ.get(variable, "")
+        files[dest] = Path(given).expanduser() if given else None
+    ca, cert, key = files["tls_ca"], files["tls_cert"], files["tls_key"]
+    if (cert is None) != (key is None):
+        raise SettingsError("set both --tls-cert and --tls-key (or $EVERTUNE_TLS_CERT_FILE and _KEY_FILE)")
+    if ca is None and cert is None:
+        return grpc.aio.insecure_channel(address, interceptors=interceptors)
+
+    def read(path: Path | None, flag: str) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            return path.read_bytes()
+        except OSError as err:
+            raise SettingsError(f"cannot read {flag} {path}: {err.strerror}") from None
+
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read(ca, "--tls-ca"),
+        private_key=read(key, "--tls-key"),
+        certificate_chain=read(cert, "--tls-cert"),
+    )
+    return grpc.aio.secure_channel(address, credentials, interceptors=interceptors)

@@ -3,7 +3,9 @@
 Where the deployer is: `--address`, else `EVERTUNE_DEPLOYER_ADDRESS`, else the address the
 `evertune up` on the data dir wrote to its runtime file, else 127.0.0.1:50051. The bearer token:
 `--token`, else `EVERTUNE_TOKEN` (none: no credentials, for a deployer with auth off). `--tls-ca
-FILE` speaks TLS, trusting that CA (or self-signed certificate).
+FILE` (else `EVERTUNE_TLS_CA_FILE`) speaks TLS, trusting that CA (or self-signed certificate);
+`--tls-cert`/`--tls-key` (else `EVERTUNE_TLS_CERT_FILE`/`_KEY_FILE`) present a client certificate
+to a deployer with mutual TLS (`common.grpc_channel`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from rich.console import Group, RenderableType
 from rich.table import Table
 
-from evertune.apps.cli.common import OBJECTIVES, grpc_address
+from evertune.apps.cli.common import OBJECTIVES, add_tls_flags, grpc_address, grpc_channel
 from evertune.apps.cli.console import out_console, table
 from evertune.errors import EvertuneError, InvalidArgument
 from evertune.v1 import endpoint_pb2
@@ -65,7 +67,7 @@ def add_commands(commands: Any) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--address", default=None, help="deployer host:port")
         parser.add_argument("--token", default=None, help="bearer token (default $EVERTUNE_TOKEN)")
-        parser.add_argument("--tls-ca", type=Path, default=None, help="speak TLS, trusting this PEM")
+        add_tls_flags(parser)
         parser.add_argument("--data-dir", type=Path, default=None, help="data dir of a local `evertune up`")
         parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -366,11 +368,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         address = _address(args)
-        if args.tls_ca is not None:
-            credentials = grpc.ssl_channel_credentials(root_certificates=args.tls_ca.read_bytes())
-            channel = grpc.aio.secure_channel(address, credentials)
-        else:
-            channel = grpc.aio.insecure_channel(address)
+        channel = grpc_channel(args, address)
         try:
             await _remote(call(pb_grpc.EndpointServiceStub(channel)), address)  # type: ignore[no-untyped-call]
         finally:

@@ -5,7 +5,8 @@ Where the searcher is: `--address`, else `EVERTUNE_SEARCHER_ADDRESS`, else the a
 the search by default, printing a line per trial as it ends (`--no-wait` returns at once).
 `trials` lists a search's finished trials (ListTrials, every page), one line each: the config's
 difference from the baseline trial's, the figures, the gates, passed or not. The bearer token:
-`--token`, else `EVERTUNE_TOKEN` (none: no credentials, for a searcher with auth off).
+`--token`, else `EVERTUNE_TOKEN` (none: no credentials, for a searcher with auth off). TLS and
+mutual TLS: `--tls-ca`, `--tls-cert`, `--tls-key`, as the endpoint commands (`common.grpc_channel`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from evertune.apps.cli.common import OBJECTIVES, grpc_address
+from evertune.apps.cli.common import OBJECTIVES, add_tls_flags, grpc_address, grpc_channel
 from evertune.errors import EvertuneError
 from evertune.infra.runtime.auth import BearerToken
 from evertune.v1 import events_pb2, jobs_pb2
@@ -42,6 +43,7 @@ def add_commands(commands: Any) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--address", default=None, help="searcher host:port")
         parser.add_argument("--token", default=None, help="bearer token (default $EVERTUNE_TOKEN)")
+        add_tls_flags(parser)
         parser.add_argument("--data-dir", type=Path, default=None, help="data dir of a local `evertune up`")
         parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -265,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> int:
         token = args.token or os.environ.get("EVERTUNE_TOKEN", "")
         interceptors = [BearerToken(token)] if token else None
-        async with grpc.aio.insecure_channel(_address(args), interceptors=interceptors) as channel:
+        async with grpc_channel(args, _address(args), interceptors) as channel:
             stub = pb_grpc.SearchServiceStub(channel)  # type: ignore[no-untyped-call]
             try:
                 return await call(stub)

@@ -1,7 +1,8 @@
 """gRPC servers for services: the service's own servicers plus standard health and reflection.
 
 A server optionally takes server interceptors (authentication), TLS credentials (the port then
-speaks TLS only) and its own message-size cap.
+speaks TLS only, mutual TLS when they require client certificates: `evertune.infra.runtime.tls`)
+and its own message-size cap.
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ class GrpcServer:
 class GrpcService(Service):
     """A service whose face is one gRPC server: started with the service, stopped with grace.
 
-    Subclasses pass their servicers (functions adding them to the server) and the full names of
-    their gRPC services (for health and reflection).
+    Subclasses pass their servicers (functions adding them to the server), the full names of
+    their gRPC services (for health and reflection), and optionally interceptors and TLS
+    credentials (`evertune.infra.runtime.tls`).
     """
 
     #: Seconds in-flight calls get to finish at stop.
@@ -123,6 +125,7 @@ class GrpcService(Service):
         add_servicers: Sequence[Callable[[grpc.aio.Server], None]] = (),
         service_names: Sequence[str] = (),
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        credentials: grpc.ServerCredentials | None = None,
     ) -> None:
         super().__init__()
         self.grpc = GrpcServer(
@@ -131,6 +134,7 @@ class GrpcService(Service):
             add_servicers=add_servicers,
             service_names=service_names,
             interceptors=interceptors,
+            credentials=credentials,
         )
 
     async def on_start(self, ctx: ServiceContext) -> None:

@@ -1,0 +1,131 @@
+"""TLS of evertune's listeners, one way for all three (the deployer's and the searcher's gRPC, the
+gateway's HTTP).
+
+Each service has three settings: `TLS_CERT_FILE` and `TLS_KEY_FILE` (PEM, both or neither) make its
+port speak TLS only; `TLS_CLIENT_CA_FILE` (PEM, only with them) makes it mutual: a client must
+present a certificate that CA signed, or the handshake fails. `ServerTls.of` reads them into gRPC
+server credentials or an `ssl.SSLContext` (aiohttp); a missing, unreadable or invalid file is a
+one-line `SettingsError` naming the setting. `refuse_plaintext_credentials` is the rule that
+credentials (tokens, API keys) never cross the network in plaintext: off loopback without TLS a
+service refuses to start, unless told that TLS is terminated in front of it.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+
+from evertune.errors import SettingsError
+from evertune.infra.runtime.auth import LOOPBACK_HOSTS
+
+
+class TlsSettings(Protocol):
+    """The three TLS fields every listening service's settings have."""
+
+    @property
+    def tls_cert_file(self) -> Path | None: ...
+    @property
+    def tls_key_file(self) -> Path | None: ...
+    @property
+    def tls_client_ca_file(self) -> Path | None: ...
+
+
+def check_tls_settings(settings: TlsSettings, prefix: str) -> None:
+    """Raise ValueError (for a settings validator) unless the cert and key are set together and the
+    client CA only with them; `prefix` is the settings' env prefix (`EVERTUNE_SEARCHER_`)."""
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        raise ValueError(f"set both {prefix}TLS_CERT_FILE and {prefix}TLS_KEY_FILE, or neither")
+    if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
+        raise ValueError(
+            f"{prefix}TLS_CLIENT_CA_FILE (mutual TLS) needs {prefix}TLS_CERT_FILE and _TLS_KEY_FILE"
+        )
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """A listener's TLS files; `client_ca_file` set: mutual TLS."""
+
+    prefix: str  #: env prefix of the settings, to name them in errors
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+    @classmethod
+    def of(cls, settings: TlsSettings, prefix: str) -> ServerTls | None:
+        """The settings' TLS, checked (every file read and parsed); None: plaintext."""
+        if settings.tls_cert_file is None or settings.tls_key_file is None:
+            return None
+        tls = cls(prefix, settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+        tls.ssl_context()  # a bad file fails here, at start, in one line
+        return tls
+
+    @property
+    def mutual(self) -> bool:
+        return self.client_ca_file is not None
+
+    def grpc_credentials(self) -> grpc.ServerCredentials:
+        """gRPC server credentials; with a client CA, client certificates are required."""
+        return grpc.ssl_server_credentials(
+            [(self._read(self.key_file, "TLS_KEY_FILE"), self._read(self.cert_file, "TLS_CERT_FILE"))],
+            root_certificates=(
+                self._read(self.client_ca_file, "TLS_CLIENT_CA_FILE") if self.client_ca_file else None
+            ),
+            require_client_auth=self.mutual,
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A server-side context (TLS 1.2+); with a client CA, client certificates are required."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as err:
+            raise self._error("TLS_CERT_FILE", f"{self.cert_file} with key {self.key_file}", err) from None
+        if self.client_ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=self.client_ca_file)
+            except (OSError, ssl.SSLError) as err:
+                raise self._error("TLS_CLIENT_CA_FILE", str(self.client_ca_file), err) from None
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    def _read(self, path: Path, setting: str) -> bytes:
+        try:
+            return path.read_bytes()
+        except OSError as err:
+            raise self._error(setting, str(path), err) from None
+
+    def _error(self, setting: str, what: str, err: Exception) -> SettingsError:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        return SettingsError(f"invalid setting {self.prefix}{setting}: cannot use {what}: {reason}")
+
+
+def tls_mode(tls: ServerTls | None) -> str:
+    """How a listener speaks, for logs: "off", "on" or "mutual"."""
+    return "off" if tls is None else "mutual" if tls.mutual else "on"
+
+
+def refuse_plaintext_credentials(
+    *,
+    prefix: str,
+    credentials: str,
+    host_setting: str,
+    host: str,
+    tls: bool,
+    allow_setting: str,
+    allowed: bool,
+) -> None:
+    """Refuse to start (one line naming the settings) when `credentials` ("tokens", "API keys")
+    would cross the network in plaintext: `host` not loopback, no TLS, and `allow_setting` (TLS is
+    terminated in front: a mesh, a proxy) not set. Call it only when credentials are configured."""
+    if tls or allowed or host in LOOPBACK_HOSTS:
+        return
+    raise SettingsError(
+        f"invalid setting {prefix}TLS_CERT_FILE: {credentials} would cross the network in plaintext on "
+        f"{prefix}{host_setting}={host} (set the TLS files, bind 127.0.0.1, or "
+        f"{prefix}{allow_setting}=true behind a TLS proxy)"
+    )
