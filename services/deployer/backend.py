@@ -25,6 +25,7 @@ class Target:
     endpoint: str  #: endpoint name; also the model name the engine serves (the gateway sends it)
     engine: EngineSpec  #: engine kind, model and knobs
     hardware_class: str  #: the endpoint's hardware pool class
+    tenant: str = ""  #: the endpoint's tenant (labels its Kubernetes objects; "" = operators')
 
 
 @dataclass(frozen=True)

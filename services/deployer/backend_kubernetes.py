@@ -1,14 +1,18 @@
-"""The `kubernetes` serving backend: each deployment a Deployment and a Service on a cluster, each
-endpoint's traffic split a Gateway API HTTPRoute (the deployer writes the gateway's route table in
-KV as well, so evertune's own gateway can front the cluster too).
+"""The `kubernetes` serving backend: each deployment a Deployment, a Service and a NetworkPolicy on a
+cluster, each endpoint's traffic split a Gateway API HTTPRoute (the deployer writes the gateway's
+route table in KV as well, so evertune's own gateway can front the cluster too).
 
 - `check`: the hardware class is one the cluster serves, the engine is vLLM, the knobs run on that
   hardware, and the rendered manifests pass the Kubernetes and Gateway API schemas;
-- `start`: server-side apply of the Deployment and Service; returns the Service's in-cluster URL;
+- `start`: server-side apply of the NetworkPolicy (first: no pod runs without it), the Deployment and
+  the Service; returns the Service's in-cluster URL;
 - `wait_ready`: polls the Deployment's status until every replica is ready (or the timeout: the
   objects are deleted and the start fails);
 - `apply_routes`: the HTTPRoute with the route table's weights (deleted when the table is empty);
-- `stop`: deletes the Deployment (its pods get `termination_grace_s` to finish streams) and Service;
+- `stop`: deletes the Deployment (in the foreground; its pods get `termination_grace_s` to finish
+  streams) and the Service, waits until the pods are gone (the Deployment with them; at most
+  `termination_grace_s` + `POLICY_GRACE_S`), then deletes the NetworkPolicy: a terminating pod
+  still runs the model's code, and stays fenced in;
 - `close`: closes the API client and leaves everything running: the cluster keeps serving while
   the deployer is away, and a restarted deployer re-applies the same objects (idempotent).
 
@@ -49,8 +53,11 @@ from evertune.v1 import endpoint_pb2
 
 log = get_logger("evertune.deployer.kubernetes")
 
-#: Seconds between status reads while a Deployment rolls out.
+#: Seconds between status reads while a Deployment rolls out or goes.
 READY_POLL_S: Final = 2.0
+#: Seconds beyond the pods' grace period that `stop` waits for them to go before it deletes their
+#: NetworkPolicy anyway.
+POLICY_GRACE_S: Final = 30.0
 
 #: Makes the API client (kubeconfig or in-cluster) the first time the backend needs one.
 ApiClientFactory = Callable[[], Awaitable[Any]]
@@ -110,7 +117,7 @@ class KubernetesBackend:
 
     async def start(self, target: Target) -> list[str]:
         rendered = self._render(target)
-        for manifest in (rendered.deployment, rendered.service):
+        for manifest in rendered.manifests:
             await self._apply(target.endpoint, manifest)
         self._running[target.deployment_id] = target
         log.info("deployment applied", deployment=target.deployment_id, url=rendered.upstream_url)
@@ -164,6 +171,8 @@ class KubernetesBackend:
         name = object_name(target.endpoint, deployment_id)
         await self._delete(target.endpoint, kind="Deployment", name=name)
         await self._delete(target.endpoint, kind="Service", name=name)
+        await self._pods_gone(name, timeout_s=self.target.termination_grace_s + POLICY_GRACE_S)
+        await self._delete(target.endpoint, kind="NetworkPolicy", name=name)
         log.info("deployment deleted", deployment=deployment_id)
 
     def running(self) -> set[str]:
@@ -208,10 +217,30 @@ class KubernetesBackend:
             spec=spec,
             hardware=hardware,
             target=self.target,
+            # The endpoint's owner, once Target carries it (backend.py); until then no tenant label.
+            tenant=target.tenant,
         )
-        for manifest in (rendered.deployment, rendered.service):
+        for manifest in rendered.manifests:
             validate_manifest(manifest, kubernetes_version=self.target.kubernetes_version)
         return rendered
+
+    async def _pods_gone(self, name: str, *, timeout_s: float) -> None:
+        """Wait until the Deployment `name`, deleted in the foreground, is gone: its pods are then
+        gone too. Gives up after `timeout_s` (a warning; the caller goes on)."""
+        if self.dry_run_dir is not None:
+            return
+        applier = await self._api()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if await applier.deployment_status(name=name, namespace=self.target.namespace) is None:
+                    return
+            except KubernetesUnavailable as err:
+                log.warning("deployment status unreadable", name=name, error=str(err))
+            if time.monotonic() > deadline:
+                log.warning("pods still terminating; deleting their NetworkPolicy anyway", name=name)
+                return
+            await asyncio.sleep(self.ready_poll_s)
 
     async def _api(self) -> KubernetesApplier:
         if self._applier is None:

@@ -1,7 +1,8 @@
 """The `kubernetes` serving backend: manifests for a deployment and its traffic split, and applying them.
 
-Pure rendering first: `deployment_manifests` gives an apps/v1 Deployment and a v1 Service for one
-evertune deployment (its vLLM servers), `route_manifest` gives the endpoint's traffic split as a
+Pure rendering first: `deployment_manifests` gives an apps/v1 Deployment, a v1 Service and a
+networking.k8s.io/v1 NetworkPolicy for one evertune deployment (its vLLM servers; the policy lets
+only evertune's callers in and nothing out), `route_manifest` gives the endpoint's traffic split as a
 Gateway API `HTTPRoute` whose backend weights are the route table's. `validate_manifest` checks a
 manifest against the Kubernetes OpenAPI schemas (kubernetes-validate) or, for the HTTPRoute, against
 the schema of the Gateway API v1 fields evertune writes (`infra/kubernetes/schemas/`).
@@ -14,6 +15,9 @@ requests against a small local HTTP server.
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -25,7 +29,7 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evertune.domain.engines import EngineSpec, HardwareProfile, server_command
 from evertune.domain.engines.vllm import BASE_ENV
@@ -41,8 +45,25 @@ FIELD_MANAGER = "evertune"
 #: Label keys on everything evertune renders.
 LABEL_ENDPOINT = "evertune.dev/endpoint"
 LABEL_DEPLOYMENT = "evertune.dev/deployment"
+#: The owning tenant (`tenant_label`), on a deployment's objects and pods, for operators' own policies.
+LABEL_TENANT = "evertune.dev/tenant"
+#: Labels of the pods that call engines, as in infra/kubernetes/base/services/*.yaml: the gateway
+#: (inference), the deployer (warm-up requests) and the profiler (engine `/metrics` for its reports).
+DEFAULT_CALLER_LABELS: tuple[dict[str, str], ...] = tuple(
+    {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "evertune"}
+    for name in ("gateway", "deployer", "profiler")
+)
+#: Where `allow_dns` lets engine pods send DNS queries: the cluster DNS (kube-dns or CoreDNS).
+KUBE_DNS_PEER: dict[str, Any] = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
 _SCHEMA_DIR = INFRA / "kubernetes" / "schemas"
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_PEER_FIELDS = frozenset({"podSelector", "namespaceSelector", "ipBlock"})
 
 
 class InvalidManifest(InvalidArgument):
@@ -89,6 +110,76 @@ class KubernetesTarget(BaseModel):
     #: CPU cores and memory (GiB) requested per replica on a CPU hardware class.
     cpu_cores: int = Field(default=8, ge=1)
     cpu_memory_gib: int = Field(default=32, ge=1)
+    #: Pods that may connect to the engines (TCP `SERVER_PORT` only): each entry the labels one
+    #: caller's pods carry (a NetworkPolicy peer each); by default evertune's gateway, deployer and
+    #: profiler. Nothing else reaches an engine, other tenants' engines included.
+    caller_labels: tuple[dict[str, str], ...] = DEFAULT_CALLER_LABELS
+    #: Namespace those callers run in (None: the engines' namespace).
+    caller_namespace: str | None = Field(default=None, pattern=_DNS_LABEL.pattern, max_length=63)
+    #: Further peers allowed in, in the NetworkPolicy's own form (`podSelector`, `namespaceSelector`,
+    #: `ipBlock`): a Gateway API implementation's proxies, the cluster's Prometheus.
+    ingress_peers: tuple[dict[str, Any], ...] = ()
+    #: Let engine pods send DNS queries (UDP and TCP 53) to the cluster DNS (`KUBE_DNS_PEER`).
+    #: Off: an offline engine resolves nothing, and DNS is a way out for a model's code.
+    allow_dns: bool = False
+    #: Networks engine pods may connect to (CIDRs, any port); none by default.
+    egress_cidrs: tuple[str, ...] = ()
+
+    @field_validator("caller_labels")
+    @classmethod
+    def _caller_labels(cls, callers: tuple[dict[str, str], ...]) -> tuple[dict[str, str], ...]:
+        for labels in callers:
+            if not labels:  # an empty selector would be every pod of the namespace
+                raise ValueError("each caller needs at least one label")
+            for key, value in labels.items():
+                if not _label_key_ok(key):
+                    raise ValueError(f"{key!r} is not a Kubernetes label key")
+                if len(value) > 63 or not _LABEL_VALUE.match(value):
+                    raise ValueError(f"{key}={value!r}: not a Kubernetes label value")
+        return callers
+
+    @field_validator("egress_cidrs")
+    @classmethod
+    def _cidrs(cls, cidrs: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            return tuple(str(ipaddress.ip_network(cidr, strict=False)) for cidr in cidrs)
+        except ValueError as err:
+            raise ValueError(f"not a CIDR: {err}") from None
+
+    @model_validator(mode="after")
+    def _peers(self) -> KubernetesTarget:
+        for i, peer in enumerate(self.ingress_peers):
+            if not peer or not set(peer) <= _PEER_FIELDS:
+                raise ValueError(f"ingress_peers[{i}]: one or more of {', '.join(sorted(_PEER_FIELDS))}")
+        probe: Manifest = {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "ingress-peers", "namespace": self.namespace},
+            "spec": {"podSelector": {}, "ingress": [{"from": list(self.ingress_peers)}]},
+        }
+        try:
+            validate_manifest(probe, kubernetes_version=self.kubernetes_version)
+        except InvalidManifest as err:
+            message = str(err).removeprefix("NetworkPolicy ingress-peers: ")
+            raise ValueError(message.replace("spec/ingress/0/from/", "ingress_peers/")) from None
+        return self
+
+
+def _label_key_ok(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def tenant_label(tenant: str) -> str:
+    """`tenant` as a label value: itself when it is one (a tenant name may end in '-' or '_', a
+    label value may not); else its letters, digits, '-' and '_' (up to 46), '.', and 16 hex digits of
+    its SHA-256. Tenant names hold no '.', so the two forms never meet."""
+    if len(tenant) <= 63 and _LABEL_VALUE.match(tenant):
+        return tenant
+    readable = re.sub(r"[^-A-Za-z0-9_]", "", tenant)[:46].strip("-_") or "x"
+    return f"{readable}.{hashlib.sha256(tenant.encode()).hexdigest()[:16]}"
 
 
 @dataclass(frozen=True)
@@ -106,7 +197,13 @@ class Rendered:
     deployment: Manifest  #: apps/v1 Deployment running the vLLM replicas
     service: Manifest  #: v1 Service in front of them
     upstream_url: str  #: in-cluster base URL of the Service (for the gateway's route table)
+    network_policy: Manifest  #: networking.k8s.io/v1 NetworkPolicy of the Deployment's pods
     extra: list[Manifest] = field(default_factory=list)  #: reserved for per-deployment extras
+
+    @property
+    def manifests(self) -> list[Manifest]:
+        """Everything to apply, in order: the NetworkPolicy first, so that no pod runs without it."""
+        return [self.network_policy, self.deployment, self.service, *self.extra]
 
 
 def object_name(endpoint: str, deployment_id: str) -> str:
@@ -123,13 +220,21 @@ def object_name(endpoint: str, deployment_id: str) -> str:
     return name
 
 
-def _labels(endpoint: str, deployment_id: str) -> dict[str, str]:
-    return {
+def _labels(endpoint: str, deployment_id: str, tenant: str) -> dict[str, str]:
+    labels = {
         "app.kubernetes.io/name": "vllm",
         "app.kubernetes.io/managed-by": "evertune",
         LABEL_ENDPOINT: endpoint,
         LABEL_DEPLOYMENT: deployment_id,
     }
+    if tenant:
+        labels[LABEL_TENANT] = tenant_label(tenant)
+    return labels
+
+
+def _selector(deployment_id: str) -> dict[str, str]:
+    """The labels that pick exactly one deployment's pods (Deployment, Service, NetworkPolicy)."""
+    return {LABEL_DEPLOYMENT: deployment_id}
 
 
 def _resources(spec: EngineSpec, hardware: HardwareProfile, target: KubernetesTarget) -> dict[str, Any]:
@@ -196,10 +301,12 @@ def deployment_manifests(
     spec: EngineSpec,
     hardware: HardwareProfile,
     target: KubernetesTarget,
+    tenant: str = "",
 ) -> Rendered:
-    """The Deployment and Service of one evertune deployment (`spec.replica_count` vLLM pods)."""
+    """The Deployment, Service and NetworkPolicy of one evertune deployment (`spec.replica_count`
+    vLLM pods); `tenant` (the endpoint's owner) labels them all (`LABEL_TENANT`)."""
     name = object_name(endpoint, deployment_id)
-    labels = _labels(endpoint, deployment_id)
+    labels = _labels(endpoint, deployment_id, tenant)
     volumes: list[dict[str, Any]] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
     if target.model_volume_claim:
         volumes.append(
@@ -214,7 +321,7 @@ def deployment_manifests(
         "metadata": {"name": name, "namespace": target.namespace, "labels": labels},
         "spec": {
             "replicas": spec.replica_count,
-            "selector": {"matchLabels": {LABEL_DEPLOYMENT: deployment_id}},
+            "selector": {"matchLabels": _selector(deployment_id)},
             # A new pod must be ready before an old one goes: streams in flight are never cut.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "template": {
@@ -235,12 +342,52 @@ def deployment_manifests(
         "metadata": {"name": name, "namespace": target.namespace, "labels": labels},
         "spec": {
             "type": "ClusterIP",
-            "selector": {LABEL_DEPLOYMENT: deployment_id},
+            "selector": _selector(deployment_id),
             "ports": [{"name": "http", "port": SERVER_PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }
     url = f"http://{name}.{target.namespace}.svc.cluster.local:{SERVER_PORT}"
-    return Rendered(deployment=deployment, service=service, upstream_url=url)
+    policy = _network_policy(name, labels, deployment_id, target)
+    return Rendered(deployment=deployment, service=service, upstream_url=url, network_policy=policy)
+
+
+def _network_policy(
+    name: str, labels: dict[str, str], deployment_id: str, target: KubernetesTarget
+) -> Manifest:
+    """The pods of one deployment take connections on `SERVER_PORT` from the callers only and open
+    none (DNS and `egress_cidrs` aside, when set). Without any caller or peer nothing gets in: an
+    ingress rule without peers would let everything in, so none is written."""
+    peers: list[dict[str, Any]] = []
+    for caller in target.caller_labels:
+        peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(caller)}}
+        if target.caller_namespace:
+            peer["namespaceSelector"] = {
+                "matchLabels": {"kubernetes.io/metadata.name": target.caller_namespace}
+            }
+        peers.append(peer)
+    peers += copy.deepcopy(list(target.ingress_peers))
+    ingress = [{"from": peers, "ports": [{"protocol": "TCP", "port": SERVER_PORT}]}] if peers else []
+    egress: list[dict[str, Any]] = []
+    if target.allow_dns:
+        egress.append(
+            {
+                "to": [copy.deepcopy(KUBE_DNS_PEER)],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            }
+        )
+    if target.egress_cidrs:
+        egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in target.egress_cidrs]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": target.namespace, "labels": dict(labels)},
+        "spec": {
+            "podSelector": {"matchLabels": _selector(deployment_id)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": egress,
+        },
+    }
 
 
 def route_manifest(*, endpoint: str, backends: Sequence[Backend], target: KubernetesTarget) -> Manifest:
@@ -326,7 +473,8 @@ def write_manifests(manifests: Sequence[Manifest], folder: Path) -> list[Path]:
 
 
 class KubernetesApplier:
-    """Server-side apply of rendered manifests (Deployment, Service, HTTPRoute) to one cluster.
+    """Server-side apply of rendered manifests (NetworkPolicy, Deployment, Service, HTTPRoute) to one
+    cluster.
 
     `api_client` is a `kubernetes_asyncio.client.ApiClient` configured for the cluster (kubeconfig
     or in-cluster); the applier does not own it.
@@ -338,6 +486,7 @@ class KubernetesApplier:
         self._apps = client.AppsV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self._networking = client.NetworkingV1Api(api_client)
 
     async def apply(self, manifest: Mapping[str, Any]) -> None:
         """Create or update `manifest` (server-side apply, evertune's field manager, forced)."""
@@ -358,6 +507,10 @@ class KubernetesApplier:
                 await self._core.patch_namespaced_service(
                     meta["name"], meta["namespace"], manifest, **options
                 )
+            elif kind == "NetworkPolicy":
+                await self._networking.patch_namespaced_network_policy(
+                    meta["name"], meta["namespace"], manifest, **options
+                )
             elif kind == "HTTPRoute":
                 group, version = manifest["apiVersion"].split("/")
                 await self._custom.patch_namespaced_custom_object(
@@ -371,14 +524,20 @@ class KubernetesApplier:
             ) from None
 
     async def delete(self, *, kind: str, name: str, namespace: str) -> None:
-        """Delete one object; an object already gone is not an error."""
+        """Delete one object; an object already gone is not an error. A Deployment is deleted in the
+        foreground: it stays (being deleted) until its pods are gone, so `deployment_status` tells
+        when they are."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
             if kind == "Deployment":
-                await self._apps.delete_namespaced_deployment(name, namespace)
+                await self._apps.delete_namespaced_deployment(
+                    name, namespace, propagation_policy="Foreground"
+                )
             elif kind == "Service":
                 await self._core.delete_namespaced_service(name, namespace)
+            elif kind == "NetworkPolicy":
+                await self._networking.delete_namespaced_network_policy(name, namespace)
             elif kind == "HTTPRoute":
                 await self._custom.delete_namespaced_custom_object(
                     "gateway.networking.k8s.io", "v1", namespace, "httproutes", name

@@ -105,6 +105,7 @@ class Lifecycle:
             endpoint=spec.name,
             engine=spec.initial_engine,
             hardware_class=spec.hardware_pool.hardware_class,
+            tenant=spec.tenant,
         )
         self.backend.check(target)
         earlier = await self.state.claim_request(key, record)

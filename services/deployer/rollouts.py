@@ -178,6 +178,7 @@ class Rollouts:
                 endpoint=name,
                 engine=engine,
                 hardware_class=endpoint.spec.hardware_pool.hardware_class,
+                tenant=endpoint.spec.tenant,
             )
         )
         if await self.state.claim_request(key, record) is not None:
@@ -288,6 +289,7 @@ class Rollouts:
                     endpoint=name,
                     engine=verdict.engine,
                     hardware_class=pool,
+                    tenant=endpoint.spec.tenant,
                 )
             )
             if await self.state.claim_request(key, record) is not None:
@@ -885,6 +887,7 @@ def _target(endpoint: endpoint_pb2.Endpoint, deployment: endpoint_pb2.Deployment
         endpoint=endpoint.spec.name,
         engine=EngineSpec.from_proto(deployment.engine_config, default_model=endpoint.spec.model),
         hardware_class=endpoint.spec.hardware_pool.hardware_class,
+        tenant=endpoint.spec.tenant,
     )
 
 

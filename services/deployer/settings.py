@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Self
 
 from evertune.deployer.canary import CanaryPolicy
-from evertune.deployer.kubernetes import KubernetesTarget
+from evertune.deployer.kubernetes import DEFAULT_CALLER_LABELS, KubernetesTarget
 from evertune.deployer.rollout import RolloutPolicy
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from evertune.infra.runtime.auth import LOOPBACK_HOSTS
+from evertune.infra.runtime.tls import check_tls_settings
 
 
 class DeployerSettings(BaseSettings):
@@ -47,7 +48,10 @@ class DeployerSettings(BaseSettings):
     #: TLS certificate chain (PEM); with `tls_key_file` the server speaks TLS only.
     tls_cert_file: Path | None = None
     #: TLS private key (PEM).
-    tls_key_file: Path | None = Field(default=None, validate_default=True)
+    tls_key_file: Path | None = None
+    #: CA (PEM) that signs client certificates: set, the server speaks mutual TLS (a client without
+    #: a certificate it signed is refused). Only with the two files above.
+    tls_client_ca_file: Path | None = None
     #: Serving backend: "local" (engine processes on this machine) or "kubernetes".
     backend: Literal["local", "kubernetes"] = "local"
     #: Hardware classes the local backend serves (an engine of kind "sim" also serves "sim-*").
@@ -138,6 +142,20 @@ class DeployerSettings(BaseSettings):
     kubernetes_run_as_user: int | None = Field(default=None, ge=1)
     #: Let pods download hub models (the hub's offline mode is set otherwise).
     kubernetes_allow_hub_downloads: bool = False
+    #: Pods that may connect to engines, JSON list of label sets (one per caller); default: the
+    #: gateway, deployer and profiler as labelled in infra/kubernetes/base/services/.
+    kubernetes_caller_labels: list[dict[str, str]] = Field(
+        default_factory=lambda: [dict(labels) for labels in DEFAULT_CALLER_LABELS]
+    )
+    #: Namespace those callers run in (empty: the engines' namespace).
+    kubernetes_caller_namespace: str | None = None
+    #: Further NetworkPolicy peers allowed in, JSON list in Kubernetes' form (Gateway API proxies,
+    #: the cluster's Prometheus).
+    kubernetes_ingress_peers: list[dict[str, Any]] = Field(default_factory=list)
+    #: Let engine pods query the cluster DNS (kube-dns in kube-system, UDP and TCP 53).
+    kubernetes_allow_dns: bool = False
+    #: Networks engine pods may connect to, JSON list of CIDRs (none: no egress at all).
+    kubernetes_egress_cidrs: list[str] = Field(default_factory=list)
 
     @field_validator("rollout_steps")
     @classmethod
@@ -147,6 +165,24 @@ class DeployerSettings(BaseSettings):
         except ValidationError as err:
             raise ValueError(str(err.errors()[0]["msg"]).removeprefix("Value error, ")) from None
         return steps
+
+    @field_validator(
+        "kubernetes_caller_labels",
+        "kubernetes_caller_namespace",
+        "kubernetes_ingress_peers",
+        "kubernetes_egress_cidrs",
+    )
+    @classmethod
+    def _network_policy(cls, value: Any, info: ValidationInfo) -> Any:
+        """Checked as KubernetesTarget checks it, so a bad value names its own variable."""
+        field = (info.field_name or "").removeprefix("kubernetes_")
+        try:
+            KubernetesTarget.model_validate(
+                {field: tuple(value) if isinstance(value, list) else value or None}
+            )
+        except ValidationError as err:
+            raise ValueError(str(err.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+        return value
 
     def rollout_policy(self) -> RolloutPolicy:
         """The deployer's default rollout policy; an endpoint's `spec.rollout` overrides it field by
@@ -186,16 +222,17 @@ class DeployerSettings(BaseSettings):
             cpu_memory_gib=self.kubernetes_cpu_memory_gib,
             run_as_user=self.kubernetes_run_as_user,
             allow_hub_downloads=self.kubernetes_allow_hub_downloads,
+            caller_labels=tuple(self.kubernetes_caller_labels),
+            caller_namespace=self.kubernetes_caller_namespace or None,
+            ingress_peers=tuple(self.kubernetes_ingress_peers),
+            allow_dns=self.kubernetes_allow_dns,
+            egress_cidrs=tuple(self.kubernetes_egress_cidrs),
         )
 
-    @field_validator("tls_key_file")
-    @classmethod
-    def _tls_pair(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        if (info.data.get("tls_cert_file") is None) != (value is None):
-            raise ValueError(
-                "set both EVERTUNE_DEPLOYER_TLS_CERT_FILE and EVERTUNE_DEPLOYER_TLS_KEY_FILE, or neither"
-            )
-        return value
+    @model_validator(mode="after")
+    def _tls(self) -> Self:
+        check_tls_settings(self, "EVERTUNE_DEPLOYER_")
+        return self
 
     @property
     def loopback_only(self) -> bool:

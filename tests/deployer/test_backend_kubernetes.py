@@ -1,10 +1,12 @@
 """The kubernetes backend: the dry run through the real API and real NATS (manifests written and
 valid after create, promote and rollback), and the backend against a small local HTTP server
-standing in for the Kubernetes API server (reached through a kubeconfig file)."""
+standing in for the Kubernetes API server (reached through a kubeconfig file): the NetworkPolicy
+is applied before the pods exist and deleted after they are gone."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
+from evertune.deployer import backend_kubernetes
 from evertune.deployer.backend import Target
 from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
-from evertune.deployer.kubernetes import KubernetesTarget, object_name, validate_manifest
+from evertune.deployer.kubernetes import LABEL_TENANT, KubernetesTarget, object_name, validate_manifest
 from nats.aio.client import Client
 
 from evertune.apps.harness.waiting import eventually
@@ -74,10 +77,15 @@ async def test_dry_run_through_the_api(nc: Client, tmp_path: Path) -> None:
         manifests = _manifests(folder)
         first_name = object_name(name, first)
         assert set(manifests) == {
+            f"networkpolicy-{first_name}.yaml",
             f"deployment-{first_name}.yaml",
             f"service-{first_name}.yaml",
             f"httproute-{object_name(name, 'route')}.yaml",
         }
+        policy = manifests[f"networkpolicy-{first_name}.yaml"]
+        assert policy["spec"]["podSelector"] == manifests[f"deployment-{first_name}.yaml"]["spec"]["selector"]
+        pod = manifests[f"deployment-{first_name}.yaml"]["spec"]["template"]
+        assert pod["metadata"]["labels"][LABEL_TENANT] == "tenant-a"  # the endpoint's tenant, on its pods
         command = manifests[f"deployment-{first_name}.yaml"]["spec"]["template"]["spec"]["containers"][0][
             "command"
         ]
@@ -103,8 +111,9 @@ async def test_dry_run_through_the_api(nc: Client, tmp_path: Path) -> None:
 
         await eventually(promoted, what="the second deployment active")
         manifests = _manifests(folder)
-        assert f"deployment-{first_name}.yaml" not in manifests  # the stopped one's files are gone
-        assert f"deployment-{second_name}.yaml" in manifests and f"service-{second_name}.yaml" in manifests
+        for kind in ("deployment", "service", "networkpolicy"):  # the stopped one's files are gone
+            assert f"{kind}-{first_name}.yaml" not in manifests
+            assert f"{kind}-{second_name}.yaml" in manifests
         assert _route_weights(manifests, name) == {second_name: 10_000}
 
         rollback = pb.RollbackRequest(endpoint=name, request_id=uuid.uuid4().hex)
@@ -153,12 +162,16 @@ def test_check_refuses_what_the_cluster_cannot_run(tmp_path: Path) -> None:
 
 
 class FakeApiServer:
-    """Keeps applied objects; answers a Deployment's status with `ready` replicas ready."""
+    """Keeps applied objects; answers a Deployment's status with `ready` replicas ready. A Deployment
+    deleted in the foreground stays for `terminating_reads` reads of its status (its pods
+    terminating), -1: for ever."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}  #: path -> body
         self.requests: list[tuple[str, str]] = []  #: (method, path)
         self.ready = True
+        self.terminating_reads = 0
+        self._terminating: dict[str, int] = {}  #: path -> reads left
 
     async def handle(self, request: web.Request) -> web.Response:
         path = request.path.removesuffix("/status")
@@ -167,9 +180,18 @@ class FakeApiServer:
             self.objects[path] = json.loads(await request.read())
             return web.json_response(self.objects[path])
         if request.method == "DELETE":
-            if self.objects.pop(path, None) is None:
+            if path not in self.objects:
                 return web.json_response({"kind": "Status", "code": 404, "reason": "NotFound"}, status=404)
+            if request.query.get("propagationPolicy") == "Foreground" and self.terminating_reads:
+                self._terminating[path] = self.terminating_reads
+            else:
+                del self.objects[path]
             return web.json_response({"kind": "Status", "status": "Success"})
+        if path in self._terminating:
+            if self._terminating[path] == 0:
+                del self._terminating[path], self.objects[path]
+            else:
+                self._terminating[path] -= 1
         body = self.objects.get(path)
         if body is None:
             return web.json_response({"kind": "Status", "code": 404, "reason": "NotFound"}, status=404)
@@ -243,20 +265,75 @@ async def test_the_backend_applies_waits_routes_and_deletes(api_server: tuple[Fa
         route_path = "/apis/gateway.networking.k8s.io/v1/namespaces/serving/httproutes/voice-route"
         assert fake.objects[route_path]["spec"]["rules"][0]["backendRefs"][0]["weight"] == 10_000
         assert backend.running() == {target.deployment_id}
+        policy_path = f"/apis/networking.k8s.io/v1/namespaces/serving/networkpolicies/{name}"
+        deployment_path = f"/apis/apps/v1/namespaces/serving/deployments/{name}"
+        assert (
+            fake.objects[policy_path]["spec"]["podSelector"]
+            == fake.objects[deployment_path]["spec"]["selector"]
+        )
+        fake.terminating_reads = 2  # the pods take two status reads to go
+        fake.requests.clear()
         await backend.stop(target.deployment_id)
         await backend.apply_routes(D.RouteTable(endpoint="voice"))
-        assert fake.objects == {}  # Deployment, Service and HTTPRoute deleted
-        assert fake.requests[:3] == [
-            ("PATCH", f"/apis/apps/v1/namespaces/serving/deployments/{name}"),
-            ("PATCH", f"/api/v1/namespaces/serving/services/{name}"),
-            ("GET", f"/apis/apps/v1/namespaces/serving/deployments/{name}/status"),
+        assert fake.objects == {}  # NetworkPolicy, Deployment, Service and HTTPRoute deleted
+        status = ("GET", f"{deployment_path}/status")
+        assert fake.requests == [
+            ("DELETE", deployment_path),
+            ("DELETE", f"/api/v1/namespaces/serving/services/{name}"),
+            status,  # still there: pods terminating
+            status,
+            status,  # gone
+            ("DELETE", policy_path),  # only now
+            ("DELETE", "/apis/gateway.networking.k8s.io/v1/namespaces/serving/httproutes/voice-route"),
         ]
 
+        fake.terminating_reads = 0
         fake.ready = False  # pods that never get ready: the start fails and the objects go
+        fake.requests.clear()
         await backend.start(target)
+        assert fake.requests == [  # the policy first: no pod runs without it
+            ("PATCH", policy_path),
+            ("PATCH", deployment_path),
+            ("PATCH", f"/api/v1/namespaces/serving/services/{name}"),
+        ]
         with pytest.raises(EngineStartFailed, match=r"not ready after 0\.3 s") as caught:
             await backend.wait_ready(target.deployment_id, timeout_s=0.3)
         assert "ready replicas 0/2" in str(caught.value)
         assert fake.objects == {} and backend.running() == set()
+    finally:
+        await backend.close()
+
+
+async def test_a_policy_outlives_its_pods_for_the_grace_period_at_most(
+    api_server: tuple[FakeApiServer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pods that never go (a lost node): the policy is deleted after the grace period and a margin."""
+    fake, kubeconfig = api_server
+    monkeypatch.setattr(backend_kubernetes, "POLICY_GRACE_S", 0.2)
+
+    async def factory() -> Any:
+        return await api_client_from_config(kubeconfig, None)
+
+    backend = KubernetesBackend(
+        target=KubernetesTarget(namespace="serving", termination_grace_s=1),
+        hardware_classes=["h200"],
+        api_client=factory,
+        ready_poll_s=0.05,
+    )
+    target = Target(
+        deployment_id="dep-0a1b2c3d4e5f",
+        endpoint="voice",
+        engine=EngineSpec(model="/models/llama-8b"),
+        hardware_class="h200",
+    )
+    name = object_name("voice", target.deployment_id)
+    policy_path = f"/apis/networking.k8s.io/v1/namespaces/serving/networkpolicies/{name}"
+    try:
+        await backend.start(target)
+        fake.terminating_reads = -1
+        started = time.monotonic()
+        await backend.stop(target.deployment_id)
+        assert 1.2 <= time.monotonic() - started < 3.0
+        assert policy_path not in fake.objects and ("DELETE", policy_path) == fake.requests[-1]
     finally:
         await backend.close()

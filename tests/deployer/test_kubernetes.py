@@ -1,11 +1,13 @@
 """The kubernetes backend: rendered manifests pass the Kubernetes and Gateway API schemas, a broken
-one is refused with one line, the dry run writes YAML, and the applier sends server-side applies."""
+one is refused with one line, the dry run writes YAML, and the applier sends server-side applies.
+The NetworkPolicy of each deployment is checked for what it lets through (tests/deployer/netpol.py)."""
 
 from __future__ import annotations
 
 import copy
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ import pytest
 import yaml
 from aiohttp import web
 from evertune.deployer.kubernetes import (
+    DEFAULT_CALLER_LABELS,
     FIELD_MANAGER,
+    LABEL_TENANT,
     Backend,
     InvalidManifest,
     KubernetesApplier,
@@ -22,14 +26,20 @@ from evertune.deployer.kubernetes import (
     deployment_manifests,
     object_name,
     route_manifest,
+    tenant_label,
     validate_manifest,
     write_manifests,
 )
+from evertune.deployer.settings import DeployerSettings
+from pydantic import ValidationError
 
 from evertune.domain.engines import EngineSpec, get_profile
 from evertune.domain.engines.hardware import cpu_profile
-from evertune.errors import InvalidArgument
+from evertune.errors import InvalidArgument, SettingsError
+from evertune.infra.repository import INFRA
+from evertune.infra.settings import load_settings
 from tests.deployer.helpers import gpu_rendered
+from tests.deployer.netpol import Pod, applies_to, egress_allowed, ingress_allowed
 
 TARGET = KubernetesTarget(namespace="serving", model_volume_claim="models", hostname="llm.example.com")
 VERSION = TARGET.kubernetes_version
@@ -198,18 +208,26 @@ async def test_applier_sends_server_side_applies(api_server: tuple[str, list[dic
     )
     rendered = _gpu_rendered()
     route = route_manifest(endpoint="voice", backends=[Backend("dep-0a1b2c3d4e5f", 10000)], target=TARGET)
+    applied = [*rendered.manifests, route]
     async with client.ApiClient(config) as api:
         applier = KubernetesApplier(api)
-        for manifest in (rendered.deployment, rendered.service, route):
+        for manifest in applied:
             await applier.apply(manifest)
-        await applier.delete(kind="Service", name="voice-dep-0a1b2c3d4e5f", namespace="serving")
+        for kind in ("Deployment", "Service", "NetworkPolicy"):
+            await applier.delete(kind=kind, name="voice-dep-0a1b2c3d4e5f", namespace="serving")
+    policy_path = "/apis/networking.k8s.io/v1/namespaces/serving/networkpolicies/voice-dep-0a1b2c3d4e5f"
     assert [(r["method"], r["path"]) for r in seen] == [
+        ("PATCH", policy_path),
         ("PATCH", "/apis/apps/v1/namespaces/serving/deployments/voice-dep-0a1b2c3d4e5f"),
         ("PATCH", "/api/v1/namespaces/serving/services/voice-dep-0a1b2c3d4e5f"),
         ("PATCH", "/apis/gateway.networking.k8s.io/v1/namespaces/serving/httproutes/voice-route"),
+        ("DELETE", "/apis/apps/v1/namespaces/serving/deployments/voice-dep-0a1b2c3d4e5f"),
         ("DELETE", "/api/v1/namespaces/serving/services/voice-dep-0a1b2c3d4e5f"),
+        ("DELETE", policy_path),
     ]
-    for request, manifest in zip(seen[:3], [rendered.deployment, rendered.service, route], strict=True):
+    # the Deployment stays until its pods are gone (the backend waits for that before the policy goes)
+    assert seen[4]["query"] == {"propagationPolicy": "Foreground"}
+    for request, manifest in zip(seen[:4], applied, strict=True):
         assert request["content_type"] == "application/apply-patch+yaml"
         # kubernetes_asyncio writes the bool as "True"; the API server parses it with Go's ParseBool.
         assert request["query"] == {"fieldManager": FIELD_MANAGER, "force": "True"}
@@ -232,3 +250,216 @@ async def test_applier_reports_a_refusal_in_one_line(api_server: tuple[str, list
         with pytest.raises(KubernetesUnavailable, match="HTTP 403") as caught:
             await KubernetesApplier(api).apply(rendered.deployment)
     assert "\n" not in str(caught.value)
+
+
+# --- the NetworkPolicy ------------------------------------------------------------------------------
+
+
+def _service_pod(name: str, namespace: str = "serving") -> Pod:
+    """A pod of evertune's service `name`, labelled as in infra/kubernetes/base/services/."""
+    path = INFRA / "kubernetes" / "base" / "services" / f"{name}.yaml"
+    deployment = next(d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "Deployment")
+    return Pod(labels=deployment["spec"]["template"]["metadata"]["labels"], namespace=namespace)
+
+
+def _engine_pod(rendered: Any) -> Pod:
+    deployment = rendered.deployment
+    return Pod(
+        labels=deployment["spec"]["template"]["metadata"]["labels"],
+        namespace=deployment["metadata"]["namespace"],
+    )
+
+
+def _policy(target: KubernetesTarget, **kwargs: Any) -> dict[str, Any]:
+    rendered = deployment_manifests(
+        endpoint=kwargs.pop("endpoint", "voice"),
+        deployment_id=kwargs.pop("deployment_id", "dep-0a1b2c3d4e5f"),
+        spec=EngineSpec(model="/models/llama-8b"),
+        hardware=get_profile("h200"),
+        target=target,
+        **kwargs,
+    )
+    validate_manifest(rendered.network_policy, kubernetes_version=target.kubernetes_version)
+    return rendered.network_policy
+
+
+def test_the_policy_selects_exactly_the_pods_of_its_deployment() -> None:
+    rendered = _gpu_rendered()
+    policy = rendered.network_policy
+    validate_manifest(policy, kubernetes_version=VERSION)
+    assert policy["metadata"]["name"] == rendered.deployment["metadata"]["name"]
+    assert policy["metadata"]["namespace"] == "serving"
+    assert policy["spec"]["podSelector"] == rendered.deployment["spec"]["selector"]
+    assert applies_to(policy, _engine_pod(rendered))
+    for endpoint, deployment_id in [("voice", "dep-ffffffffffff"), ("chat", "dep-111111111111")]:
+        other = deployment_manifests(
+            endpoint=endpoint,
+            deployment_id=deployment_id,
+            spec=EngineSpec(model="/m"),
+            hardware=get_profile("h200"),
+            target=TARGET,
+        )
+        assert not applies_to(policy, _engine_pod(other))
+    assert not applies_to(policy, _service_pod("gateway"))
+    # applied first, so that no pod of the deployment ever runs without it
+    assert rendered.manifests[:3] == [policy, rendered.deployment, rendered.service]
+
+
+def test_ingress_only_from_the_gateway_deployer_and_profiler_on_the_server_port() -> None:
+    policy = _policy(TARGET)
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+    for caller in ("gateway", "deployer", "profiler"):
+        pod = _service_pod(caller)
+        assert ingress_allowed(policy, pod, port=8000), caller
+        assert not ingress_allowed(policy, pod, port=9000), caller
+        assert not ingress_allowed(policy, replace(pod, namespace="elsewhere"), port=8000), caller
+    for other in ("sla-monitor", "searcher", "runner"):
+        assert not ingress_allowed(policy, _service_pod(other), port=8000), other
+    assert not ingress_allowed(policy, _engine_pod(_gpu_rendered()), port=8000)  # not even its own kind
+    assert not ingress_allowed(policy, Pod(labels={"app": "anything"}, namespace="serving"), port=8000)
+    assert not ingress_allowed(policy, Pod(ip="10.1.2.3"), port=8000)
+
+
+def test_callers_in_another_namespace_and_further_peers() -> None:
+    prometheus = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    target = KubernetesTarget(namespace="serving", caller_namespace="evertune", ingress_peers=(prometheus,))
+    policy = _policy(target)
+    assert ingress_allowed(policy, _service_pod("gateway", namespace="evertune"), port=8000)
+    assert not ingress_allowed(policy, _service_pod("gateway", namespace="serving"), port=8000)
+    scraper = Pod(labels={"app.kubernetes.io/name": "prometheus"}, namespace="monitoring")
+    assert ingress_allowed(policy, scraper, port=8000)
+    assert not ingress_allowed(policy, replace(scraper, namespace="serving"), port=8000)
+    # custom caller labels replace the defaults
+    custom = KubernetesTarget(namespace="serving", caller_labels=({"role": "proxy"},))
+    policy = _policy(custom)
+    assert ingress_allowed(policy, Pod(labels={"role": "proxy"}, namespace="serving"), port=8000)
+    assert not ingress_allowed(policy, _service_pod("gateway"), port=8000)
+
+
+def test_no_callers_and_no_peers_let_nothing_in() -> None:
+    policy = _policy(KubernetesTarget(namespace="serving", caller_labels=()))
+    assert policy["spec"]["ingress"] == []  # an ingress rule without peers would let everything in
+    assert not ingress_allowed(policy, _service_pod("gateway"), port=8000)
+
+
+def test_egress_is_closed_unless_dns_or_networks_are_allowed() -> None:
+    kube_dns = Pod(labels={"k8s-app": "kube-dns"}, namespace="kube-system")
+    policy = _policy(TARGET)
+    assert "Egress" in policy["spec"]["policyTypes"] and policy["spec"]["egress"] == []
+    for destination, port, protocol in [
+        (kube_dns, 53, "UDP"),
+        (Pod(ip="1.1.1.1"), 443, "TCP"),
+        (Pod(ip="10.0.0.5"), 8000, "TCP"),
+        (_service_pod("gateway"), 8080, "TCP"),
+    ]:
+        assert not egress_allowed(policy, destination, port=port, protocol=protocol)
+
+    policy = _policy(KubernetesTarget(namespace="serving", allow_dns=True))
+    assert egress_allowed(policy, kube_dns, port=53, protocol="UDP")
+    assert egress_allowed(policy, kube_dns, port=53, protocol="TCP")
+    assert not egress_allowed(policy, kube_dns, port=443)
+    assert not egress_allowed(policy, Pod(labels={"k8s-app": "kube-dns"}, namespace="serving"), port=53)
+    assert not egress_allowed(policy, Pod(ip="8.8.8.8"), port=53, protocol="UDP")
+
+    target = KubernetesTarget(namespace="serving", egress_cidrs=("10.20.0.0/16", "192.168.1.7/24"))
+    policy = _policy(target)
+    assert policy["spec"]["egress"] == [
+        {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}, {"ipBlock": {"cidr": "192.168.1.0/24"}}]}
+    ]
+    assert egress_allowed(policy, Pod(ip="10.20.3.4"), port=443)
+    assert egress_allowed(policy, Pod(ip="192.168.1.200"), port=9000)
+    assert not egress_allowed(policy, Pod(ip="10.21.0.1"), port=443)
+    assert not egress_allowed(policy, kube_dns, port=53, protocol="UDP")
+
+
+def test_tenants_label_their_objects_with_valid_label_values() -> None:
+    rendered = deployment_manifests(
+        endpoint="voice",
+        deployment_id="dep-1",
+        spec=EngineSpec(model="/m"),
+        hardware=get_profile("h200"),
+        target=TARGET,
+        tenant="team-a",
+    )
+    for manifest in rendered.manifests:
+        validate_manifest(manifest, kubernetes_version=VERSION)
+        assert manifest["metadata"]["labels"][LABEL_TENANT] == "team-a"
+    assert _engine_pod(rendered).labels[LABEL_TENANT] == "team-a"
+    assert LABEL_TENANT not in _gpu_rendered().deployment["metadata"]["labels"]  # no tenant, no label
+
+    # Tenant names (1-63 of letters, digits, '-', '_') that are no label values are hashed.
+    assert tenant_label("a" * 63) == "a" * 63
+    odd = ["team-", "team_", "team--", "x" * 62 + "_", "_"]
+    labels = [tenant_label(t) for t in odd]
+    assert len(set(labels)) == len(odd)
+    for tenant, label in zip(odd, labels, strict=True):
+        assert len(label) <= 63 and "." in label, tenant
+        assert label.startswith(tenant.strip("-_")[:46] or "x"), tenant
+        policy = _policy(TARGET, tenant=tenant)
+        assert policy["metadata"]["labels"][LABEL_TENANT] == label
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "expected"),
+    [
+        ("caller_labels", ({},), "at least one label"),
+        ("caller_labels", ({"app": "a b"},), "label value"),
+        ("caller_labels", ({"bad key!": "x"},), "label key"),
+        ("caller_namespace", "Not_A_Label", "pattern"),
+        ("ingress_peers", ({},), "podSelector"),
+        ("ingress_peers", ({"pods": {}},), "podSelector"),
+        ("ingress_peers", ({"podSelector": {"matchLabel": {}}},), "matchLabel"),
+        ("ingress_peers", ({"ipBlock": {"cidr": 10}},), "cidr"),
+        ("egress_cidrs", ("10.0.0.0/33",), "not a CIDR"),
+        ("egress_cidrs", ("example.com",), "not a CIDR"),
+    ],
+)
+def test_network_settings_are_checked(setting: str, value: Any, expected: str) -> None:
+    with pytest.raises(ValidationError, match=expected):
+        KubernetesTarget(**{setting: value})
+
+
+def test_deployer_settings_make_the_network_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_CALLER_NAMESPACE", "evertune")
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_ALLOW_DNS", "true")
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_EGRESS_CIDRS", '["10.0.0.0/8"]')
+    monkeypatch.setenv(
+        "EVERTUNE_DEPLOYER_KUBERNETES_INGRESS_PEERS",
+        '[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}}}]',
+    )
+    target = load_settings(DeployerSettings).kubernetes_target()
+    assert target.caller_labels == DEFAULT_CALLER_LABELS
+    assert target.caller_namespace == "evertune" and target.allow_dns
+    assert target.egress_cidrs == ("10.0.0.0/8",) and len(target.ingress_peers) == 1
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_CALLER_LABELS", "[{}]")
+    with pytest.raises(SettingsError, match=r"KUBERNETES_CALLER_LABELS: .*each caller needs"):
+        load_settings(DeployerSettings)
+    monkeypatch.delenv("EVERTUNE_DEPLOYER_KUBERNETES_CALLER_LABELS")
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_EGRESS_CIDRS", '["nowhere"]')
+    with pytest.raises(SettingsError, match=r"KUBERNETES_EGRESS_CIDRS: .*not a CIDR"):
+        load_settings(DeployerSettings)
+
+
+def test_the_deployers_role_may_apply_and_delete_every_kind_it_renders() -> None:
+    """infra/kubernetes/base/services/rbac.yaml: server-side apply needs get, create and patch;
+    `stop` deletes."""
+    path = INFRA / "kubernetes" / "base" / "services" / "rbac.yaml"
+    role = next(d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "Role")
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    route = route_manifest(endpoint="voice", backends=[Backend("dep-a", 10000)], target=TARGET)
+    plurals = {"Deployment": "deployments", "Service": "services", "NetworkPolicy": "networkpolicies"}
+    for manifest in [*_gpu_rendered().manifests, route]:
+        group = manifest["apiVersion"].rpartition("/")[0]
+        resource = plurals.get(manifest["kind"], "httproutes")
+        for verb in ("get", "create", "patch", "delete"):
+            assert (group, resource, verb) in granted, (manifest["kind"], verb)
