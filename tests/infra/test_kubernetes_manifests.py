@@ -18,18 +18,20 @@ from __future__ import annotations
 import base64
 import copy
 import importlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -39,6 +41,7 @@ from pydantic_settings import BaseSettings
 
 from evertune.apps.services import SERVICE_NAMES
 from evertune.errors import SettingsError
+from evertune.infra.nats_auth import USERS, cluster_authorization, write_cluster_credentials
 from evertune.infra.repository import INFRA, ROOT
 from evertune.infra.runtime import Service
 from evertune.infra.settings import SharedSettings, load_settings
@@ -302,16 +305,48 @@ def environment(objects: list[Manifest], container: Manifest) -> dict[str, Varia
     return resolved
 
 
+def _volume_sources(volume: Manifest) -> Iterator[tuple[str, Manifest]]:
+    """(kind, source) of a Secret or ConfigMap volume, or of each of a projected volume's sources."""
+    if "secret" in volume:
+        yield "Secret", {**volume["secret"], "name": volume["secret"]["secretName"]}
+    elif "configMap" in volume:
+        yield "ConfigMap", volume["configMap"]
+    for source in volume.get("projected", {}).get("sources", []):
+        for key, kind in (("secret", "Secret"), ("configMap", "ConfigMap")):
+            if key in source:
+                yield kind, source[key]
+
+
+def mounted_files(workload: Manifest, container: Manifest) -> dict[str, tuple[str, str, str]]:
+    """Files mounted from Secrets and ConfigMaps by `items`: path -> (kind, name, key)."""
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"].get("volumes", [])}
+    files: dict[str, tuple[str, str, str]] = {}
+    for mount in container.get("volumeMounts", []):
+        if "subPath" in mount:
+            continue
+        for kind, source in _volume_sources(volumes.get(mount["name"], {})):
+            for item in source.get("items", []):
+                files[f"{mount['mountPath']}/{item['path']}"] = (kind, source["name"], item["key"])
+    return files
+
+
 def secret_files(workload: Manifest, container: Manifest) -> dict[str, tuple[str, str]]:
     """Files mounted from Secrets: path -> (secret, key)."""
-    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"].get("volumes", [])}
-    files: dict[str, tuple[str, str]] = {}
-    for mount in container.get("volumeMounts", []):
-        secret = volumes.get(mount["name"], {}).get("secret")
-        if secret and "subPath" not in mount:
-            for item in secret.get("items", []):
-                files[f"{mount['mountPath']}/{item['path']}"] = (secret["secretName"], item["key"])
-    return files
+    return {
+        path: (name, key)
+        for path, (kind, name, key) in mounted_files(workload, container).items()
+        if kind == "Secret"
+    }
+
+
+def file_content(objects: list[Manifest], source: tuple[str, str, str] | None) -> str | None:
+    """The text of a mounted file (`mounted_files`'s value); None where the object or key is missing."""
+    if source is None:
+        return None
+    kind, name, key = source
+    if kind == "Secret":
+        return _secret_value(objects, name, key)
+    return ((find(objects, kind, name) or {}).get("data") or {}).get(key)
 
 
 def service_containers(objects: list[Manifest]) -> Iterator[tuple[str, Manifest, Manifest]]:
@@ -347,14 +382,6 @@ def service_code(name: str) -> ServiceCode:
 
 def _prefix(cls: type[BaseSettings]) -> str:
     return str(cls.model_config.get("env_prefix", ""))
-
-
-#: Secret settings the production overlay may leave unset (set, they must still come from a Secret).
-OPTIONAL_SECRETS = {
-    # NATS users: the overlay's NATS has no `authorization` block and no TLS yet (docs/security.md,
-    # "Not done yet"); docs/operations.md says how to add both with an evertune-nats-<service> Secret
-    "EVERTUNE_NATS_PASSWORD",
-}
 
 
 def _is_secret(cls: type[BaseSettings], field: str) -> bool:
@@ -444,13 +471,10 @@ def check_references(objects: list[Manifest]) -> list[str]:
         for missing in sorted(mounted - volumes - templates):
             found.append(f"{_where(workload)}: volumeMount {missing} has no volume")
         for volume in pod.get("volumes", []):
-            if "configMap" in volume or "secret" in volume:
-                kind = "ConfigMap" if "configMap" in volume else "Secret"
-                source = volume.get("configMap") or volume["secret"]
-                name = source.get("name") or source.get("secretName")
+            for kind, source in _volume_sources(volume):
                 keys = [item["key"] for item in source.get("items", [])] or [None]
                 for key in keys:
-                    need(kind, name, key, _where(workload))
+                    need(kind, source["name"], key, _where(workload))
             if "persistentVolumeClaim" in volume:
                 need(
                     "PersistentVolumeClaim",
@@ -474,10 +498,12 @@ def check_settings(objects: list[Manifest]) -> list[str]:
 
     For `SharedSettings` and the service's class: every required field is set; every secret field
     (SecretStr) comes from a Secret, or its file twin (`tokens` -> `token_file`) names a file mounted
-    from a Secret; every EVERTUNE_ variable names a field (a typo is otherwise ignored); listen
-    addresses are not loopback and listen ports are containerPorts; `evertune run`'s NATS URL is set;
-    the ClickHouse connection comes from a Secret exactly to the services that open the store
-    (`needs_store`); and the classes load from the environment without an error.
+    from a Secret; every file setting (`*_file`) names a mounted file; every EVERTUNE_ variable names
+    a field (a typo is otherwise ignored); listen addresses are not loopback and listen ports are
+    containerPorts; `evertune run`'s NATS URL is set; the ClickHouse connection comes from a Secret
+    exactly to the services that open the store (`needs_store`); and the classes load from the
+    environment, and the service is built from them, without an error (a mounted file's setting
+    pointing at a copy of its content).
     """
     found = []
     seen = set()
@@ -487,6 +513,7 @@ def check_settings(objects: list[Manifest]) -> list[str]:
         code = service_code(name)
         env = environment(objects, container)
         files = secret_files(workload, container)
+        mounted = mounted_files(workload, container)
         classes: list[type[BaseSettings]] = [SharedSettings, code.settings]
         fields = {
             f"{_prefix(cls)}{field}".upper(): (cls, field) for cls in classes for field in cls.model_fields
@@ -502,8 +529,10 @@ def check_settings(objects: list[Manifest]) -> list[str]:
                     found.append(
                         f"{where}: secret {variable} comes from a {env[variable].source}, not a Secret"
                     )
-                elif not set_here and not from_file and variable not in OPTIONAL_SECRETS:
+                elif not set_here and not from_file:
                     found.append(f"{where}: secret {variable} is not set from a Secret (nor {twin})")
+            if field.endswith("_file") and set_here and env[variable].value not in mounted:
+                found.append(f"{where}: {variable}={env[variable].value} is not a mounted file")
             if field.endswith("host") and set_here and env[variable].value in _LOOPBACK:
                 found.append(f"{where}: {variable} listens on loopback only")
             if (
@@ -529,12 +558,21 @@ def check_settings(objects: list[Manifest]) -> list[str]:
         elif store:
             found.append(f"{where}: does not open the store but is given {', '.join(store)}")
         plain = {k: v.value for k, v in env.items() if k.startswith("EVERTUNE_") and v.value is not None}
-        with _only_environment(plain):
-            for cls in classes:
+        with tempfile.TemporaryDirectory() as copies:
+            for variable, path in list(plain.items()):
+                if path in mounted:  # a file setting: validators may read the file
+                    stand_in = Path(copies) / variable
+                    stand_in.write_text(file_content(objects, mounted[path]) or "")
+                    plain[variable] = str(stand_in)
+            with _only_environment(plain):
                 try:
-                    load_settings(cls)
+                    load_settings(SharedSettings)
+                    # the service's own checks at construction too (plaintext credentials off
+                    # loopback, TLS files that load)
+                    build = cast(Callable[[BaseSettings], Service], code.service)  # each takes its settings
+                    build(load_settings(code.settings))
                 except SettingsError as err:
-                    found.append(f"{where}: {err}")
+                    found.append(f"{where}: {err.args[0].replace(copies + '/', '<mounted>/')}")
     found += [f"service {name} has no Deployment" for name in SERVICE_NAMES if name not in seen]
     return found
 
@@ -580,28 +618,93 @@ def check_writable(objects: list[Manifest]) -> list[str]:
     return found
 
 
-def check_nats(objects: list[Manifest]) -> list[str]:
-    """The NATS StatefulSet runs infra/nats/cluster.conf byte for byte, sets every variable it reads,
-    routes to each of its replicas; the services' NATS URL names every node and EVERTUNE_NATS_REPLICAS
-    equals the node count."""
-    found = []
-    conf = (INFRA / "nats" / "cluster.conf").read_text()
+_INCLUDE = re.compile(r"^\s*include\s+[\"']?([^\"'\s]+)", re.MULTILINE)
+_VARIABLE = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
+_USER_ENTRY = re.compile(r'\{user: ("(?:[^"\\]|\\.)*"), password: ("(?:[^"\\]|\\.)*")')
+
+
+@dataclass(frozen=True)
+class NatsNode:
+    """The NATS StatefulSet's container, and the files of its configuration as mounted."""
+
+    workload: Manifest
+    container: Manifest
+    config: PurePosixPath  #: the --config file
+    files: dict[str, tuple[str, str, str]]  #: mounted_files of the container
+
+    def path(self, include: str) -> str:
+        """Where an `include` of the config file points (relative to the config file's folder)."""
+        return str(self.config.parent / PurePosixPath(include.removeprefix("./")))
+
+
+def nats_node(objects: list[Manifest]) -> NatsNode | None:
     nats = find(objects, "StatefulSet", "nats")
     if nats is None:
-        return ["no StatefulSet nats"]
-    replicas, headless = nats["spec"]["replicas"], nats["spec"]["serviceName"]
+        return None
     container = nats["spec"]["template"]["spec"]["containers"][0]
-    config_path = Path(container["args"][container["args"].index("--config") + 1])
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    volumes = {v["name"]: v for v in nats["spec"]["template"]["spec"]["volumes"]}
-    cm_name = volumes.get(mounts.get(str(config_path.parent), ""), {}).get("configMap", {}).get("name", "")
-    config_map = find(objects, "ConfigMap", cm_name) or {"data": {}}
-    if config_map["data"].get(config_path.name, "").encode() != conf.encode():
-        found.append(f"{config_path} (ConfigMap {cm_name!r}) is not infra/nats/cluster.conf")
+    config = PurePosixPath(container["args"][container["args"].index("--config") + 1])
+    return NatsNode(nats, container, config, mounted_files(nats, container))
+
+
+def cluster_block_drift(cluster_conf: str, production_conf: str) -> list[str]:
+    """Lines of cluster.conf's `cluster {}` block missing from production.conf's (which replaces it
+    whole: a block given twice, the last wins)."""
+
+    def block(text: str) -> list[str]:
+        lines = [line.split("#")[0].strip() for line in text.splitlines()]
+        lines = [line for line in lines if line]
+        if "cluster {" not in lines:
+            return []
+        body, depth = [], 0
+        for line in lines[len(lines) - lines[::-1].index("cluster {") :]:
+            depth += line.count("{") - line.count("}")
+            if depth < 0:
+                break
+            body.append(line)
+        return body
+
+    mine = block(production_conf)
+    return [
+        f"production.conf's cluster block lacks {line!r}" for line in block(cluster_conf) if line not in mine
+    ]
+
+
+def check_nats(objects: list[Manifest]) -> list[str]:
+    """The NATS StatefulSet runs infra/nats/production.conf byte for byte, and each file it includes
+    is mounted beside it (cluster.conf byte for byte; a file with passwords only from a Secret); it
+    sets every variable they read, each TLS file they name is mounted from a Secret; it routes to
+    each of its replicas; the services' NATS URL names every node and EVERTUNE_NATS_REPLICAS equals
+    the node count."""
+    found = []
+    production = (INFRA / "nats" / "production.conf").read_text()
+    cluster = (INFRA / "nats" / "cluster.conf").read_text()
+    node = nats_node(objects)
+    if node is None:
+        return ["no StatefulSet nats"]
+    nats, container = node.workload, node.container
+    replicas, headless = nats["spec"]["replicas"], nats["spec"]["serviceName"]
+    if file_content(objects, node.files.get(str(node.config))) != production:
+        found.append(f"{node.config} is not infra/nats/production.conf")
+    texts = [production]
+    for include in _INCLUDE.findall(production):
+        path = node.path(include)
+        text = file_content(objects, node.files.get(path))
+        if text is None:
+            found.append(f"{node.config.name} includes {include}, and {path} is not mounted")
+            continue
+        texts.append(text)
+        if include.endswith("cluster.conf") and text != cluster:
+            found.append(f"{path} is not infra/nats/cluster.conf")
+        if "password" in text and node.files[path][0] != "Secret":
+            found.append(f"{path} holds passwords and comes from a {node.files[path][0]}, not a Secret")
     env = environment(objects, container)
-    for variable in sorted(set(re.findall(r"\$([A-Z_][A-Z0-9_]*)", conf))):
-        if variable not in env:
-            found.append(f"NATS: {variable} (read by cluster.conf) is not set")
+    unquoted = re.sub(r"#.*", "", re.sub(r'"(?:[^"\\]|\\.)*"', '""', "\n".join(texts)))  # "$JS.API.>"
+    for variable in sorted(set(_VARIABLE.findall(unquoted))):
+        value = env.get(variable, Variable(None, "")).value
+        if value is None:
+            found.append(f"NATS: {variable} (read by its configuration) is not set")
+        elif variable.endswith("_FILE") and node.files.get(value, ("",))[0] != "Secret":
+            found.append(f"NATS: {variable}={value} is not a file mounted from a Secret")
     cluster_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "cluster")
     client_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "client")
     routes = [f"nats-route://nats-{i}.{headless}:{cluster_port}" for i in range(replicas)]
@@ -614,6 +717,59 @@ def check_nats(objects: list[Manifest]) -> list[str]:
             found.append(f"{_where(workload, service)}: EVERTUNE_NATS_URL is not {urls}")
         if service_env.get("EVERTUNE_NATS_REPLICAS", Variable("", "")).value != str(replicas):
             found.append(f"{_where(workload, service)}: EVERTUNE_NATS_REPLICAS is not {replicas}")
+    return found
+
+
+def check_nats_users(objects: list[Manifest]) -> list[str]:
+    """The NATS nodes' users are what `evertune nats credentials` writes for the passwords they hold
+    (every user of `nats_auth.USERS`, each service's with the permissions table's row); each service
+    logs in as its own user (EVERTUNE_NATS_USER, from config) with that user's password (from a
+    Secret), over TLS that trusts the CA the nodes use (EVERTUNE_NATS_TLS_CA_FILE mounted from a
+    Secret, with the content of the nodes' NATS_TLS_CA_FILE)."""
+    found = []
+    node = nats_node(objects)
+    if node is None:
+        return ["no StatefulSet nats"]
+    included = [
+        node.path(i) for i in _INCLUDE.findall(file_content(objects, node.files.get(str(node.config))) or "")
+    ]
+    texts = {path: file_content(objects, node.files.get(path)) or "" for path in included}
+    users_file = next((path for path, text in texts.items() if "authorization {" in text), None)
+    if users_file is None:
+        return [f"no file {node.config.name} includes has an authorization block: NATS has no users"]
+    text = texts[users_file]
+    users = {json.loads(user): json.loads(password) for user, password in _USER_ENTRY.findall(text)}
+    if sorted(users) != sorted(USERS):
+        found.append(f"{users_file}: the NATS users are {sorted(users)}, not {sorted(USERS)}")
+    elif text != cluster_authorization(users):
+        found.append(
+            f"{users_file} is not what `evertune nats credentials` writes for its passwords"
+            " (the permissions table changed? run it again)"
+        )
+    node_env = environment(objects, node.container)
+    node_ca = file_content(
+        objects, node.files.get(node_env.get("NATS_TLS_CA_FILE", Variable("", "")).value or "")
+    )
+    for name, workload, container in service_containers(objects):
+        where = _where(workload, container)
+        env = environment(objects, container)
+        if env.get("EVERTUNE_NATS_USER", Variable(None, "")).value != name:
+            found.append(f"{where}: EVERTUNE_NATS_USER is not {name}")
+        password = env.get("EVERTUNE_NATS_PASSWORD", Variable(None, ""))
+        if password.source != "secret" or password.value is None or password.value != users.get(name):
+            found.append(
+                f"{where}: EVERTUNE_NATS_PASSWORD is not the password of NATS user {name} from a Secret"
+            )
+        ca_file = env.get("EVERTUNE_NATS_TLS_CA_FILE", Variable(None, "")).value or ""
+        source = mounted_files(workload, container).get(ca_file)
+        if source is None or source[0] != "Secret":
+            found.append(
+                f"{where}: EVERTUNE_NATS_TLS_CA_FILE ({ca_file or 'unset'}) is no CA mounted from a Secret"
+            )
+        elif node_ca is None or file_content(objects, source) != node_ca:
+            found.append(
+                f"{where}: EVERTUNE_NATS_TLS_CA_FILE is not the CA of the NATS nodes (NATS_TLS_CA_FILE)"
+            )
     return found
 
 
@@ -673,6 +829,7 @@ CHECKS: dict[str, Check] = {
     "settings": check_settings,
     "writable": check_writable,
     "nats": check_nats,
+    "nats users": check_nats_users,
     "deployer scope": check_deployer_scope,
     "metrics": check_metrics,
 }
@@ -682,13 +839,18 @@ CHECKS: dict[str, Check] = {
 
 
 def _filled_copy(tmp: Path) -> Path:
-    """infra/kubernetes without its schemas, the production secrets made from their templates (as
-    docs/operations.md tells operators to)."""
+    """infra/kubernetes without its schemas, the production secrets made from their templates and
+    the NATS users by `evertune nats credentials` (as docs/operations.md tells operators to)."""
     copy_root = tmp / "kubernetes"
-    shutil.copytree(KUBERNETES, copy_root, ignore=shutil.ignore_patterns("schemas"))
+    shutil.copytree(
+        KUBERNETES,
+        copy_root,
+        ignore=shutil.ignore_patterns("schemas", "*.password", "nats-authorization.conf"),
+    )
     secrets = copy_root / "overlays" / "production" / "secrets"
     for template in secrets.glob("*.example"):
         (secrets / template.stem).write_text(template.read_text())
+    write_cluster_credentials(secrets)
     return copy_root
 
 
@@ -711,7 +873,7 @@ def _container_of(objects: list[Manifest], service: str) -> Manifest:
 
 def test_every_rendered_object_is_valid_for_kubernetes(production: list[Manifest]) -> None:
     base = render(BASE)
-    assert len(base) >= 20 and len(production) == len(base) + 4  # + the overlay's four Secrets
+    assert len(base) >= 20 and len(production) == len(base) + 8  # + the overlay's eight Secrets
     for obj in base + production:
         validate_manifest(obj, kubernetes_version=KUBERNETES_VERSION)
     kinds = {o["kind"] for o in production}
@@ -854,6 +1016,90 @@ def _wrong_scrape_port(objects: list[Manifest]) -> None:
     runner["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] = "9999"
 
 
+def _no_nats_password(objects: list[Manifest]) -> None:
+    container = _container_of(objects, "profiler")
+    container["env"] = [e for e in container["env"] if e["name"] != "EVERTUNE_NATS_PASSWORD"]
+
+
+def _no_nats_tls(objects: list[Manifest]) -> None:
+    config = find(objects, "ConfigMap", "evertune-shared")
+    assert config is not None
+    del config["data"]["EVERTUNE_NATS_TLS_CA_FILE"]
+
+
+def _nats_ca_unmounted(objects: list[Manifest]) -> None:
+    container = _container_of(objects, "runner")
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "nats-ca"]
+
+
+def _edit_production_conf(objects: list[Manifest]) -> None:
+    config = find(objects, "ConfigMap", "nats-config")
+    assert config is not None
+    config["data"]["production.conf"] = config["data"]["production.conf"].replace("verify: true", "")
+
+
+def _users_not_mounted(objects: list[Manifest]) -> None:
+    nats = find(objects, "StatefulSet", "nats")
+    assert nats is not None
+    [config] = [v for v in nats["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
+    config["projected"]["sources"] = [s for s in config["projected"]["sources"] if "secret" not in s]
+
+
+def _users_in_a_config_map(objects: list[Manifest]) -> None:
+    users = find(objects, "Secret", "evertune-nats-users")
+    config = find(objects, "ConfigMap", "nats-config")
+    assert users is not None and config is not None
+    config["data"]["authorization.conf"] = base64.b64decode(users["data"]["authorization.conf"]).decode()
+    nats = find(objects, "StatefulSet", "nats")
+    assert nats is not None
+    [volume] = [v for v in nats["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
+    for source in volume["projected"]["sources"]:
+        if "secret" in source:
+            source["configMap"] = {**source.pop("secret"), "name": "nats-config"}
+
+
+def _nats_key_elsewhere(objects: list[Manifest]) -> None:
+    nats = find(objects, "StatefulSet", "nats")
+    assert nats is not None
+    env = nats["spec"]["template"]["spec"]["containers"][0]["env"]
+    next(e for e in env if e["name"] == "NATS_TLS_KEY_FILE")["value"] = "/etc/nats/tls.key"
+
+
+def _gateway_as_deployer(objects: list[Manifest]) -> None:
+    config = find(objects, "ConfigMap", "evertune-gateway")
+    assert config is not None
+    config["data"]["EVERTUNE_NATS_USER"] = "deployer"
+
+
+def _swapped_nats_password(objects: list[Manifest]) -> None:
+    container = _container_of(objects, "searcher")
+    entry = next(e for e in container["env"] if e["name"] == "EVERTUNE_NATS_PASSWORD")
+    entry["valueFrom"]["secretKeyRef"]["key"] = "runner"
+
+
+def _stale_nats_permissions(objects: list[Manifest]) -> None:
+    users = find(objects, "Secret", "evertune-nats-users")
+    assert users is not None
+    text = base64.b64decode(users["data"]["authorization.conf"]).decode()
+    assert ', "evertune.jobs.>"' in text
+    stale = text.replace(', "evertune.jobs.>"', "")  # the searcher's jobs, as if the table were older
+    users["data"]["authorization.conf"] = base64.b64encode(stale.encode()).decode()
+
+
+def _nats_user_missing(objects: list[Manifest]) -> None:
+    users = find(objects, "Secret", "evertune-nats-users")
+    assert users is not None
+    text = base64.b64decode(users["data"]["authorization.conf"]).decode()
+    text = "\n".join(line for line in text.splitlines() if '{user: "runner"' not in line)
+    users["data"]["authorization.conf"] = base64.b64encode(text.encode()).decode()
+
+
+def _another_ca(objects: list[Manifest]) -> None:
+    ca = find(objects, "Secret", "evertune-nats-ca")
+    assert ca is not None
+    ca["data"]["ca.crt"] = base64.b64encode(b"another CA").decode()
+
+
 def _drop_service_deployment(objects: list[Manifest]) -> None:
     objects.remove(find(objects, "Deployment", "sla-monitor") or {})
 
@@ -878,6 +1124,35 @@ PLANTED: list[tuple[str, Callable[[list[Manifest]], None], str]] = [
     ("nats", _edit_nats_config, "is not infra/nats/cluster.conf"),
     ("nats", _two_nats_replicas, "EVERTUNE_NATS_REPLICAS is not 2"),
     ("nats", _nats_replicas_one, "EVERTUNE_NATS_REPLICAS is not 3"),
+    ("nats", _edit_production_conf, "/etc/nats/production.conf is not infra/nats/production.conf"),
+    ("nats", _users_not_mounted, "includes ./authorization.conf, and /etc/nats/authorization.conf is not"),
+    ("nats", _users_in_a_config_map, "authorization.conf holds passwords and comes from a ConfigMap"),
+    ("nats", _nats_key_elsewhere, "NATS_TLS_KEY_FILE=/etc/nats/tls.key is not a file mounted from a Secret"),
+    ("settings", _no_nats_password, "secret EVERTUNE_NATS_PASSWORD is not set from a Secret"),
+    ("settings", _no_nats_tls, "the NATS password would cross the network in plain text"),
+    (
+        "settings",
+        _nats_ca_unmounted,
+        "EVERTUNE_NATS_TLS_CA_FILE=/etc/evertune/nats-tls/ca.crt is not a mounted",
+    ),
+    ("nats users", _gateway_as_deployer, "container gateway: EVERTUNE_NATS_USER is not gateway"),
+    (
+        "nats users",
+        _swapped_nats_password,
+        "EVERTUNE_NATS_PASSWORD is not the password of NATS user searcher",
+    ),
+    ("nats users", _stale_nats_permissions, "is not what `evertune nats credentials` writes"),
+    (
+        "nats users",
+        _nats_user_missing,
+        "the NATS users are ['admin', 'deployer', 'gateway', 'profiler', 'searcher'",
+    ),
+    (
+        "nats users",
+        _nats_ca_unmounted,
+        "EVERTUNE_NATS_TLS_CA_FILE (/etc/evertune/nats-tls/ca.crt) is no CA mounted",
+    ),
+    ("nats users", _another_ca, "EVERTUNE_NATS_TLS_CA_FILE is not the CA of the NATS nodes"),
     ("deployer scope", _deployer_elsewhere, "applies to namespace default"),
     ("deployer scope", _role_without_routes, "may not apply httproutes"),
     ("metrics", _wrong_scrape_port, "prometheus.io/port is not EVERTUNE_RUNNER_METRICS_PORT"),
@@ -897,8 +1172,19 @@ def test_each_check_catches_a_planted_mistake(
 
 
 def test_nats_config_copy_is_the_repository_file() -> None:
-    """Kustomize reads no file outside the kustomization's folder, so base/nats/cluster.conf is a copy."""
-    assert (BASE / "nats" / "cluster.conf").read_bytes() == (INFRA / "nats" / "cluster.conf").read_bytes()
+    """Kustomize reads no file outside the kustomization's folder, so base/nats/*.conf are copies;
+    production.conf repeats cluster.conf's cluster block (it adds TLS to it) line for line."""
+    for name in ("cluster.conf", "production.conf"):
+        assert (BASE / "nats" / name).read_bytes() == (INFRA / "nats" / name).read_bytes(), name
+    cluster = (INFRA / "nats" / "cluster.conf").read_text()
+    production = (INFRA / "nats" / "production.conf").read_text()
+    assert cluster_block_drift(cluster, production) == []
+    planted = cluster.replace("name: evertune", "name: evertune\n  pool_size: 5")
+    assert cluster_block_drift(planted, production) == [
+        "production.conf's cluster block lacks 'pool_size: 5'"
+    ]
+    renamed = production.replace("name: evertune", "name: other")
+    assert cluster_block_drift(cluster, renamed) == ["production.conf's cluster block lacks 'name: evertune'"]
     nats = find(render(BASE), "StatefulSet", "nats")
     assert nats is not None
     image = nats["spec"]["template"]["spec"]["containers"][0]["image"]

@@ -160,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_search_commands(commands)
 
+    from evertune.apps.cli.nats import add_commands as add_nats_commands
+
+    add_nats_commands(commands)
+
     bench = commands.add_parser("bench", help="run a benchmark; with --json the last line is one JSON object")
     bench.add_argument("name", help="benchmark name (`evertune bench list` lists them)")
     bench.add_argument("--quick", action="store_true", help="a short run, for smoke checks")
@@ -276,6 +280,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from evertune.apps.cli.search import run as run_search_command
 
             return run_search_command(args)
+        if args.command == "nats":
+            from evertune.apps.cli.nats import run as run_nats_command
+
+            return run_nats_command(args)
         if args.command == "bench":
             from evertune.apps.cli.bench import bench
 
