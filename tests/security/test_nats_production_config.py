@@ -201,6 +201,21 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
     return folder / "nats-ca.crt", folder / "nats-server.crt", folder / "nats-server.key"
 
 
+async def _start_server(
+    config: Path, http_port: int, log: Path, variables: dict[str, str]
+) -> asyncio.subprocess.Process:
+    """A nats-server from `config` with `variables` in its environment (the config reads them)."""
+    return await asyncio.create_subprocess_exec(
+        str(find_binary()),
+        *("--config", str(config), "--http_port", str(http_port), "--log", str(log)),
+        env={**os.environ, **variables},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     secrets = tmp_path / "secrets"
@@ -226,15 +241,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
                 "NATS_TLS_KEY_FILE": str(key),
                 "NATS_TLS_CA_FILE": str(ca),
             }
-            node.process = await asyncio.create_subprocess_exec(
-                str(find_binary()),
-                *("--config", str(folder / "production.conf"), "--http_port", str(node.http_port)),
-                *("--log", str(tmp_path / f"{node.name}.log")),
-                env={**os.environ, **variables},
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,
+            node.process = await _start_server(
+                folder / "production.conf", node.http_port, tmp_path / f"{node.name}.log", variables
             )
         for node in nodes:
 
@@ -372,15 +380,8 @@ async def test_a_node_without_the_certificate_cannot_join_as_a_route(
         "NATS_CLUSTER_LISTEN": f"127.0.0.1:{cluster_port}",
         "NATS_ROUTES": f"[nats-route://127.0.0.1:{first.cluster_port}]",
     }
-    intruder = await asyncio.create_subprocess_exec(
-        str(find_binary()),
-        *("--config", str(INFRA / "nats" / "cluster.conf"), "--http_port", str(http_port)),
-        *("--log", str(tmp_path / "intruder.log")),
-        env={**os.environ, **variables},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
+    intruder = await _start_server(
+        INFRA / "nats" / "cluster.conf", http_port, tmp_path / "intruder.log", variables
     )
     try:
         log = tmp_path / f"{first.name}.log"  # the cluster fixture's, in this test's tmp_path

@@ -310,7 +310,8 @@ def test_profile_ready_with_too_little_is_not_a_reference() -> None:
     assert profile is not None and profile.prefix_reuse_share == pytest.approx(0.6)
 
 
-def test_drift_event_ids_are_stable_and_signals_complete() -> None:
+def _report(endpoint: str) -> DriftReport:
+    """A drift report of one finding: TTFT doubled, by CUSUM."""
     finding = DriftFinding(
         feature="ttft_ms",
         test="cusum",
@@ -326,7 +327,11 @@ def test_drift_event_ids_are_stable_and_signals_complete() -> None:
         critical_value=10.0,
         live_window_s=2.0,
     )
-    report = DriftReport("ep", 1_700_000_000.0, (finding,), "", "traffic", 600.0, 3000)
+    return DriftReport(endpoint, 1_700_000_000.0, (finding,), "", "traffic", 600.0, 3000)
+
+
+def test_drift_event_ids_are_stable_and_signals_complete() -> None:
+    report = _report("ep")
     assert drift_event_id(report) == drift_event_id(report) and len(drift_event_id(report)) == 32
     [signal] = drift_payload(report).signals
     assert signal.statistic == "cusum" and signal.measure == "geometric_mean" and signal.threshold == 10
@@ -358,21 +363,6 @@ def test_a_name_created_again_is_a_new_endpoint_to_the_monitor() -> None:
     assert not service._stale(telemetry_pb2.RequestRecord(endpoint="voice", endpoint_uid="ep-new"))
     assert not service._stale(telemetry_pb2.RequestRecord(endpoint="voice"))  # a record without an id
 
-    finding = DriftFinding(
-        feature="prompt_tokens",
-        test="ks",
-        statistic=0.5,
-        p_value=0.001,
-        reference_value=100.0,
-        live_value=400.0,
-        relative_change=3.0,
-        time_s=1_700_000_000.0,
-        live_requests=200,
-        reference_requests=1000,
-        measure="median",
-        critical_value=0.1,
-        live_window_s=2.0,
-    )
-    report = DriftReport("voice", 1_700_000_000.0, (finding,), "", "traffic", 600.0, 3000)
+    report = _report("voice")
     assert service._drift_event(report).endpoint_uid == "ep-new"
     assert registry.put("voice", None).replaced
