@@ -343,6 +343,8 @@ async def test_three_nodes_from_production_conf_with_users_and_tls(cluster: Clus
         ):
             message = await _refused(first, auth)
             assert message is not None and "\n" not in message and gateway_password not in message
+            if auth.tls_ca_file == other_ca:  # said as what it is, at once, not a timeout
+                assert "failed the TLS handshake (unable to get local issuer certificate)" in message
 
         # A rotated password: `--rotate gateway`, the include reloaded by every node; the old one is
         # refused, the new one logs in, and the other services' connections carry on.

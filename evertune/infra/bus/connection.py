@@ -78,10 +78,14 @@ async def connect(
     auth = auth or NatsAuth()
     tls = tls_context(auth)
     client = Client()
-    refused = asyncio.Event()  #: the server said no to the login: no use waiting for the timeout
+    refused = asyncio.Event()  #: the server said no (login, TLS): no use waiting for the timeout
+    handshake: list[str] = []  #: why the TLS handshake failed, when it did
 
     async def on_error(err: Exception) -> None:
         if not client.is_connected and "authorization" in str(err).lower():
+            refused.set()
+        elif not client.is_connected and isinstance(err, ssl.SSLError):
+            handshake.append(getattr(err, "verify_message", None) or err.reason or str(err))
             refused.set()
         log.warning("nats error", error=str(err) or type(err).__name__)
 
@@ -127,6 +131,11 @@ async def connect(
         where = ",".join(redact(s) for s in servers)
         with contextlib.suppress(Exception):
             await client.close()
+        if handshake:
+            raise BusUnavailable(
+                f"NATS at {where} failed the TLS handshake ({handshake[0]}): check "
+                "EVERTUNE_NATS_TLS_CA_FILE against the server's certificate"
+            ) from None
         if refused.is_set() or "authorization" in str(err).lower():
             who = f"user {auth.user!r}" if auth.user else "no credentials"
             raise BusUnavailable(
