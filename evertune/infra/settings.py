@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -17,6 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from evertune.errors import InvalidArgument, SettingsError
 from evertune.infra.outbound import OutboundPolicy, parse_networks
+
+if TYPE_CHECKING:  # runtime imports this module
+    from evertune.infra.runtime.tls import TlsFiles
 
 DEFAULT_DATA_DIR = Path("~/.evertune").expanduser()
 #: URL schemes a NATS server address may have.
@@ -76,6 +79,26 @@ class SharedSettings(BaseSettings):
     #: Client certificate and key (PEM) for mutual TLS; both or neither.
     nats_tls_cert_file: Path | None = None
     nats_tls_key_file: Path | None = None
+    #: TLS of every service's metrics port (docs/security.md, "TLS"): certificate and key (PEM,
+    #: both or neither), and a client CA for mutual TLS (only with them). None: plain HTTP.
+    metrics_tls_cert_file: Path | None = None
+    metrics_tls_key_file: Path | None = None
+    metrics_tls_client_ca_file: Path | None = None
+
+    def metrics_tls(self) -> TlsFiles:
+        """The metrics ports' TLS files (`evertune.infra.runtime.tls`)."""
+        from evertune.infra.runtime.tls import TlsFiles  # runtime imports this module
+
+        return TlsFiles(
+            self.metrics_tls_cert_file, self.metrics_tls_key_file, self.metrics_tls_client_ca_file
+        )
+
+    @model_validator(mode="after")
+    def _metrics_tls(self) -> Self:
+        from evertune.infra.runtime.tls import check_tls_settings  # runtime imports this module
+
+        check_tls_settings(self.metrics_tls(), "EVERTUNE_METRICS_")
+        return self
 
     @field_validator("nats_tls_ca_file", "nats_tls_cert_file", "nats_tls_key_file")
     @classmethod

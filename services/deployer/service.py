@@ -193,7 +193,7 @@ class DeployerService(GrpcService):
             self.consumers[durable] = consumer
             self.spawn(consumer.run(self.stopping), name=durable)
         await self.serve_metrics(
-            host=settings.metrics_host, port=settings.metrics_port, refresh=self.metrics.refresh
+            ctx, host=settings.metrics_host, port=settings.metrics_port, refresh=self.metrics.refresh
         )
         self.log.info(
             "deployer serving",

@@ -145,7 +145,10 @@ class ProfilerService(Service):
         self._js = ctx.js
         self.sink = TelemetrySink(ctx.js, ctx.store, sink_config(self.settings, source=self.name))
         await self.serve_metrics(
-            host=self.settings.metrics_host, port=self.settings.metrics_port, refresh=self._read_sink_pending
+            ctx,
+            host=self.settings.metrics_host,
+            port=self.settings.metrics_port,
+            refresh=self._read_sink_pending,
         )
         self.spawn(self.sink.run(self.stopping), name="telemetry-sink")
         spec = ConsumerSpec(

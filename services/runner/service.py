@@ -165,7 +165,9 @@ class RunnerService(Service):
             nak_on_stop=True,
         )
         self._jobs = DurableConsumer(ctx.js, spec, self._take, source=self.name)
-        await self.serve_metrics(host=s.metrics_host, port=s.metrics_port, refresh=self._read_jobs_pending)
+        await self.serve_metrics(
+            ctx, host=s.metrics_host, port=s.metrics_port, refresh=self._read_jobs_pending
+        )
         self.spawn(self._jobs.run(self.stopping), name="jobs")
 
     async def _read_jobs_pending(self) -> None:

@@ -133,7 +133,7 @@ class SearcherService(GrpcService):
             f"{prefix}-profiles": profiles,
             f"{prefix}-deletions": deletions,
         }
-        await self.serve_metrics(host=self.settings.metrics_host, port=self.settings.metrics_port)
+        await self.serve_metrics(ctx, host=self.settings.metrics_host, port=self.settings.metrics_port)
         self.spawn(trials.run(self.stopping), name="trials")
         self.spawn(profiles.run(self.stopping), name="profiles")
         self.spawn(deletions.run(self.stopping), name="deletions")

@@ -299,7 +299,7 @@ class SlaMonitorService(Service):
         await self._watch_endpoints(ctx.js, ctx.nc)
         if self.settings.drift:
             await self._subscribe_profiles(ctx.js, ctx.nc)
-        await self.serve_metrics(host=self.settings.metrics_host, port=self.settings.metrics_port)
+        await self.serve_metrics(ctx, host=self.settings.metrics_host, port=self.settings.metrics_port)
         self._consumer = DurableConsumer(ctx.js, spec, self._on_batch, source=self.name)
         self.spawn(self._consumer.run(self.stopping), name="telemetry")
         self.spawn(self._evaluate_loop(), name="evaluate")

@@ -1,7 +1,8 @@
 """TLS on every listener, mTLS as an option; plaintext credentials off loopback are refused (issue
 16, "Authentication everywhere, one way").
 
-Each of the deployer's gRPC, the searcher's gRPC and the gateway's HTTP, started for real on
+Each of the deployer's gRPC, the searcher's gRPC, the gateway's HTTP and a service's metrics port
+(`EVERTUNE_METRICS_TLS_*`, shared by every service), started for real on
 127.0.0.1 with a certificate of a test CA (`tests/tls.py`): a client trusting the CA is served (with
 its token or API key) and a plaintext one is not; with a client CA the port is mutual, and a client
 without a certificate, or with one another CA signed, is refused while one the CA signed is served.
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import grpc
@@ -31,7 +32,7 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from evertune.errors import SettingsError
-from evertune.infra.runtime import ServiceContext
+from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.settings import SharedSettings, load_settings
 from evertune.infra.store import Store, migrate
 from evertune.v1 import endpoint_service_pb2 as deployer_pb
@@ -45,7 +46,17 @@ from tests.tls import Pki, issued
 
 SEARCHER_TOKENS = SecretStr(f"{TOKEN_OPERATOR} *")
 GATEWAY_KEYS = SecretStr(f"{TOKEN_OPERATOR} *")
-LISTENERS = ("deployer", "searcher", "gateway")
+LISTENERS = ("deployer", "searcher", "gateway")  #: those that take credentials
+
+
+class MetricsOnly(Service):
+    """A service with nothing but its metrics port (every service serves it the same way)."""
+
+    name: ClassVar[str] = "metrics-only"
+    description: ClassVar[str] = "its metrics port"
+
+    async def on_start(self, ctx: ServiceContext) -> None:
+        await self.serve_metrics(ctx, host="127.0.0.1", port=0)
 
 
 @dataclass(frozen=True)
@@ -84,7 +95,22 @@ def pki(tmp_path: Path) -> Pki:
     return issued(tmp_path / "pki")
 
 
-@pytest.fixture(params=LISTENERS)
+async def _get(where: str, caller: Caller, headers: dict[str, str]) -> None:
+    """GET `where` (host:port/path) as `caller` (https when it trusts a CA); raises unless 2xx."""
+    context: ssl.SSLContext | bool = False
+    if caller.ca is not None:
+        context = ssl.create_default_context(cafile=caller.ca)
+        if caller.cert is not None:
+            context.load_cert_chain(caller.cert, caller.key)
+    timeout = aiohttp.ClientTimeout(total=5.0)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(f"{'https' if caller.ca else 'http'}://{where}", ssl=context, headers=headers) as got,
+    ):
+        got.raise_for_status()
+
+
+@pytest.fixture(params=(*LISTENERS, "metrics"))
 def serve(request: pytest.FixtureRequest, nc: Client, tmp_path: Path, searcher_model_dir: Path) -> Serve:
     """Start the listener named by the parameter with the given settings (TLS files), for one call
     at a time (the operator's token or API key)."""
@@ -137,25 +163,34 @@ def serve(request: pytest.FixtureRequest, nc: Client, tmp_path: Path, searcher_m
         address = f"127.0.0.1:{service.port}"
 
         async def call(caller: Caller) -> None:
-            context: ssl.SSLContext | bool = False
-            if caller.ca is not None:
-                context = ssl.create_default_context(cafile=caller.ca)
-                if caller.cert is not None:
-                    context.load_cert_chain(caller.cert, caller.key)
-            url = f"{'https' if caller.ca else 'http'}://{address}/v1/models"
-            timeout = aiohttp.ClientTimeout(total=5.0)
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as session,
-                session.get(url, ssl=context, headers=dict(bearer(TOKEN_OPERATOR))) as response,
-            ):
-                response.raise_for_status()
+            await _get(f"{address}/v1/models", caller, dict(bearer(TOKEN_OPERATOR)))
 
         try:
             yield Served(address, call)
         finally:
             await service.stop(5.0)
 
-    starters: dict[str, Serve] = {"deployer": deployer, "searcher": searcher, "gateway": gateway}
+    @asynccontextmanager
+    async def metrics(**settings: Any) -> AsyncIterator[Served]:
+        shared = SharedSettings(data_dir=tmp_path, **{f"metrics_{k}": v for k, v in settings.items()})
+        service = MetricsOnly()
+        await service.start(ServiceContext(shared=shared, nc=nc, js=nc.jetstream(), store=None))
+        assert service.metrics_url().startswith("https://" if settings else "http://")
+
+        async def call(caller: Caller) -> None:
+            await _get(f"{service.listen()['metrics']}/metrics", caller, {})
+
+        try:
+            yield Served(service.listen()["metrics"], call)
+        finally:
+            await service.stop(5.0)
+
+    starters: dict[str, Serve] = {
+        "deployer": deployer,
+        "searcher": searcher,
+        "gateway": gateway,
+        "metrics": metrics,
+    }
     return starters[request.param]
 
 
@@ -291,3 +326,12 @@ async def test_the_cli_presents_its_client_certificate(
         assert_one_line_error(half, "--tls-cert and --tls-key")
         missing = await asyncio.to_thread(run_cli, *command, "--tls-ca", str(pki.ca / "nope"), env=env)
         assert_one_line_error(missing, "cannot read --tls-ca")
+
+
+def test_the_metrics_ports_tls_settings_are_checked(tmp_path: Path, pki: Pki) -> None:
+    pair = "both EVERTUNE_METRICS_TLS_CERT_FILE and EVERTUNE_METRICS_TLS_KEY_FILE"
+    with pytest.raises(SettingsError, match=pair):
+        load_settings(SharedSettings, data_dir=tmp_path, metrics_tls_cert_file=pki.server_cert)
+    with pytest.raises(SettingsError, match="EVERTUNE_METRICS_TLS_CLIENT_CA_FILE") as refused:
+        load_settings(SharedSettings, data_dir=tmp_path, metrics_tls_client_ca_file=pki.ca)
+    assert "\n" not in str(refused.value)

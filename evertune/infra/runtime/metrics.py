@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -206,17 +207,20 @@ class MetricsServer:
         host: str = "127.0.0.1",
         port: int = 0,
         refresh: Refresh | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.registry = registry
         self.host = host
         self.port = port  #: the bound port once started (the chosen one when asked for 0)
         self.refresh = refresh  #: awaited before each scrape (None: nothing to read first)
+        self.ssl_context = ssl_context  #: TLS of the port (None: plain HTTP)
         self._runner: web.AppRunner | None = None
 
     @property
     def url(self) -> str:
-        """`http://host:port/metrics` (after start)."""
-        return f"http://{self.host}:{self.port}{METRICS_PATH}"
+        """`http(s)://host:port/metrics` (after start)."""
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}{METRICS_PATH}"
 
     async def start(self) -> int:
         """Bind and serve; returns the port. A port in use raises a one-line `Unavailable`."""
@@ -224,7 +228,7 @@ class MetricsServer:
         app.router.add_get(METRICS_PATH, metrics_handler(self.registry, refresh=self.refresh))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_port=False)
+        site = web.TCPSite(runner, self.host, self.port, reuse_port=False, ssl_context=self.ssl_context)
         try:
             await site.start()
         except OSError as err:

@@ -25,6 +25,7 @@ from nats.js import JetStreamContext
 from evertune.infra.logging import get_logger
 from evertune.infra.runtime.metrics import MetricsServer, Refresh, new_registry
 from evertune.infra.runtime.tasks import cancel_and_wait
+from evertune.infra.runtime.tls import ServerTls
 from evertune.infra.settings import SharedSettings
 from evertune.infra.store import Store
 
@@ -73,12 +74,22 @@ class Service:
         server = self.metrics_server
         return server.url if server is not None and server.port else ""
 
-    async def serve_metrics(self, *, host: str, port: int, refresh: Refresh | None = None) -> None:
-        """Serve `metrics_registry` on `host:port` (0: a free port; -1: not at all). A port that is
-        taken fails the start with one line."""
+    async def serve_metrics(
+        self, ctx: ServiceContext, *, host: str, port: int, refresh: Refresh | None = None
+    ) -> None:
+        """Serve `metrics_registry` on `host:port` (0: a free port; -1: not at all), over TLS when
+        the shared settings have the metrics ports' files. A port that is taken, or a TLS file
+        that does not load, fails the start with one line."""
         if port < 0:
             return
-        server = MetricsServer(self.metrics_registry, host=host, port=port, refresh=refresh)
+        tls = ServerTls.of(ctx.shared.metrics_tls(), "EVERTUNE_METRICS_")
+        server = MetricsServer(
+            self.metrics_registry,
+            host=host,
+            port=port,
+            refresh=refresh,
+            ssl_context=tls.ssl_context() if tls is not None else None,
+        )
         await server.start()
         self.metrics_server = server
         self.log.info("metrics listening", url=server.url)

@@ -1,5 +1,5 @@
-"""TLS of evertune's listeners, one way for all three (the deployer's and the searcher's gRPC, the
-gateway's HTTP).
+"""TLS of evertune's listeners, one way for all of them (the deployer's and the searcher's gRPC, the
+gateway's HTTP, every service's metrics port).
 
 Each service has three settings: `TLS_CERT_FILE` and `TLS_KEY_FILE` (PEM, both or neither) make its
 port speak TLS only; `TLS_CLIENT_CA_FILE` (PEM, only with them) makes it mutual: a client must
@@ -7,7 +7,8 @@ present a certificate that CA signed, or the handshake fails. `ServerTls.of` rea
 server credentials or an `ssl.SSLContext` (aiohttp); a missing, unreadable or invalid file is a
 one-line `SettingsError` naming the setting. `refuse_plaintext_credentials` is the rule that
 credentials (tokens, API keys) never cross the network in plaintext: off loopback without TLS a
-service refuses to start, unless told that TLS is terminated in front of it.
+service refuses to start, unless told that TLS is terminated in front of it. The metrics ports
+share one set, `EVERTUNE_METRICS_TLS_*` (`SharedSettings.metrics_tls`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ class TlsSettings(Protocol):
     def tls_key_file(self) -> Path | None: ...
     @property
     def tls_client_ca_file(self) -> Path | None: ...
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The three TLS settings of a listener, whatever the settings class names them."""
+
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
+    tls_client_ca_file: Path | None
 
 
 def check_tls_settings(settings: TlsSettings, prefix: str) -> None:
