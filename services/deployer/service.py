@@ -29,7 +29,7 @@ from evertune.infra.outbound import OutboundPolicy
 from evertune.infra.runtime import GrpcServer, GrpcService, ServiceContext
 from evertune.infra.runtime.auth import AuthInterceptor, TokenSource, load_tokens
 from evertune.infra.runtime.metrics import FunctionCollector
-from evertune.infra.runtime.tls import ServerTls, refuse_plaintext_credentials, tls_mode
+from evertune.infra.runtime.tls import Listener, ServerTls, check_exposure, tls_mode
 from evertune.v1 import events_pb2
 
 #: Durable consumer names (deployers sharing one share the work).
@@ -70,23 +70,15 @@ class DeployerService(GrpcService):
             self.model_roots = ModelRoots.parse(settings.model_roots, allow_hub=settings.allow_hub_models)
         except InvalidArgument as err:
             raise SettingsError(f"invalid setting EVERTUNE_DEPLOYER_MODEL_ROOTS: {err}") from None
-        if self.tokens is None and not settings.loopback_only and not settings.allow_unauthenticated:
-            raise SettingsError(
-                "invalid setting EVERTUNE_DEPLOYER_TOKEN_FILE: no tokens configured while "
-                f"EVERTUNE_DEPLOYER_GRPC_HOST={settings.grpc_host} is not loopback "
-                "(set tokens, bind 127.0.0.1, or EVERTUNE_DEPLOYER_ALLOW_UNAUTHENTICATED=true)"
-            )
         self.tls = ServerTls.of(settings, "EVERTUNE_DEPLOYER_")
-        if self.tokens is not None:
-            refuse_plaintext_credentials(
-                prefix="EVERTUNE_DEPLOYER_",
-                credentials="tokens",
-                host_setting="GRPC_HOST",
-                host=settings.grpc_host,
-                tls=self.tls is not None,
-                allow_setting="ALLOW_PLAINTEXT_TOKENS",
-                allowed=settings.allow_plaintext_tokens,
-            )
+        check_exposure(
+            Listener("EVERTUNE_DEPLOYER_", "GRPC_HOST", "tokens", "TOKEN_FILE", "ALLOW_PLAINTEXT_TOKENS"),
+            host=settings.grpc_host,
+            has_credentials=self.tokens is not None,
+            tls=self.tls is not None,
+            allow_unauthenticated=settings.allow_unauthenticated,
+            allow_plaintext=settings.allow_plaintext_tokens,
+        )
         self.deployer: Deployer | None = None
         self.consumers: dict[str, DurableConsumer] = {}  #: durable name -> consumer (once started)
         self.metrics = DeployerMetrics(self)  #: the deployer's and its engines' metrics

@@ -28,9 +28,9 @@ from evertune.domain.model import ensure_model, load_tokenizer
 from evertune.errors import EvertuneError, SettingsError, Unavailable
 from evertune.infra.bus import KvFollower, publish
 from evertune.infra.runtime import Service, ServiceContext
-from evertune.infra.runtime.auth import LOOPBACK_HOSTS, load_tokens
+from evertune.infra.runtime.auth import load_tokens
 from evertune.infra.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
-from evertune.infra.runtime.tls import ServerTls, refuse_plaintext_credentials, tls_mode
+from evertune.infra.runtime.tls import Listener, ServerTls, check_exposure, tls_mode
 from evertune.v1 import telemetry_pb2
 
 
@@ -47,23 +47,15 @@ class GatewayService(Service):
             file_setting="EVERTUNE_GATEWAY_API_KEY_FILE",
             tokens_setting="EVERTUNE_GATEWAY_API_KEYS",
         )
-        if self.keys is None and settings.host not in LOOPBACK_HOSTS and not settings.allow_unauthenticated:
-            raise SettingsError(
-                "invalid setting EVERTUNE_GATEWAY_API_KEY_FILE: no API keys configured while "
-                f"EVERTUNE_GATEWAY_HOST={settings.host} is not loopback "
-                "(set keys, bind 127.0.0.1, or EVERTUNE_GATEWAY_ALLOW_UNAUTHENTICATED=true)"
-            )
         self.tls = ServerTls.of(settings, "EVERTUNE_GATEWAY_")
-        if self.keys is not None:
-            refuse_plaintext_credentials(
-                prefix="EVERTUNE_GATEWAY_",
-                credentials="API keys",
-                host_setting="HOST",
-                host=settings.host,
-                tls=self.tls is not None,
-                allow_setting="ALLOW_PLAINTEXT_KEYS",
-                allowed=settings.allow_plaintext_keys,
-            )
+        check_exposure(
+            Listener("EVERTUNE_GATEWAY_", "HOST", "API keys", "API_KEY_FILE", "ALLOW_PLAINTEXT_KEYS"),
+            host=settings.host,
+            has_credentials=self.keys is not None,
+            tls=self.tls is not None,
+            allow_unauthenticated=settings.allow_unauthenticated,
+            allow_plaintext=settings.allow_plaintext_keys,
+        )
         self.book = RouteBook()
         self.publisher: Publisher | None = None
         self.proxy: Proxy | None = None

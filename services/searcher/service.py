@@ -30,13 +30,13 @@ from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
 from evertune.domain.perfmodel import Efficiency
-from evertune.errors import FailedPrecondition, NotFound, SettingsError
+from evertune.errors import FailedPrecondition, NotFound
 from evertune.infra.bus import ConsumerSpec, DurableConsumer, Handler, PoisonMessage
 from evertune.infra.events import EventKind, event_filter_subject
 from evertune.infra.runtime import GrpcService, ServiceContext
-from evertune.infra.runtime.auth import LOOPBACK_HOSTS, AuthInterceptor, load_tokens
+from evertune.infra.runtime.auth import AuthInterceptor, load_tokens
 from evertune.infra.runtime.metrics import FunctionCollector
-from evertune.infra.runtime.tls import ServerTls, refuse_plaintext_credentials, tls_mode
+from evertune.infra.runtime.tls import Listener, ServerTls, check_exposure, tls_mode
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 
@@ -63,27 +63,15 @@ class SearcherService(GrpcService):
             file_setting="EVERTUNE_SEARCHER_TOKEN_FILE",
             tokens_setting="EVERTUNE_SEARCHER_TOKENS",
         )
-        if (
-            self.tokens is None
-            and settings.grpc_host not in LOOPBACK_HOSTS
-            and not settings.allow_unauthenticated
-        ):
-            raise SettingsError(
-                "invalid setting EVERTUNE_SEARCHER_TOKEN_FILE: no tokens configured while "
-                f"EVERTUNE_SEARCHER_GRPC_HOST={settings.grpc_host} is not loopback "
-                "(set tokens, bind 127.0.0.1, or EVERTUNE_SEARCHER_ALLOW_UNAUTHENTICATED=true)"
-            )
         self.tls = ServerTls.of(settings, "EVERTUNE_SEARCHER_")
-        if self.tokens is not None:
-            refuse_plaintext_credentials(
-                prefix="EVERTUNE_SEARCHER_",
-                credentials="tokens",
-                host_setting="GRPC_HOST",
-                host=settings.grpc_host,
-                tls=self.tls is not None,
-                allow_setting="ALLOW_PLAINTEXT_TOKENS",
-                allowed=settings.allow_plaintext_tokens,
-            )
+        check_exposure(
+            Listener("EVERTUNE_SEARCHER_", "GRPC_HOST", "tokens", "TOKEN_FILE", "ALLOW_PLAINTEXT_TOKENS"),
+            host=settings.grpc_host,
+            has_credentials=self.tokens is not None,
+            tls=self.tls is not None,
+            allow_unauthenticated=settings.allow_unauthenticated,
+            allow_plaintext=settings.allow_plaintext_tokens,
+        )
         super().__init__(
             host=settings.grpc_host,
             port=settings.grpc_port,

@@ -5,9 +5,10 @@ Each service has three settings: `TLS_CERT_FILE` and `TLS_KEY_FILE` (PEM, both o
 port speak TLS only; `TLS_CLIENT_CA_FILE` (PEM, only with them) makes it mutual: a client must
 present a certificate that CA signed, or the handshake fails. `ServerTls.of` reads them into gRPC
 server credentials or an `ssl.SSLContext` (aiohttp); a missing, unreadable or invalid file is a
-one-line `SettingsError` naming the setting. `refuse_plaintext_credentials` is the rule that
-credentials (tokens, API keys) never cross the network in plaintext: off loopback without TLS a
-service refuses to start, unless told that TLS is terminated in front of it. The metrics ports
+one-line `SettingsError` naming the setting. `check_exposure` is the rule for a listener off
+loopback: it takes credentials (tokens, API keys), unless told to run open, and they never cross
+the network in plaintext: without TLS it refuses to start, unless told that TLS is terminated in
+front of it. The metrics ports
 share one set, `EVERTUNE_METRICS_TLS_*` (`SharedSettings.metrics_tls`).
 """
 
@@ -119,23 +120,42 @@ def tls_mode(tls: ServerTls | None) -> str:
     return "off" if tls is None else "mutual" if tls.mutual else "on"
 
 
-def refuse_plaintext_credentials(
+@dataclass(frozen=True)
+class Listener:
+    """How a listener that takes credentials names its settings, for the one-line refusals."""
+
+    prefix: str  #: the settings' env prefix, e.g. "EVERTUNE_SEARCHER_"
+    host_setting: str  #: the address setting, e.g. "GRPC_HOST"
+    credentials: str  #: what callers present, e.g. "tokens", "API keys"
+    credentials_setting: str  #: where they are configured, e.g. "TOKEN_FILE"
+    plaintext_setting: str  #: TLS is terminated in front, e.g. "ALLOW_PLAINTEXT_TOKENS"
+
+
+def check_exposure(
+    listener: Listener,
     *,
-    prefix: str,
-    credentials: str,
-    host_setting: str,
     host: str,
+    has_credentials: bool,
     tls: bool,
-    allow_setting: str,
-    allowed: bool,
+    allow_unauthenticated: bool,
+    allow_plaintext: bool,
 ) -> None:
-    """Refuse to start (one line naming the settings) when `credentials` ("tokens", "API keys")
-    would cross the network in plaintext: `host` not loopback, no TLS, and `allow_setting` (TLS is
-    terminated in front: a mesh, a proxy) not set. Call it only when credentials are configured."""
-    if tls or allowed or host in LOOPBACK_HOSTS:
+    """Refuse to start (one line naming the settings) a listener off loopback that would take
+    calls without credentials (unless `allow_unauthenticated`) or credentials in plaintext: no TLS,
+    unless `allow_plaintext` says TLS is terminated in front (a mesh, a proxy)."""
+    if host in LOOPBACK_HOSTS:
         return
-    raise SettingsError(
-        f"invalid setting {prefix}TLS_CERT_FILE: {credentials} would cross the network in plaintext on "
-        f"{prefix}{host_setting}={host} (set the TLS files, bind 127.0.0.1, or "
-        f"{prefix}{allow_setting}=true behind a TLS proxy)"
-    )
+    p = listener.prefix
+    where = f"{p}{listener.host_setting}={host}"
+    if not has_credentials and not allow_unauthenticated:
+        raise SettingsError(
+            f"invalid setting {p}{listener.credentials_setting}: no {listener.credentials} configured "
+            f"while {where} is not loopback (set {listener.credentials}, bind 127.0.0.1, or "
+            f"{p}ALLOW_UNAUTHENTICATED=true)"
+        )
+    if has_credentials and not tls and not allow_plaintext:
+        raise SettingsError(
+            f"invalid setting {p}TLS_CERT_FILE: {listener.credentials} would cross the network in "
+            f"plaintext on {where} (set the TLS files, bind 127.0.0.1, or "
+            f"{p}{listener.plaintext_setting}=true behind a TLS proxy)"
+        )
