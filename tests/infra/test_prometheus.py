@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from evertune.infra.repository import INFRA, ROOT
-from tests.apps.cli.helpers import cli_env, run_cli
+from tests.apps.cli.helpers import cli_env, run_cli, wait_up_ready
 from tests.infra.promql_names import (
     PromqlSyntaxError,
     family,
@@ -370,20 +370,6 @@ def get_json(url: str, timeout: float = 5) -> Any:
         return json.loads(response.read())
 
 
-def wait_ready(proc: subprocess.Popen[str], log: Path, timeout_s: float = 60) -> None:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    lines: list[str] = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line.rstrip())
-        if line.startswith("ready in"):
-            return
-    raise AssertionError(f"evertune up not ready: {lines} {log.read_text()[-3000:]}")
-
-
 def cli_json(*args: str) -> Any:
     result = run_cli(*args, "--json")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -454,7 +440,7 @@ def test_live_prometheus_scrapes_every_metric_the_rules_and_dashboards_read(tmp_
     command = [sys.executable, "-m", "evertune", "up", "--data-dir", str(data_dir)]
     up = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=up_log, text=True)
     with up_log, stopped_at_end(up, signal.SIGINT):
-        wait_ready(up, tmp_path / "up.log")
+        wait_up_ready(up, timeout_s=60, stderr_log=tmp_path / "up.log")
         runtime = json.loads((data_dir / "runtime.json").read_text())
         assert set(runtime["metrics"]) == {
             "gateway",

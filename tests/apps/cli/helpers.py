@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,6 +214,27 @@ def start_evertune(*args: str, env: dict[str, str] | None = None) -> subprocess.
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def wait_up_ready(
+    proc: subprocess.Popen[str], *, timeout_s: float = 90.0, stderr_log: Path | None = None
+) -> list[str]:
+    """Read `evertune up`'s stdout until its "ready in" line; the lines so far. Not ready in time
+    (or exited first): the process is killed and an AssertionError shows its output and its stderr
+    (the pipe, or the end of `stderr_log` where it writes there)."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip())
+        if line.startswith("ready in"):
+            return lines
+    proc.kill()
+    stderr = stderr_log.read_text()[-3000:] if stderr_log else proc.stderr.read() if proc.stderr else ""
+    raise AssertionError(f"evertune up not ready: {lines} {stderr}")
 
 
 def assert_one_line_error(result: Ran, *fragments: str) -> str:

@@ -22,29 +22,15 @@ from tests.apps.cli.helpers import (
     processes_mentioning,
     run_cli,
     start_evertune,
+    wait_up_ready,
 )
-
-
-def _wait_ready(proc: subprocess.Popen[str], timeout_s: float = 90) -> list[str]:
-    assert proc.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line.rstrip())
-        if line.startswith("ready in"):
-            return lines
-    proc.kill()
-    raise AssertionError(f"not ready: {lines} {proc.stderr.read() if proc.stderr else ''}")
 
 
 def test_up_status_second_up_and_ctrl_c(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     proc = start_evertune("up", "--data-dir", str(data_dir))
     try:
-        lines = _wait_ready(proc)
+        lines = wait_up_ready(proc)
         assert any("nats" in line and "(embedded)" in line for line in lines)
 
         status = run_cli("status", "--data-dir", str(data_dir), "--json")
@@ -86,7 +72,7 @@ def test_up_status_second_up_and_ctrl_c(tmp_path: Path) -> None:
     # The data dir is free again, and what was stored survives a restart.
     again = start_evertune("up", "--data-dir", str(data_dir), "--duration", "1")
     try:
-        _wait_ready(again)
+        wait_up_ready(again)
         assert again.wait(timeout=30) == 0
     finally:
         if again.poll() is None:
