@@ -292,17 +292,19 @@ class Route(_message.Message):
     def __init__(self, deployment_id: _Optional[str] = ..., upstream_url: _Optional[str] = ..., weight: _Optional[int] = ...) -> None: ...
 
 class RouteTable(_message.Message):
-    __slots__ = ("endpoint", "routes", "revision", "update_time", "tenant", "endpoint_uid")
+    __slots__ = ("endpoint", "routes", "revision", "update_time", "tenant", "endpoint_uid", "model")
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_UID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     endpoint: str
     routes: _containers.RepeatedCompositeFieldContainer[Route]
     revision: int
     update_time: _timestamp_pb2.Timestamp
     tenant: str
     endpoint_uid: str
-    def __init__(self, endpoint: _Optional[str] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., revision: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., endpoint_uid: _Optional[str] = ...) -> None: ...
+    model: str
+    def __init__(self, endpoint: _Optional[str] = ..., routes: _Optional[_Iterable[_Union[Route, _Mapping]]] = ..., revision: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., endpoint_uid: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...

@@ -47,14 +47,16 @@ def route_table(
     now: datetime,
     tenant: str,
     endpoint_uid: str = "",
+    model: str = "",
 ) -> endpoint_pb2.RouteTable:
     """The gateway's table: one Route per replica URL; a deployment's weight split over its
     replicas (the remainder to the first). Deployments without URLs are left out; a weight of 0
     keeps the deployment listed (in-flight requests finish) but sends it nothing new. `tenant`
     owns the endpoint (a gateway with API keys serves it to that tenant's keys only);
-    `endpoint_uid` is its immutable id (the gateway stamps it on telemetry)."""
+    `endpoint_uid` is its immutable id (the gateway stamps it on telemetry); `model` the model it
+    serves (whose tokenizer the gateway counts prompts with)."""
     table = endpoint_pb2.RouteTable(
-        endpoint=endpoint, revision=revision, tenant=tenant, endpoint_uid=endpoint_uid
+        endpoint=endpoint, revision=revision, tenant=tenant, endpoint_uid=endpoint_uid, model=model
     )
     table.update_time.FromDatetime(now)
     for deployment_id in sorted(weights):

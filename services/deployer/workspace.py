@@ -203,6 +203,7 @@ class Workspace:
         endpoint = await self.state.get_endpoint(name)
         tenant = endpoint.spec.tenant if endpoint is not None else ""
         uid = endpoint.uid if endpoint is not None else ""
+        model = endpoint.spec.model if endpoint is not None else ""
         before: dict[str, int] = {}
         after: dict[str, int] = {}
 
@@ -220,6 +221,7 @@ class Workspace:
                 now=self.state.clock(),
                 tenant=tenant or table.tenant,
                 endpoint_uid=uid or table.endpoint_uid,
+                model=model or table.model,
             )
 
         table = await self.state.change_routes(name, change)

@@ -1,7 +1,7 @@
 """Prefix hashes of a prompt (pure): keyed hashes of token-block prefixes, never the text.
 
-The prompt is what the engine would tokenize: a chat's messages rendered in evertune's chat format
-(`<|begin|>` then `<|role|>\\n{content}<|end|>\\n` per message and the assistant marker), or a
+The prompt is what the engine would tokenize: a chat's messages rendered with the endpoint model's
+chat template (`chat_formats.py`; here only the messages' text is taken from the request), or a
 completion's prompt. Its tokens are cut into blocks of `block` tokens; only full blocks count (a
 partial block is never reused from an engine's prefix cache). The chain is
 
@@ -21,9 +21,6 @@ import hmac
 import struct
 from collections.abc import Sequence
 from typing import Any
-
-BOS = "<|begin|>"  #: the chat template's first token
-EOS = "<|end|>"  #: the end of one message
 
 
 def endpoint_key(secret: bytes, endpoint_uid: str) -> bytes:
@@ -54,16 +51,16 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def chat_prompt(messages: Any) -> str | None:
-    """A chat's messages rendered as evertune's chat template renders them; None if not a list."""
+def chat_messages(messages: Any) -> list[dict[str, str]] | None:
+    """A chat's messages as role and text (text parts of OpenAI content lists joined), for the
+    endpoint model's chat template to render; None if `messages` is not a list."""
     if not isinstance(messages, list):
         return None
-    parts = [BOS]
-    for message in messages:
-        if isinstance(message, dict):
-            parts.append(f"<|{message.get('role', '')}|>\n{_content_text(message.get('content'))}{EOS}\n")
-    parts.append("<|assistant|>\n")
-    return "".join(parts)
+    return [
+        {"role": str(message.get("role", "")), "content": _content_text(message.get("content"))}
+        for message in messages
+        if isinstance(message, dict)
+    ]
 
 
 def completion_prompt(prompt: Any) -> str | list[int] | None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from evertune.gateway.prefix import chat_prompt, completion_prompt
+from evertune.gateway.prefix import chat_messages, completion_prompt
 from evertune.gateway.publisher import Pending
 from evertune.gateway.ratelimit import TenantRates, retry_after_s
 from evertune.gateway.record import (
@@ -222,6 +222,8 @@ class Proxy:
             api=api,
         )
         prompt: str | list[int] | None = None
+        messages: list[dict[str, str]] | None = None
+        model = ""
         self.in_flight += 1
         try:
             try:
@@ -252,8 +254,10 @@ class Proxy:
             self.endpoint_in_flight[endpoint] = busy + 1  # no await since the check: no race
             try:
                 # Prompt work only for a request that is served.
-                prompt = chat_prompt(body.get("messages")) if api == telemetry_pb2.API_CHAT else None
-                if api == telemetry_pb2.API_COMPLETIONS:
+                model = table.model
+                if api == telemetry_pb2.API_CHAT:
+                    messages = chat_messages(body.get("messages"))
+                elif api == telemetry_pb2.API_COMPLETIONS:
                     prompt = completion_prompt(body.get("prompt"))
                 return await self._route(request, body, obs, table)
             finally:
@@ -270,7 +274,7 @@ class Proxy:
         finally:
             self.in_flight -= 1
             obs.ended = obs.ended or time.perf_counter()
-            self.offer(Pending(record=build_record(obs), prompt=prompt))
+            self.offer(Pending(record=build_record(obs), prompt=prompt, messages=messages, model=model))
 
     def _error(
         self, obs: Observation, status: int, message: str, *, code: str, retry_s: int | None = None

@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from evertune.gateway.chat_formats import ChatFormats
 from evertune.gateway.prefix import chain_hashes, endpoint_key
 from nats.errors import MaxPayloadError
-from tokenizers import Tokenizer
 
+from evertune.errors import InvalidArgument
 from evertune.infra.logging import get_logger
 from evertune.infra.retry import StepBackoff
 from evertune.v1 import telemetry_pb2
@@ -48,7 +49,9 @@ class Pending:
     """A finished request waiting for the publisher."""
 
     record: telemetry_pb2.RequestRecord  #: the record, without prefix hashes yet
-    prompt: str | list[int] | None = None  #: prompt text or ids, hashed then dropped; never stored
+    prompt: str | list[int] | None = None  #: a completion's text or ids, hashed then dropped; never stored
+    messages: list[dict[str, str]] | None = None  #: a chat's messages (text only), hashed then dropped
+    model: str = ""  #: the endpoint's model (`RouteTable.model`): whose chat format and tokenizer count
 
 
 @dataclass
@@ -76,14 +79,23 @@ def default_source() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def hash_prompts(items: Sequence[Pending], tokenizer: Tokenizer | None, secret: bytes, block: int) -> None:
-    """Fill each record's prefix hashes from its prompt, and drop the prompt. CPU-bound."""
-    texts = [(i, p.prompt) for i, p in enumerate(items) if isinstance(p.prompt, str)]
-    ids: dict[int, list[int]] = {i: p.prompt for i, p in enumerate(items) if isinstance(p.prompt, list)}
-    if tokenizer is not None and texts:
-        encoded = tokenizer.encode_batch([t for _, t in texts], add_special_tokens=False)
-        for (i, _), enc in zip(texts, encoded, strict=True):
-            ids[i] = list(enc.ids)
+def hash_prompts(items: Sequence[Pending], formats: ChatFormats | None, secret: bytes, block: int) -> None:
+    """Fill each record's prefix hashes from its prompt, and drop the prompt. CPU-bound: a chat is
+    rendered with its endpoint model's chat template and counted with that model's tokenizer."""
+    ids: dict[int, list[int]] = {}
+    for i, item in enumerate(items):
+        if isinstance(item.prompt, list):
+            ids[i] = item.prompt
+        elif formats is None:
+            continue
+        elif isinstance(item.prompt, str):
+            ids[i] = formats.for_model(item.model).ids_of_text(item.prompt, cache=False)
+        elif item.messages is not None:
+            chat = formats.for_model(item.model)
+            try:
+                ids[i] = chat.ids_of_text(chat.render(item.messages), cache=False)
+            except InvalidArgument:  # the template refuses the chat (a role it does not know): no hashes
+                continue
     keys: dict[str, bytes] = {}
     for i, tokens in ids.items():
         record = items[i].record
@@ -95,6 +107,7 @@ def hash_prompts(items: Sequence[Pending], tokenizer: Tokenizer | None, secret: 
             record.prefix_block_tokens = block
     for item in items:
         item.prompt = None
+        item.messages = None
 
 
 #: Bytes a batch leaves free under the server's max payload (the Nats-Msg-Id header and framing).
@@ -260,7 +273,7 @@ class Publisher:
         publish: PublishFn,
         spool: Spool,
         *,
-        tokenizer: Tokenizer | None,
+        formats: ChatFormats | None,
         secret: bytes,
         block_tokens: int,
         queue_records: int,
@@ -275,7 +288,7 @@ class Publisher:
         self._publish = publish
         self._max_batch_bytes = max_batch_bytes
         self.spool = spool
-        self._tokenizer = tokenizer
+        self._formats = formats
         self._secret = secret
         self._block = block_tokens
         self._queue: asyncio.Queue[Pending] = asyncio.Queue(maxsize=queue_records)
@@ -292,7 +305,7 @@ class Publisher:
         try:
             self._queue.put_nowait(item)
         except asyncio.QueueFull:
-            hash_prompts([item], self._tokenizer, self._secret, self._block)
+            hash_prompts([item], self._formats, self._secret, self._block)
             self._spool(group_batches([item.record], self._source, max_bytes=self._max_batch_bytes()))
 
     async def run(self, closed: asyncio.Event) -> None:
@@ -361,7 +374,7 @@ class Publisher:
         return items
 
     async def _send(self, items: list[Pending]) -> None:
-        await asyncio.to_thread(hash_prompts, items, self._tokenizer, self._secret, self._block)
+        await asyncio.to_thread(hash_prompts, items, self._formats, self._secret, self._block)
         batches = group_batches([p.record for p in items], self._source, max_bytes=self._max_batch_bytes())
         if self._bus_down:
             self._spool(batches)

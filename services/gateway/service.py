@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from aiohttp import web
+from evertune.gateway.chat_formats import ChatFormats
 from evertune.gateway.metrics import GatewayMetrics
 from evertune.gateway.proxy import Proxy
 from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
@@ -22,9 +23,9 @@ from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import DEV_PREFIX_SECRET, GatewaySettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from tokenizers import Tokenizer
 
-from evertune.domain.model import ensure_model, load_tokenizer
+from evertune.domain.model import ensure_model
+from evertune.domain.model.chat import ChatFormat
 from evertune.errors import EvertuneError, SettingsError, Unavailable
 from evertune.infra.bus import KvFollower, publish
 from evertune.infra.runtime import Service, ServiceContext
@@ -79,7 +80,7 @@ class GatewayService(Service):
                 " only the embedded single-machine setup; set a secret of your own when the gateway"
                 " joins a NATS of its own (EVERTUNE_NATS_URL)"
             )
-        tokenizer = await asyncio.to_thread(self._tokenizer, ctx.shared.data_dir)
+        formats = await asyncio.to_thread(self._chat_formats, ctx.shared.data_dir)
         js = ctx.js
         timeout_s = settings.publish_timeout_s
 
@@ -90,7 +91,7 @@ class GatewayService(Service):
         self.publisher = Publisher(
             send,
             Spool(spool_path, max_bytes=settings.spool_max_bytes),
-            tokenizer=tokenizer,
+            formats=formats,
             secret=settings.prefix_secret.get_secret_value().encode(),
             block_tokens=settings.prefix_block_tokens,
             queue_records=settings.queue_records,
@@ -170,9 +171,9 @@ class GatewayService(Service):
             return []
         return [self.publisher.spool.path, self.publisher.spool.draining]
 
-    def _tokenizer(self, data_dir: Path) -> Tokenizer:
+    def _chat_formats(self, data_dir: Path) -> ChatFormats:
         folder = self.settings.tokenizer_dir or ensure_model(data_dir.expanduser())
-        return load_tokenizer(folder)
+        return ChatFormats(ChatFormat.of_folder(folder))
 
     async def _watch_routes(self, js: JetStreamContext, nc: Client) -> None:
         """Load every route table, then keep following the bucket (`KvFollower`: a new watch and a

@@ -70,8 +70,9 @@ class GatewaySettings(BaseSettings):
     upstream_connect_timeout_s: float = Field(default=5.0, gt=0)
     #: Seconds of upstream silence (no byte) before the request fails with 504.
     upstream_read_timeout_s: float = Field(default=300.0, gt=0)
-    #: Model folder whose `tokenizer.json` tokenizes prompts for prefix hashes; empty: evertune's
-    #: local model under the data dir (`evertune.domain.model.ensure_model`).
+    #: Model folder whose chat template and tokenizer count prompts for the prefix hashes of endpoints
+    #: whose own model folder this gateway cannot read (`chat_formats.py`); empty: evertune's local
+    #: model under the data dir (`evertune.domain.model.ensure_model`).
     tokenizer_dir: Path | None = None
     #: Tokens per block of the prefix-hash chain (vLLM-CPU's KV block size).
     prefix_block_tokens: int = Field(default=128, ge=1)

@@ -86,7 +86,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.domain.engines import EngineSpec, HardwareProfile, InvalidEngineConfig, get_profile
-from evertune.domain.model import ensure_model, load_tokenizer
+from evertune.domain.model import ensure_model
 from evertune.domain.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
 from evertune.domain.perfmodel.simulate import block_size_of
 from evertune.domain.slo import Slo
@@ -576,7 +576,7 @@ class Searches:
         ).plan
         hardware = {name: get_profile(name) for name in prepared.classes}
         first = prepared.classes[0]
-        tokens = PromptTokens(load_tokenizer(model_dir))
+        tokens = PromptTokens.of_folder(model_dir)
         inputs = prepare(plan, tokens, block_size=block_size_of(base, hardware[first]))
         candidates: list[tuple[Candidate, str]] = []
         pool_replicas = max(spec.hardware_pool.max_replicas, 1)

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from evertune.gateway.prefix import chain_hashes, chat_prompt, completion_prompt, endpoint_key
+from evertune.gateway.prefix import chain_hashes, chat_messages, completion_prompt, endpoint_key
 from evertune.gateway.publisher import Pending, Spool, group_batches, hash_prompts, read_spool, subject_of
 from evertune.gateway.record import Observation, build_record, client_request_id, error_type, read_payload
 from evertune.gateway.routing import NoDeployment, RouteBook, choose, parse_table, upstream_model
@@ -101,9 +101,9 @@ def test_prefix_chain() -> None:
 
 
 def test_prompts() -> None:
-    rendered = chat_prompt([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
-    assert rendered == "<|begin|><|user|>\nhi<|end|>\n<|assistant|>\n"
-    assert chat_prompt("nope") is None
+    parts = [{"type": "text", "text": "h"}, {"type": "image_url"}, {"type": "text", "text": "i"}]
+    assert chat_messages([{"role": "user", "content": parts}, "junk"]) == [{"role": "user", "content": "hi"}]
+    assert chat_messages("nope") is None
     assert completion_prompt("abc") == "abc"
     assert completion_prompt([1, 2, 3]) == [1, 2, 3]
     assert completion_prompt(["first", "second"]) == "first"

@@ -28,7 +28,7 @@ async def test_records_are_spooled_while_nats_is_down_then_drained(tmp_path: Pat
         publisher = Publisher(
             send,
             Spool(tmp_path / "spool.bin", max_bytes=1 << 20),
-            tokenizer=None,
+            formats=None,
             secret=b"s",
             block_tokens=4,
             queue_records=20,

@@ -14,7 +14,6 @@ from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
 from evertune.domain.engines import EngineSpec
 from evertune.domain.engines.hardware import cpu_profile
 from evertune.domain.gate_result import GateResult
-from evertune.domain.model import load_tokenizer
 from evertune.domain.perfmodel import Efficiency, PromptTokens, load_arch, prepare
 from evertune.domain.perfmodel.calibration import FITTED_CPU
 from evertune.domain.slo import Slo
@@ -39,7 +38,7 @@ def voice_inputs(model_dir: Path, *, duration_s: float = 120.0, calls: float = 1
         VoiceWorkload(duration_s=duration_s, peak_calls_per_s=calls, seed=3, curve=DailyCurve(shape="flat")),
         text=CorpusText(),
     )
-    return prepare(plan, PromptTokens(load_tokenizer(model_dir)), block_size=128)
+    return prepare(plan, PromptTokens.of_folder(model_dir), block_size=128)
 
 
 def base_spec(model_dir: Path) -> EngineSpec:

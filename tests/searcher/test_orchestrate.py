@@ -31,7 +31,6 @@ from evertune.searcher.strategy import Figures, NoiseRule, Objective, score
 from evertune.searcher.summary import Context, explain
 
 from evertune.domain.gate_result import GateResult
-from evertune.domain.model import load_tokenizer
 from evertune.domain.perfmodel import PromptTokens, SimInput, prepare
 from evertune.domain.perfmodel.steptime import Efficiency
 from evertune.domain.slo import Slo
@@ -378,7 +377,7 @@ def test_a_smaller_kv_block_is_priced_on_the_trace_hashed_at_its_size(
         VoiceWorkload(duration_s=120, peak_calls_per_s=1.0, seed=3, curve=DailyCurve(shape="flat")),
         text=CorpusText(),
     )
-    tokens = PromptTokens(load_tokenizer(searcher_model_dir))
+    tokens = PromptTokens.of_folder(searcher_model_dir)
     by_size = {size: prepare(plan, tokens, block_size=size) for size in (32, 128)}
     model = replace(
         search_model(

@@ -39,7 +39,7 @@ def _publisher(js: JetStreamContext, nc: Client, spool: Spool) -> Publisher:
     return Publisher(
         send,
         spool,
-        tokenizer=None,
+        formats=None,
         secret=b"s",
         block_tokens=128,
         queue_records=1_000,

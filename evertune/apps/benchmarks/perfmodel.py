@@ -25,7 +25,7 @@ from pathlib import Path
 from evertune.apps.benchmarks import Figures
 from evertune.domain.engines.config import EngineSpec
 from evertune.domain.engines.hardware import detect_local
-from evertune.domain.model import ensure_model, load_tokenizer
+from evertune.domain.model import ensure_model
 from evertune.domain.perfmodel.arch import load_arch
 from evertune.domain.perfmodel.calibration import default_data_dir, load_efficiency
 from evertune.domain.perfmodel.des import World
@@ -58,7 +58,7 @@ def _measure(quick: bool, model_dir: Path, data_dir: Path) -> Figures:
     prep_s: list[float] = []
     inputs = []
     for _ in range(repeats):
-        tokens = PromptTokens(load_tokenizer(model_dir))
+        tokens = PromptTokens.of_folder(model_dir)
         started = time.perf_counter()
         inputs = prepare(plan, tokens, block_size=config.block_size)
         prep_s.append(time.perf_counter() - started)

@@ -328,7 +328,7 @@ async def run(quick: bool) -> Figures:
         )
         # The model's prior is this CPU's stored calibration (else the development machine's fit),
         # re-calibrated from each search's own trials as the searcher does.
-        tokens = PromptTokens(load_tokenizer(model_dir))
+        tokens = PromptTokens.of_folder(model_dir)
         sizes = sorted({block_size_of(c.spec, hardware) for c in space})
         by_block_size = {
             size: await asyncio.to_thread(prepare, plan, tokens, block_size=size) for size in sizes

@@ -32,7 +32,7 @@ from pathlib import Path
 from evertune.apps.benchmarks import Figures, step
 from evertune.domain.engines import EngineSpec, detect_local
 from evertune.domain.gate_result import GateResult
-from evertune.domain.model import ensure_model, load_tokenizer
+from evertune.domain.model import ensure_model
 from evertune.domain.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
 from evertune.domain.perfmodel.calibration import FITTED_CPU, default_data_dir
 from evertune.domain.perfmodel.simulate import workload_rps
@@ -90,7 +90,7 @@ async def _search(
         VoiceWorkload(duration_s=duration_s, peak_calls_per_s=1.5, seed=0, curve=DailyCurve(shape="flat")),
         text=CorpusText(),
     )
-    inputs = await asyncio.to_thread(prepare, plan, PromptTokens(load_tokenizer(model_dir)), block_size=128)
+    inputs = await asyncio.to_thread(prepare, plan, PromptTokens.of_folder(model_dir), block_size=128)
     hardware = detect_local()
     truth_eff = stored or FITTED_CPU
     truth = SearchModel(

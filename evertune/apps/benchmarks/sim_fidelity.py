@@ -39,7 +39,7 @@ from evertune.apps.benchmarks import Figures
 from evertune.apps.benchmarks.engine import KV_CACHE_GIB
 from evertune.domain.engines import EngineSpec, VllmEngine
 from evertune.domain.engines.hardware import HardwareProfile, detect_local
-from evertune.domain.model import ensure_model, load_tokenizer
+from evertune.domain.model import ensure_model
 from evertune.domain.perfmodel.arch import ModelArch, load_arch
 from evertune.domain.perfmodel.calibrate import (
     FACTORS,
@@ -226,7 +226,7 @@ def score(
     duration_s: float,
 ) -> Figures:
     """Fit on the calibration runs, predict the scored ones; the figures (see the module doc)."""
-    tokens = PromptTokens(load_tokenizer(model_dir))
+    tokens = PromptTokens.of_folder(model_dir)
     block_size = block_size_of(_spec(model_dir, {}), hardware)
     inputs = {
         seed: tuple(prepare(_plan(seed, duration_s), tokens, block_size=block_size))

@@ -36,7 +36,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from evertune.domain.engines.config import EngineSpec
 from evertune.domain.engines.hardware import HardwareProfile, get_profile
 from evertune.domain.model.corpus import sentences
-from evertune.domain.model.tokenizer import load_tokenizer
 from evertune.domain.perfmodel.arch import ModelArch, load_arch
 from evertune.domain.perfmodel.calibration import efficiency_of, load_calibration
 from evertune.domain.perfmodel.des import plan_time
@@ -471,7 +470,7 @@ def build(
     max_len = int(spec.max_model_len or raw.get("max_position_embeddings") or 8192)
     server = SimServer(
         engine=engine,
-        tokens=PromptTokens(load_tokenizer(model_dir)),
+        tokens=PromptTokens.of_folder(model_dir),
         block_size=config.block_size,
         model_name=name,
         max_model_len=max_len,

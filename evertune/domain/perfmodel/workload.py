@@ -1,11 +1,11 @@
 """From a workload's planned requests to what the simulator needs: arrival, lengths, block hashes.
 
-A prompt's token ids come from the model's tokenizer, message by message, laid out as evertune's
-chat template lays them out (`<|begin|>`, then `<|role|>` `\\n` content `<|end|>` `\\n` per message,
-then `<|assistant|>` `\\n`). Each distinct message text is encoded once and cached, so a voice
-workload, which resends the same system prompt and history turn after turn, costs one encode per
-new message. Block hashes are chained: block i's hash covers its token ids and block i-1's hash,
-so equal hashes mean equal prefixes (as vLLM's block hashes do).
+A prompt's token ids come from the model's own chat format (`evertune.domain.model.chat`: its
+chat template and tokenizer, ChatML for SmolLM2, evertune's `<|begin|>`/`<|role|>` layout for the
+random-weight models), encoded piece by piece with a cache, so a voice workload, which resends the
+same system prompt and history turn after turn, costs one encode per new message. Block hashes are
+chained: block i's hash covers its token ids and block i-1's hash, so equal hashes mean equal
+prefixes (as vLLM's block hashes do).
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from tokenizers import Tokenizer
-
-from evertune.domain.model.tokenizer import BOS, EOS, ROLE_TOKENS
+from evertune.domain.model.chat import ChatFormat, chat_format
 from evertune.domain.replay.priming import PRIMER_SUFFIX, openers
 from evertune.domain.workloads.plan import PlannedRequest, history
 from evertune.errors import InvalidArgument
@@ -48,51 +47,41 @@ def block_hashes(ids: Sequence[int], block_size: int) -> tuple[int, ...]:
 
 
 class PromptTokens:
-    """Token ids of planned requests' prompts, with a cache of encoded message texts."""
+    """Token ids of planned requests' prompts, in the model's chat format, with its cache."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self._cache: dict[str, list[int]] = {}
-        vocab = tokenizer.get_vocab()
-        try:
-            self._bos = vocab[BOS]
-            self._eos = vocab[EOS]
-            self._roles = {role: vocab[token] for role, token in ROLE_TOKENS.items()}
-        except KeyError as err:
-            raise InvalidArgument(f"the tokenizer lacks evertune's chat token {err}") from None
-        newline = tokenizer.encode("\n", add_special_tokens=False).ids
-        self._newline = newline
+    def __init__(self, chat: ChatFormat) -> None:
+        self.chat = chat
+
+    @classmethod
+    def of_folder(cls, model_dir: Path) -> PromptTokens:
+        """The prompt tokens of the model in `model_dir` (its chat format, shared in the process)."""
+        return cls(chat_format(model_dir))
 
     def text(self, text: str) -> list[int]:
-        """Ids of `text` (no special tokens), cached."""
-        ids = self._cache.get(text)
-        if ids is None:
-            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-            self._cache[text] = ids
-        return ids
+        """Ids of `text` (no special tokens added), cached."""
+        return self.chat.ids_of_text(text)
 
     def prompt(self, request: PlannedRequest) -> list[int]:
         """Ids of the request's whole prompt, as the engine sees it."""
         return self.prompt_with_history(request)[0]
 
     def prompt_with_history(self, request: PlannedRequest) -> tuple[list[int], int]:
-        """Ids of the request's whole prompt, and how many of them lead with its history."""
+        """Ids of the request's whole prompt, and how many of them lead with its history (the
+        earlier turns' messages as the template lays them out, without a generation prompt)."""
         if request.api == "completions":
             return self.text(request.prompt), 0
-        ids = [self._bos]
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        ids = self.chat.ids(messages)
         earlier = len(history(request))
-        history_tokens = 0
-        for position, message in enumerate(request.messages):
-            if earlier and position == earlier:  # the new utterance starts here
-                history_tokens = len(ids)
-            ids.append(self._roles[message.role])
-            ids.extend(self._newline)
-            ids.extend(self.text(message.content))
-            ids.append(self._eos)
-            ids.extend(self._newline)
-        ids.append(self._roles["assistant"])
-        ids.extend(self._newline)
-        return ids, history_tokens
+        if not earlier:
+            return ids, 0
+        before = self.chat.ids(messages[:earlier], add_generation_prompt=False)
+        shared = 0
+        for a, b in zip(before, ids, strict=False):
+            if a != b:
+                break
+            shared += 1
+        return ids, shared
 
 
 def prepare(plan: Sequence[PlannedRequest], tokens: PromptTokens, *, block_size: int) -> list[SimInput]:

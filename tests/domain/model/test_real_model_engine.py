@@ -27,6 +27,7 @@ import aiohttp
 import pytest
 
 from evertune.domain.engines.fingerprint import cpu_isa_tier, detect_cpu
+from evertune.domain.model.chat import ChatFormat
 from evertune.infra.nats_server import free_port
 
 pytestmark = [
@@ -154,7 +155,13 @@ async def _answer(session: aiohttp.ClientSession, base: str, system: str, user: 
         reply = await response.json()
     choice = reply["choices"][0]
     ids, tops = _parse(choice["logprobs"]["content"])
-    return {"text": choice["message"]["content"], "finish": choice["finish_reason"], "ids": ids, "top": tops}
+    prompt_tokens = reply["usage"]["prompt_tokens"]
+    return {
+        "text": choice["message"]["content"],
+        "finish": choice["finish_reason"],
+        "ids": ids,
+        "top": tops,
+    } | {"prompt_tokens": prompt_tokens}
 
 
 async def test_the_real_model_answers_voice_turns_as_stored(smollm2_model: Path, tmp_path: Path) -> None:
@@ -166,6 +173,12 @@ async def test_the_real_model_answers_voice_turns_as_stored(smollm2_model: Path,
             answers = [await _answer(session, base, system, user) for system, user in PROMPTS]
     finally:
         await _stop(proc)
+    chat = ChatFormat.of_folder(smollm2_model)
+    for (system, user), live in zip(PROMPTS, answers, strict=True):
+        # evertune counts a chat's tokens as vLLM does (the model's own template and tokenizer).
+        assert live.pop("prompt_tokens") == chat.count(
+            [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        )
     if os.environ.get("EVERTUNE_RECORD_ANSWERS") == "1":
         ANSWERS.write_text(
             json.dumps({"tier": tier, "max_tokens": MAX_TOKENS, "answers": answers}, indent=1) + "\n"

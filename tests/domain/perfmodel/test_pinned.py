@@ -13,12 +13,11 @@ import pytest
 
 from evertune.domain.engines import EngineSpec
 from evertune.domain.engines.hardware import HardwareProfile
-from evertune.domain.model import load_tokenizer
 from evertune.domain.perfmodel.arch import ModelArch
 from evertune.domain.perfmodel.simulate import simulate
 from evertune.domain.perfmodel.steptime import Efficiency
 from evertune.domain.perfmodel.workload import PromptTokens, prepare
-from evertune.domain.workloads import VoiceWorkload, plan_voice
+from evertune.domain.workloads import VoiceWorkload, WordListText, plan_voice
 
 EFF = Efficiency(
     compute=0.06,
@@ -56,8 +55,8 @@ def test_a_fixed_voice_simulation_keeps_its_figures(
     head: tuple[int, int, float, float, float, float],
     tail: tuple[float, float, float],
 ) -> None:
-    plan = plan_voice(VoiceWorkload(duration_s=300, peak_calls_per_s=1.0, seed=5))
-    inputs = prepare(plan, PromptTokens(load_tokenizer(tiny_model_dir)), block_size=128)
+    plan = plan_voice(VoiceWorkload(duration_s=300, peak_calls_per_s=1.0, seed=5), text=WordListText())
+    inputs = prepare(plan, PromptTokens.of_folder(tiny_model_dir), block_size=128)
     assert len(inputs) == 733
     figures = simulate(inputs, spec, cpu, tiny_arch, efficiency=EFF, rate=rate)
     s = figures.summary

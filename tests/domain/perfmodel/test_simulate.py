@@ -80,7 +80,7 @@ def test_voice_workload_shares_prefixes_and_load_raises_latency(
     tiny_model_dir: Path, tiny_arch: ModelArch, cpu: HardwareProfile
 ) -> None:
     plan = plan_voice(VoiceWorkload(duration_s=120, peak_calls_per_s=0.5, seed=3))
-    inputs = prepare(plan, PromptTokens(load_tokenizer(tiny_model_dir)), block_size=128)
+    inputs = prepare(plan, PromptTokens.of_folder(tiny_model_dir), block_size=128)
     assert [i.arrival_s for i in inputs] == sorted(i.arrival_s for i in inputs)
     calm = simulate(inputs, SPEC, cpu, tiny_arch, efficiency=EFF, check_invariants=True)
     busy = simulate(inputs, SPEC, cpu, tiny_arch, efficiency=EFF, rate=8.0)
@@ -99,7 +99,7 @@ def test_fast_forward_of_decode_stretches_changes_no_result(
     tiny_model_dir: Path, tiny_arch: ModelArch, cpu: HardwareProfile
 ) -> None:
     plan = plan_voice(VoiceWorkload(duration_s=120, peak_calls_per_s=0.5, seed=3))
-    inputs = prepare(plan, PromptTokens(load_tokenizer(tiny_model_dir)), block_size=128)
+    inputs = prepare(plan, PromptTokens.of_folder(tiny_model_dir), block_size=128)
     small_kv = SPEC.model_copy(update={"kv_cache_space_gib": 0.02, "max_num_batched_tokens": 1024})
     for spec, rate in ((SPEC, 4.0), (small_kv, 8.0)):
         fast = simulate(inputs, spec, cpu, tiny_arch, efficiency=EFF, rate=rate, check_invariants=True)
@@ -116,7 +116,7 @@ def test_prompt_tokens_follow_the_chat_template(tiny_model_dir: Path) -> None:
 
     tokenizer = load_tokenizer(tiny_model_dir)
     plan = plan_voice(VoiceWorkload(duration_s=30, peak_calls_per_s=0.5, seed=1))
-    tokens = PromptTokens(tokenizer)
+    tokens = PromptTokens.of_folder(tiny_model_dir)
     for request in plan[:5]:
         messages = [{"role": m.role, "content": m.content} for m in request.messages]
         assert len(tokens.prompt(request)) == count_chat_tokens(tokenizer, messages)
@@ -126,10 +126,10 @@ def test_goodput_search_brackets_the_slo(
     tiny_model_dir: Path, tiny_arch: ModelArch, cpu: HardwareProfile
 ) -> None:
     plan = plan_voice(VoiceWorkload(duration_s=120, peak_calls_per_s=0.5, seed=3))
-    inputs = prepare(plan, PromptTokens(load_tokenizer(tiny_model_dir)), block_size=128)
+    inputs = prepare(plan, PromptTokens.of_folder(tiny_model_dir), block_size=128)
     slo = Slo(ttft_ms=100.0, itl_ms=50.0)
     result = sim_goodput(inputs, SPEC, cpu, tiny_arch, slo=slo, low_rps=1.0, high_rps=50.0, efficiency=EFF)
-    tokens = PromptTokens(load_tokenizer(tiny_model_dir))
+    tokens = PromptTokens.of_folder(tiny_model_dir)
     from_plan = sim_goodput(
         plan, SPEC, cpu, tiny_arch, slo=slo, low_rps=1.0, high_rps=50.0, efficiency=EFF, tokens=tokens
     )
@@ -178,7 +178,7 @@ def test_a_primed_window_starts_with_each_conversation_history_cached(
     tiny_model_dir: Path, tiny_arch: ModelArch, cpu: HardwareProfile
 ) -> None:
     plan = plan_voice(VoiceWorkload(duration_s=60, peak_calls_per_s=1.0, seed=3))
-    tokens = PromptTokens(load_tokenizer(tiny_model_dir))
+    tokens = PromptTokens.of_folder(tiny_model_dir)
     inputs = prepare(plan, tokens, block_size=16)
     by_id = {r.request_id: r for r in plan}
     first_turns: dict[str, SimInput] = {}
