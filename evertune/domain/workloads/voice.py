@@ -6,9 +6,13 @@ system prompt, shared by all its calls. A call is `turns` user turns; every turn
 system prompt, its greeting, the history so far (earlier user utterances and the agent's replies)
 and the new utterance, and asks for a short answer.
 
+What is said comes from a `ConversationSource` (`conversation.py`): by default real voice
+conversations of agent personas (`personas/`: a clinic receptionist, a pharmacy refill line, ...);
+with `content="words"` or an explicit `text=`, words of a `TextSource` at exact lengths.
+
 The plan is fixed ahead of time and replayed open loop, so two things are assumed, not observed:
-- the agent's replies in the history are synthetic text of `reply_words` words (the real answer is
-  not known when the plan is made);
+- the agent's replies in the history are written ahead (the real answer is not known when the plan
+  is made): templates for personas, `reply_words` words of text otherwise;
 - the next turn leaves `nominal_answer_s + think` seconds after the previous turn was sent, whatever
   the endpoint's real answer time: `nominal_answer_s` stands for the answer being produced and
   spoken, `think` (drawn from `think_s`) for the caller's pause and utterance and end-of-speech
@@ -19,17 +23,28 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evertune.domain.workloads.arrivals import poisson_arrivals
+from evertune.domain.workloads.conversation import (
+    CallScript,
+    ConversationSource,
+    TextLengths,
+    VoiceAgent,
+    WordConversations,
+)
 from evertune.domain.workloads.curve import DailyCurve
 from evertune.domain.workloads.errors import WorkloadError
+from evertune.domain.workloads.personas import PERSONAS, PersonaConversations
 from evertune.domain.workloads.plan import ChatMessage, PlannedRequest
 from evertune.domain.workloads.seeding import derive
 from evertune.domain.workloads.tags import AGENT, WORKLOAD
 from evertune.domain.workloads.text import TextSource, WordListText
+
+#: What a voice plan's calls say (`VoiceWorkload.content`).
+Content = Literal["personas", "words"]
 
 
 class VoiceWorkload(BaseModel):
@@ -43,9 +58,14 @@ class VoiceWorkload(BaseModel):
     seed: int = 0
     #: Voice agents on the endpoint; each call talks to one, chosen uniformly.
     agents: int = Field(default=4, ge=1)
-    #: Length of each agent's system prompt in words (~1.3 tokens a word: ~1,050 tokens); 0 = none.
+    #: What the calls say: "personas", real voice conversations of agent personas (clinic, pharmacy,
+    #: airline, ...; `personas/`); "words", generated words at exact lengths (`WordListText`).
+    content: Content = "personas"
+    #: Length of a typical agent's system prompt in words (1.3-1.7 tokens a word); 0 = none. "words":
+    #: every agent's; "personas": each persona's prompt is this times its `relative_length`.
     system_prompt_words: int = Field(default=800, ge=0)
-    #: The agent's fixed opening line (first assistant message of every call), in words; 0 = none.
+    #: The agent's fixed opening line (first assistant message of every call), in words ("personas":
+    #: the longest greeting within it); 0 = none.
     greeting_words: int = Field(default=12, ge=0)
     #: Call arrival rate at the daily peak, calls per second (the mean is lower: see `curve`).
     peak_calls_per_s: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
@@ -57,12 +77,16 @@ class VoiceWorkload(BaseModel):
     nominal_answer_s: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
     #: Seconds from that nominal answer to the caller's next turn being sent, uniform.
     think_s: tuple[float, float] = (2.0, 5.0)
-    #: Words of each user utterance, uniform, both ends included.
+    #: Words of each user utterance, uniform, both ends included ("personas": a template within it).
     user_words: tuple[int, int] = (5, 25)
-    #: Words of each synthetic agent reply kept in the history, uniform, both ends included.
+    #: Words of each agent reply kept in the history, uniform, both ends included ("personas": as above).
     reply_words: tuple[int, int] = (10, 30)
     #: `max_tokens` of each turn (voice answers are short), uniform, both ends included.
     max_tokens: tuple[int, int] = (15, 40)
+    #: The factor `scaled(text=)` put on every text's length (the word settings above include it).
+    #: "personas" pick each utterance, answer and greeting as at full length and keep this share of
+    #: its words (at least one); "words" need nothing more than the scaled settings.
+    text_scale: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     #: Start with calls already in progress at t=0 (as in a system that has been running), so the
     #: request rate does not ramp up from empty; otherwise the first call starts after t=0.
     warm_start: bool = True
@@ -101,8 +125,10 @@ class VoiceWorkload(BaseModel):
         prompt's length and `text` times the length of every text in it (the shared prompt, the
         greeting, the callers' turns and the replies kept in the history; a turn keeps a word).
 
-        `scaled(calls=1.25)` is "25% more calls"; `scaled(system_prompt=1.5)` a longer shared prompt;
-        `scaled(text=0.5)` the same calls (their starts and turns) in about half the words.
+        `scaled(calls=1.25)` is "25% more calls"; `scaled(system_prompt=1.5)` a longer shared prompt
+        (personas: the same prompt with more knowledge-base entries); `scaled(text=0.5)` the same
+        calls (their starts and turns) in about half the words (personas: fewer knowledge-base
+        entries, and each utterance and answer that a full-length plan has, cut to half its words).
         Everything else, the seed included, stays: the agents' prompts and the call contents come
         from their own random streams, so only what was scaled differs in kind.
         """
@@ -121,6 +147,7 @@ class VoiceWorkload(BaseModel):
             "greeting_words": round(self.greeting_words * text),
             "user_words": words(self.user_words, 1),
             "reply_words": words(self.reply_words, 0),
+            "text_scale": self.text_scale * text,
         }
         return VoiceWorkload.parse({**self.model_dump(), **update})
 
@@ -140,13 +167,13 @@ class VoiceWorkload(BaseModel):
 def plan_voice(workload: VoiceWorkload, *, text: TextSource | None = None) -> list[PlannedRequest]:
     """The requests of `workload`, by `at_s`; deterministic for its settings and seed.
 
-    Request ids are `v{seed}-c{call}-t{turn}` (calls numbered by start time, from 0, counting calls
-    of the warm start that began before t=0); `conversation_id` is `v{seed}-c{call}`; tags hold
-    `workload=voice` and the agent (`agent=a{n}`).
+    `text`, when given, makes the content words of that source (as `content="words"` does with the
+    built-in word list). Request ids are `v{seed}-c{call}-t{turn}` (calls numbered by start time,
+    from 0, counting calls of the warm start that began before t=0); `conversation_id` is
+    `v{seed}-c{call}`; tags hold `workload=voice` and the agent (`agent=a{n}`).
     """
-    source = text if text is not None else WordListText()
     w = workload
-    agents = [_agent_opening(w, agent, source) for agent in range(w.agents)]
+    agents = voice_agents(w, text=text)
     first_s = -w.longest_call_s() if w.warm_start else 0.0
     starts = poisson_arrivals(
         derive(w.seed, "voice", "arrivals"),
@@ -159,27 +186,45 @@ def plan_voice(workload: VoiceWorkload, *, text: TextSource | None = None) -> li
     for call, start_s in enumerate(starts):
         plan.extend(
             _plan_call(
-                w,
-                call=call,
-                start_s=start_s,
-                agents=agents,
-                text=source,
-                rng=derive(w.seed, "voice", "call", call),
+                w, call=call, start_s=start_s, agents=agents, rng=derive(w.seed, "voice", "call", call)
             )
         )
     plan.sort(key=lambda request: request.at_s)
     return plan
 
 
-def _agent_opening(workload: VoiceWorkload, agent: int, text: TextSource) -> tuple[ChatMessage, ...]:
+def voice_agents(workload: VoiceWorkload, *, text: TextSource | None = None) -> list[VoiceAgent]:
+    """The agents of `workload` (as `plan_voice` makes them): agent N's system prompt and greeting,
+    and its calls; each agent from its own stream."""
+    source = _conversations(workload, text=text)
+    return [source.agent(n, derive(workload.seed, "voice", "agent", n)) for n in range(workload.agents)]
+
+
+def _conversations(workload: VoiceWorkload, *, text: TextSource | None = None) -> ConversationSource:
+    """The source of `workload`'s texts: `text`'s words when given, else its `content`."""
+    w = workload
+    lengths = TextLengths(
+        system_prompt=w.system_prompt_words,
+        greeting=w.greeting_words,
+        user=w.user_words,
+        reply=w.reply_words,
+        scale=w.text_scale,
+    )
+    if text is not None:
+        return WordConversations(text, lengths)
+    if w.content == "words":
+        return WordConversations(WordListText(), lengths)
+    return PersonaConversations(lengths, PERSONAS)
+
+
+def _opening(agent: VoiceAgent) -> list[ChatMessage]:
     """What every call of `agent` starts with: its system prompt and its greeting."""
-    rng = derive(workload.seed, "voice", "agent", agent)
     opening: list[ChatMessage] = []
-    if workload.system_prompt_words > 0:
-        opening.append(ChatMessage(role="system", content=text.words(rng, workload.system_prompt_words)))
-    if workload.greeting_words > 0:
-        opening.append(ChatMessage(role="assistant", content=text.words(rng, workload.greeting_words)))
-    return tuple(opening)
+    if agent.system_prompt:
+        opening.append(ChatMessage(role="system", content=agent.system_prompt))
+    if agent.greeting:
+        opening.append(ChatMessage(role="assistant", content=agent.greeting))
+    return opening
 
 
 def _plan_call(
@@ -187,21 +232,21 @@ def _plan_call(
     *,
     call: int,
     start_s: float,
-    agents: list[tuple[ChatMessage, ...]],
-    text: TextSource,
+    agents: list[VoiceAgent],
     rng: random.Random,
 ) -> list[PlannedRequest]:
     """The turns of one call that fall in [0, duration_s)."""
     w = workload
     agent = rng.randrange(w.agents)
     turns = rng.randint(*w.turns)
+    script: CallScript = agents[agent].call(turns, rng)
     conversation = f"v{w.seed}-c{call}"
     tags = {WORKLOAD: "voice", AGENT: f"a{agent}"}
-    history: list[ChatMessage] = list(agents[agent])
+    history = _opening(agents[agent])
     at_s = start_s
     requests: list[PlannedRequest] = []
     for turn in range(turns):
-        user = ChatMessage(role="user", content=text.words(rng, rng.randint(*w.user_words)))
+        user = ChatMessage(role="user", content=script.caller(turn))
         max_tokens = rng.randint(*w.max_tokens)
         if 0.0 <= at_s < w.duration_s:
             requests.append(
@@ -217,7 +262,7 @@ def _plan_call(
                 )
             )
         if turn + 1 < turns:
-            reply = ChatMessage(role="assistant", content=text.words(rng, rng.randint(*w.reply_words)))
+            reply = ChatMessage(role="assistant", content=script.reply(turn))
             history += [user, reply]
             at_s += w.nominal_answer_s + rng.uniform(*w.think_s)
     return requests

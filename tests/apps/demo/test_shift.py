@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
 
 from evertune.apps.demo.shift import BASELINE, SHIFTED, phase_of, plan_traffic
+from evertune.domain.workloads import PlannedRequest
 from evertune.errors import InvalidArgument
 
 
@@ -22,10 +25,16 @@ def test_the_shift_starts_on_time_with_longer_prompts_and_more_calls() -> None:
     assert plan.shifted.peak_calls_per_s == pytest.approx(1.25)
     assert plan.shifted.system_prompt_words == round(1.5 * plan.baseline.system_prompt_words)
 
-    def words(r: object) -> int:
-        return len(r.messages[0].content.split())  # type: ignore[attr-defined]
+    def prompt_words(requests: list[PlannedRequest]) -> dict[str, set[int]]:
+        """Each agent's system prompt lengths (the agents' personas differ in length)."""
+        lengths: dict[str, set[int]] = defaultdict(set)
+        for r in requests:
+            lengths[r.tags["agent"]].add(len(r.messages[0].content.split()))
+        return lengths
 
-    assert min(map(words, after)) > max(map(words, before))
+    shorter, longer = prompt_words(before), prompt_words(after)
+    assert all(len(n) == 1 for n in (*shorter.values(), *longer.values()))  # one prompt per agent
+    assert all(min(longer[agent]) > max(shorter[agent]) for agent in shorter.keys() & longer.keys())
     # 25% more calls: the shifted half carries more requests than the baseline half
     assert len(after) > 1.1 * len(before)
 

@@ -114,7 +114,8 @@ def test_structure_survives_plan_and_back() -> None:
     # a voice plan's structure: exported, made back into text, exported again, unchanged
     voice = plan_voice(VoiceWorkload(duration_s=60.0, seed=3))
     exported = records_of_plan(voice, count_tokens=count_words)
-    assert len({r.prefix_group for r in exported}) <= 4 and all(r.prefix_tokens == 800 for r in exported)
+    prefixes = {r.prefix_group: r.prefix_tokens for r in exported}
+    assert len(prefixes) <= 4 and all(r.prefix_tokens == prefixes[r.prefix_group] > 0 for r in exported)
     assert (
         records_of_plan(plan_records(exported, make_text=word_tokens), count_tokens=count_words) == exported
     )

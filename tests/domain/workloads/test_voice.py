@@ -17,6 +17,7 @@ from evertune.domain.workloads import (
 from evertune.domain.workloads.arrivals import poisson_arrivals
 from evertune.domain.workloads.curve import Shape
 from evertune.domain.workloads.stats import coefficient_of_variation
+from evertune.domain.workloads.voice import Content, voice_agents
 
 
 def _calls(plan: list[PlannedRequest]) -> dict[str, list[PlannedRequest]]:
@@ -103,8 +104,9 @@ def test_turns_gaps_and_lengths_stay_in_their_ranges() -> None:
     assert complete > 50
 
 
-def test_every_turn_resends_the_system_prompt_and_a_history_one_exchange_longer() -> None:
-    workload = VoiceWorkload(duration_s=120.0, seed=11)
+@pytest.mark.parametrize("content", ["personas", "words"])
+def test_every_turn_resends_the_system_prompt_and_a_history_one_exchange_longer(content: Content) -> None:
+    workload = VoiceWorkload(duration_s=120.0, seed=11, content=content)
     plan = plan_voice(workload)
     prompts_by_agent: dict[str, set[str]] = defaultdict(set)
     for turns in _calls(plan).values():
@@ -112,8 +114,11 @@ def test_every_turn_resends_the_system_prompt_and_a_history_one_exchange_longer(
         for request in turns:
             assert request.api == "chat" and request.tags == {"workload": "voice", "agent": agent}
             system, greeting = request.messages[0], request.messages[1]
-            assert system.role == "system" and len(system.content.split()) == 800
-            assert greeting.role == "assistant" and len(greeting.content.split()) == 12
+            assert system.role == "system" and greeting.role == "assistant"
+            if content == "words":  # exact lengths; personas: see tests/domain/workloads/personas/
+                assert len(system.content.split()) == 800 and len(greeting.content.split()) == 12
+            else:
+                assert 250 < len(system.content.split()) <= 1400 and len(greeting.content.split()) <= 12
             assert request.messages[-1].role == "user"
             prompts_by_agent[agent].add(system.content + greeting.content)
         for earlier, later in itertools.pairwise(turns):
@@ -157,10 +162,19 @@ def test_scaled_workload_has_more_calls_and_a_longer_prompt() -> None:
     n_more = len(plan_voice(more))
     assert n_more / n_base == pytest.approx(1.25, abs=0.06)
 
-    workload = VoiceWorkload(duration_s=30.0, seed=4)
+    workload = VoiceWorkload(duration_s=30.0, seed=4, content="words")
     longer = workload.scaled(system_prompt=1.5)
     assert longer.system_prompt_words == 1200
     assert len(plan_voice(longer)[0].messages[0].content.split()) == 1200
+    # personas: the same agents' prompts, longer (tests/domain/workloads/personas/ for more)
+    persona = VoiceWorkload(duration_s=30.0, seed=4)
+    for short, long in zip(
+        voice_agents(persona), voice_agents(persona.scaled(system_prompt=1.5)), strict=True
+    ):
+        assert long.system_prompt.startswith(short.system_prompt)
+        assert len(long.system_prompt.split()) / len(short.system_prompt.split()) == pytest.approx(
+            1.5, abs=0.1
+        )
     # scaling calls alone keeps the agents' prompts
     prompts = {r.messages[0].content for r in plan_voice(workload)}
     assert prompts >= {r.messages[0].content for r in plan_voice(workload.scaled(calls=2.0))}
@@ -170,7 +184,7 @@ def test_scaled_text_shortens_every_text_of_the_same_conversations() -> None:
     workload = VoiceWorkload(duration_s=60.0, seed=4, peak_calls_per_s=0.5)
     shorter = workload.scaled(text=0.3)
     assert shorter.system_prompt_words == 240 and shorter.greeting_words == 4
-    assert shorter.user_words == (2, 8) and shorter.reply_words == (3, 9)
+    assert shorter.user_words == (2, 8) and shorter.reply_words == (3, 9) and shorter.text_scale == 0.3
     assert shorter.scaled(text=0.01).user_words == (1, 1)  # a turn keeps a word
     assert workload.scaled(system_prompt=3.0, text=0.5).system_prompt_words == 1200
     full, short = plan_voice(workload), plan_voice(shorter)
@@ -196,6 +210,8 @@ def test_bad_settings_are_one_line_errors() -> None:
         VoiceWorkload.parse({"curve": {"peak_to_trough": 0.5}})
     with pytest.raises(WorkloadError, match="unknown_knob"):
         VoiceWorkload.parse({"unknown_knob": 1})
+    with pytest.raises(WorkloadError, match="content: Input should be 'personas' or 'words'"):
+        VoiceWorkload.parse({"content": "poems"})
     with pytest.raises(WorkloadError) as caught:
         VoiceWorkload().scaled(calls=-1)
     assert "\n" not in str(caught.value)
@@ -206,7 +222,8 @@ def test_default_ten_minute_plan_looks_like_a_voice_agent() -> None:
     assert 1000 < stats.requests < 2600
     assert stats.duration_s == pytest.approx(600, abs=5)
     assert stats.peak_rate_per_s > 1.5 * stats.mean_rate_per_s  # the daily curve shows
-    assert 800 < stats.prompt_length.p50 < 1100  # words: the system prompt dominates
+    # words: the system prompts dominate; the agents' span from ~300 to ~1,350 words (personas)
+    assert 600 < stats.prompt_length.p50 < 1000 and stats.prompt_length.p90 > 1300
     assert stats.repeated_prefix_share > 0.9
     assert 15 <= stats.max_tokens.mean <= 40
     assert stats.turns_per_conversation.max <= 8
