@@ -41,6 +41,10 @@ class Slo:
         if not (math.isfinite(self.ttft_p50_ms) and self.ttft_p50_ms >= 0):
             raise InvalidArgument(f"SLO ttft_p50_ms must be >= 0, got {self.ttft_p50_ms}")
 
+    def median_met(self, ttft_p50_ms: float) -> bool:
+        """Whether a run's median TTFT meets the median target (always, when there is none)."""
+        return self.ttft_p50_ms == 0 or ttft_p50_ms <= self.ttft_p50_ms
+
     @property
     def budget(self) -> float:
         """The error budget: the share of requests that may miss the targets."""
@@ -72,3 +76,19 @@ class Slo:
             itl_p99_ms=self.itl_wire_ms,
             attainment_target=self.share,
         )
+
+
+def describe_slo(slo: Slo) -> str:
+    """One line for people: "TTFT <= 800 ms for 90% of requests, p50 <= 550 ms"."""
+    text = f"TTFT <= {slo.ttft_ms:g} ms for {slo.share:.0%} of requests"
+    if math.isfinite(slo.itl_ms):
+        text += f" (inter-token gap p99 <= {slo.itl_ms:g} ms)"
+    if slo.ttft_p50_ms:
+        text += f", p50 <= {slo.ttft_p50_ms:g} ms"
+    return text
+
+
+#: A voice turn's budget for the model: about 800 ms from the caller's end of speech to the first
+#: token for 90% of turns, and a median of 550 ms (a published healthcare voice deployment's
+#: target). The default SLO of evertune's voice stories on the real model.
+VOICE_TURN_SLO: Final = Slo(ttft_ms=800.0, share=0.9, ttft_p50_ms=550.0)

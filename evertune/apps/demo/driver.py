@@ -47,7 +47,7 @@ from evertune.apps.demo.webhook import AlertReceiver, Delivered
 from evertune.domain.model import Size, ensure_model
 from evertune.domain.replay import RequestResult, replay
 from evertune.domain.replay.client import list_models
-from evertune.domain.slo import DEFAULT_ATTAINMENT
+from evertune.domain.slo import Slo, describe_slo
 from evertune.domain.workloads.plan import PlannedRequest
 from evertune.errors import EvertuneError, FailedPrecondition, Unavailable
 from evertune.infra.bus import connect
@@ -79,8 +79,7 @@ class EndpointPlan:
     hardware_class: (
         str  #: hardware pool ("cpu" for vLLM-CPU, "sim-cpu" for the performance model of this CPU)
     )
-    ttft_p99_ms: float  #: the SLO's p99 TTFT target, ms
-    itl_p99_ms: float  #: the SLO's p99 inter-token target, ms (0: none)
+    slo: Slo  #: the endpoint's SLO (a good request's TTFT and gap, the share, the median target)
     kv_cache_space_gib: float | None  #: KV cache of a vLLM-CPU engine, GiB (None: not set)
     ready_timeout_s: float  #: how long the first deployment may take to become ready
     search_policy: int = D.SEARCH_POLICY_AUTO  #: what the loop may do (OFF: the configuration stays)
@@ -147,8 +146,9 @@ class DemoRun:
     engine: Engine  #: engine kind of the demo endpoint
     endpoint: str  #: endpoint name
     started_at: float  #: Unix time of the demo clock's zero (stack ready)
-    ttft_target_ms: float  #: SLO p99 TTFT target, ms
+    ttft_target_ms: float  #: SLO TTFT target of a good request, ms
     attainment_target: float  #: SLO attainment target
+    ttft_p50_target_ms: float = 0.0  #: SLO median TTFT target, ms (0: none)
     traffic: TrafficPlan | None = None  #: the planned traffic
     traffic_start_s: float | None = None  #: demo time the traffic started
     traffic_end_s: float | None = None  #: demo time the last request finished
@@ -210,7 +210,7 @@ def endpoint_spec(plan: EndpointPlan, model: Path, *, alert_url: str = "") -> D.
     return D.EndpointSpec(
         name=plan.name,
         model=str(model),
-        slo=D.Slo(ttft_p99_ms=plan.ttft_p99_ms, itl_p99_ms=plan.itl_p99_ms),
+        slo=plan.slo.to_proto(),
         hardware_pool=D.HardwarePool(hardware_class=plan.hardware_class),
         initial_engine_config=config,
         search_policy=plan.search_policy,  # type: ignore[arg-type]
@@ -258,8 +258,9 @@ class Demo:
             engine=endpoint.engine,
             endpoint=endpoint.name,
             started_at=self.t0,
-            ttft_target_ms=endpoint.ttft_p99_ms,
-            attainment_target=DEFAULT_ATTAINMENT,
+            ttft_target_ms=endpoint.slo.ttft_ms,
+            attainment_target=endpoint.slo.share,
+            ttft_p50_target_ms=endpoint.slo.ttft_p50_ms,
             traffic=traffic,
         )
         self._sent = 0
@@ -353,7 +354,7 @@ class Demo:
         self.say(
             f"creating endpoint {name!r} through the deployer's gRPC API: engine {self.endpoint.engine} "
             f"on {self.endpoint.hardware_class}, engine defaults except {config}, "
-            f"SLO p99 TTFT {self.endpoint.ttft_p99_ms:g} ms, search policy "
+            f"SLO {describe_slo(self.endpoint.slo)}, search policy "
             f"{D.SearchPolicy.Name(self.endpoint.search_policy).removeprefix('SEARCH_POLICY_').lower()}, "
             f"objective {_objective_name(self.endpoint.objective)}"
         )

@@ -221,7 +221,9 @@ def slo_panel(rows: list[SloRow], *, t_s: float, phase: str, sent: int, done: in
     for row in shown:
         cells = panel_cells(row)
         over = (
-            row.ttft_p99_ms is not None
+            row.attainment < row.attainment_target
+            if row.attainment is not None and row.attainment_target is not None
+            else row.ttft_p99_ms is not None
             and row.ttft_target_ms is not None
             and row.ttft_p99_ms > row.ttft_target_ms
         )

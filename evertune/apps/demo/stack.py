@@ -16,6 +16,7 @@ from pathlib import Path
 from evertune.apps.demo.driver import EndpointPlan, Engine, Sizer
 from evertune.apps.demo.shift import Shift, TrafficPlan, plan_traffic
 from evertune.domain.model import Size
+from evertune.domain.slo import VOICE_TURN_SLO, Slo
 from evertune.errors import InvalidArgument
 from evertune.v1 import endpoint_pb2
 
@@ -33,7 +34,7 @@ class EngineDefaults:
 
     hardware_class: str  #: hardware pool of the endpoint (and the runner's class)
     peak_calls_per_s: float  #: voice calls per second the default configuration is sized for
-    ttft_p99_ms: float  #: the endpoint's p99 TTFT target, ms
+    slo: Slo  #: the endpoint's SLO
     kv_cache_space_gib: float | None  #: KV cache of the engine, GiB (None: engine default)
     ready_timeout_s: float  #: how long the first deployment may take to start
     drift_min_requests: int  #: requests a drift test needs (live and reference)
@@ -79,7 +80,7 @@ ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
     "vllm": EngineDefaults(
         hardware_class="cpu",
         peak_calls_per_s=0.4,
-        ttft_p99_ms=500.0,
+        slo=VOICE_TURN_SLO,
         kv_cache_space_gib=2.0,
         ready_timeout_s=600.0,
         drift_min_requests=40,
@@ -113,7 +114,7 @@ ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
     "sim": EngineDefaults(
         hardware_class="sim-cpu",
         peak_calls_per_s=2.0,
-        ttft_p99_ms=50.0,
+        slo=Slo(ttft_ms=50.0),
         kv_cache_space_gib=None,
         ready_timeout_s=60.0,
         drift_min_requests=60,
@@ -204,7 +205,7 @@ def sizer(
                 dataclasses.replace(options, peak_calls_per_s=calls), text_scale=scale
             )
         ),
-        max_prefill_ms=None if d.max_prefill_share is None else d.max_prefill_share * d.ttft_p99_ms,
+        max_prefill_ms=None if d.max_prefill_share is None else d.max_prefill_share * d.slo.ttft_ms,
     )
 
 
@@ -215,8 +216,7 @@ def endpoint_plan(options: DemoOptions) -> EndpointPlan:
         name=DEMO_ENDPOINT,
         engine=options.engine,
         hardware_class=d.hardware_class,
-        ttft_p99_ms=d.ttft_p99_ms,
-        itl_p99_ms=0.0,
+        slo=d.slo,
         kv_cache_space_gib=d.kv_cache_space_gib,
         ready_timeout_s=d.ready_timeout_s,
         # a voice endpoint: the search minimises the median TTFT (the SLO's p99 still gates)

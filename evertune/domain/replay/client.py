@@ -391,7 +391,7 @@ async def replay(
     on_result: Callable[[RequestResult], None] | None = None,
     on_sent: Callable[[str], None] | None = None,
     headers: Mapping[str, str] | None = None,
-    ignore_eos: bool = True,
+    ignore_eos: bool = False,
     lag_threshold_ms: float = DEFAULT_LAG_THRESHOLD_MS,
     clock: Clock = time.perf_counter,
     prime: bool = False,

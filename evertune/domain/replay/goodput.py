@@ -1,4 +1,5 @@
-"""Goodput: the highest request rate at which a share of requests meets both the TTFT and ITL targets.
+"""Goodput: the highest request rate at which a share of requests meets both the TTFT and ITL targets
+(and the median TTFT its median target, where the SLO sets one).
 
 Rates are absolute requests per second. The caller's `run_at(rps)` replays at that rate (for a
 plan, `replay(plan, rate=rps / plan_rps(plan), ...)`) and returns the run's `Summary` computed with
@@ -29,7 +30,7 @@ class Probe:
 
     rps: float  #: requests per second asked for
     attainment: float  #: share of its requests that met both targets
-    meets: bool  #: attainment >= the SLO's share
+    meets: bool  #: attainment >= the SLO's share, and the median TTFT within its median target (if any)
     ttft_p99_ms: float  #: its TTFT p99
     itl_p99_ms: float  #: its ITL p99 over all gaps
     requests: int  #: requests in the run
@@ -85,7 +86,7 @@ def probe_of(summary: Summary, *, rps: float, slo: Slo) -> Probe:
     return Probe(
         rps=rps,
         attainment=summary.attainment,
-        meets=summary.attainment >= slo.share,
+        meets=summary.attainment >= slo.share and slo.median_met(summary.ttft_ms.p50),
         ttft_p99_ms=summary.ttft_ms.p99,
         itl_p99_ms=summary.itl_ms.p99,
         requests=summary.requests,

@@ -22,11 +22,14 @@ def base_url(target: str) -> str:
     return url
 
 
-def request_body(request: PlannedRequest, *, model: str, ignore_eos: bool = True) -> dict[str, Any]:
-    """The streaming request for one planned request: usage included, exactly `max_tokens` asked for.
+def request_body(request: PlannedRequest, *, model: str, ignore_eos: bool = False) -> dict[str, Any]:
+    """The streaming request for one planned request: usage included, `max_tokens` asked for.
 
-    `ignore_eos` is vLLM's extension that keeps generating past an end-of-sequence token, so the
-    output has the planned length; a target that does not know it ignores or rejects it.
+    An answer ends at the model's end of turn or at `max_tokens`, whichever comes first: a voice
+    turn's answer is as long as the model makes it, up to the cap (evertune's random-weight models
+    never end a turn, so theirs are always `max_tokens` long). `ignore_eos` is vLLM's extension that
+    keeps generating past an end-of-sequence token, for an output of exactly the planned length; a
+    target that does not know it ignores or rejects it.
     """
     body: dict[str, Any] = {"model": model}
     if request.api == "chat":
@@ -43,7 +46,7 @@ def request_body(request: PlannedRequest, *, model: str, ignore_eos: bool = True
     return body
 
 
-def encode_body(request: PlannedRequest, *, model: str, ignore_eos: bool = True) -> bytes:
+def encode_body(request: PlannedRequest, *, model: str, ignore_eos: bool = False) -> bytes:
     """`request_body` as compact UTF-8 JSON."""
     body = request_body(request, model=model, ignore_eos=ignore_eos)
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

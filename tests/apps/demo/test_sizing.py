@@ -88,7 +88,7 @@ def test_the_vllm_demo_sizes_its_load_unless_the_rate_is_given() -> None:
     assert vllm.replan(0.3, 0.35).baseline.system_prompt_words == 70
     assert vllm.replan(0.3, 0.35).baseline.user_words == (2, 9)
     assert vllm.replan(0.3, 1.0).baseline.system_prompt_words == 200
-    assert vllm.max_prefill_ms == pytest.approx(550.0)
+    assert vllm.max_prefill_ms == pytest.approx(880.0)  # 1.1 x the voice-turn SLO's 800 ms
     assert sizer(DemoOptions(engine="vllm", duration_s=600, peak_calls_per_s=1.0)) is None
     assert sizer(DemoOptions(engine="vllm", duration_s=600, drift=False)) is None
     assert sizer(DemoOptions(engine="sim")) is None
@@ -128,7 +128,7 @@ def test_one_factor_on_every_text_keeps_the_baselines_turns_short_beside_the_gro
     scaled = p90_over_grown_median(plan(200, 0.35))
     shared_only = p90_over_grown_median(plan(59))
     assert 0.45 < full < 0.65 and abs(scaled - full) < 0.05
-    assert shared_only > 0.8
+    assert shared_only > 0.75  # 0.77 with the persona conversations (0.90 with generated words)
 
 
 def _chars(request: PlannedRequest) -> int:

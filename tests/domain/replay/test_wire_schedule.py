@@ -39,11 +39,10 @@ def test_request_bodies() -> None:
         "max_tokens": 12,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "ignore_eos": True,
     }
     (completion,) = chat_plan(1, every_s=0, prefix="b", api="completions")
-    body = request_body(completion, model="m", ignore_eos=False)
-    assert body["prompt"] == "Hello there." and "ignore_eos" not in body and "messages" not in body
+    body = request_body(completion, model="m", ignore_eos=True)
+    assert body["prompt"] == "Hello there." and body["ignore_eos"] is True and "messages" not in body
 
 
 def test_base_url() -> None:
