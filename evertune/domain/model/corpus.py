@@ -422,16 +422,22 @@ def text_of_tokens(tokenizer: Tokenizer, n_tokens: int, rng: random.Random) -> s
     if n_tokens < 0:
         raise InvalidArgument(f"n_tokens must be >= 0, got {n_tokens}")
     pieces: list[str] = []
-    have = 0
+    counts: list[int] = []
     full = False
-    while have < n_tokens and not full:
+    while sum(counts) < n_tokens and not full:
         paragraph = (" " if pieces else "") + " ".join(sentences(rng, 8))
         for piece, count in _piece_tokens(tokenizer, paragraph):
-            if have + count > n_tokens:
+            if sum(counts) + count > n_tokens:
                 full = True
                 break
             pieces.append(piece)
-            have += count
+            counts.append(count)
+    # A pre-tokenizer that splits digits one by one (SmolLM2's) leaves the space before a number as
+    # a piece of its own: the text must not end with it.
+    while pieces and not pieces[-1].strip():
+        pieces.pop()
+        counts.pop()
+    have = sum(counts)
     if have < n_tokens:
         fillers = _one_token_words(tokenizer, leading_space=bool(pieces))
         pieces.append(_pick(rng, fillers))

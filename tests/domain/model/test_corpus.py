@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer
 
-from evertune.domain.model import count_tokens, instruction, sentence, sentences, text_of_tokens, utterance
+from evertune.domain.model import (
+    count_tokens,
+    instruction,
+    load_tokenizer,
+    sentence,
+    sentences,
+    text_of_tokens,
+    utterance,
+)
 from evertune.domain.model.corpus import (
     adverb_of,
     comparative,
@@ -107,3 +116,12 @@ def test_text_of_tokens_deterministic_and_wordy(tokenizer: Tokenizer) -> None:
 def test_text_of_tokens_refuses_negative(tokenizer: Tokenizer) -> None:
     with pytest.raises(InvalidArgument, match="n_tokens"):
         text_of_tokens(tokenizer, -1, random.Random(0))
+
+
+def test_text_of_tokens_fits_the_real_models_tokenizer(smollm2_model: Path) -> None:
+    """SmolLM2 splits digits one by one, so the space before a number is a piece of its own: a cut
+    there must not leave the text ending in a space."""
+    real = load_tokenizer(smollm2_model)
+    for n in (*range(1, 120), 896, 2000):
+        text = text_of_tokens(real, n, random.Random(n))
+        assert count_tokens(real, text) == n and text == text.strip(), n
