@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from evertune.domain.workloads.curve import DailyCurve
 from evertune.domain.workloads.plan import PlannedRequest
-from evertune.domain.workloads.voice import VoiceWorkload, plan_voice
+from evertune.domain.workloads.voice import VOICE_TURN_CAP, VoiceWorkload, plan_voice
 from evertune.errors import InvalidArgument
 
 #: Tag naming the phase a request belongs to.
@@ -47,7 +47,8 @@ def voice_workload(
     *, duration_s: float, peak_calls_per_s: float, seed: int, prompt_words: int
 ) -> VoiceWorkload:
     """The demo's voice workload: a flat daily curve (the peak all the time), short calls so a short
-    run sees whole conversations, otherwise the workload's defaults."""
+    run sees whole conversations, answers up to a voice turn's cap (the real model ends most of them
+    sooner), otherwise the workload's defaults (the persona conversations)."""
     return VoiceWorkload(
         duration_s=duration_s,
         seed=seed,
@@ -55,6 +56,7 @@ def voice_workload(
         system_prompt_words=prompt_words,
         curve=DailyCurve(shape="flat"),
         turns=(3, 6),
+        max_tokens=(VOICE_TURN_CAP, VOICE_TURN_CAP),
     )
 
 

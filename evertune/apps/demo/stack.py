@@ -40,6 +40,7 @@ class EngineDefaults:
     drift_min_requests: int  #: requests a drift test needs (live and reference)
     trial_duration_s: float  #: seconds a trial replays each rate
     canary_step_s: float  #: seconds of traffic at each canary step
+    canary_min_requests: int = 10  #: requests each arm must serve in a step before it is judged
     #: seconds of traffic when `--duration` is not given: long enough for every stage
     duration_s: float = DEFAULT_DURATION_S
     #: start the endpoint with prefix caching off instead of the engine's defaults (see DemoOptions)
@@ -84,12 +85,18 @@ ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
         kv_cache_space_gib=2.0,
         ready_timeout_s=600.0,
         drift_min_requests=40,
-        trial_duration_s=8.0,
-        canary_step_s=20.0,
+        # the real model serves about 1 request/s here, a third of the random `small` model's load:
+        # a trial replays each rate 30 s for about 30 requests a repeat, so the stability gate's p99
+        # is not one request's (15 s failed a winner on it; docs/demo.md)
+        trial_duration_s=30.0,
+        # at about 1 request/s a 10% canary serves a request every 10 s: longer steps, fewer requests
+        canary_step_s=30.0,
+        canary_min_requests=6,
         start_untuned=True,
         enforce_eager=True,
-        duration_s=780.0,
-        model_size="small",
+        # the search takes about 9 minutes (4 trials: engine starts of 30-60 s, golden set, two rates)
+        duration_s=1080.0,
+        model_size="smollm2-135m",
         shift_share=0.12,
         first_profile=False,
         # the live configuration and one seat (vLLM's defaults when the model cannot tell its best
@@ -104,7 +111,7 @@ ENGINE_DEFAULTS: dict[Engine, EngineDefaults] = {
         shift=Shift(calls=1.25, system_prompt=3.0),
         # where the story was first measured (EPYC Zen 5, 2 cores) 0.4 calls/s kept the prefill
         # busy about this share after the shift: p50/p99 339/1,779 ms, attainment 0.69 (docs/demo.md)
-        busy_share=0.65,
+        busy_share=0.5,
         # the EPYC Zen 4 runs that promoted measured 497-567 ms at the 500 ms target (docs/demo.md)
         max_prefill_share=1.1,
         # bf16 (vLLM-CPU's `auto`) is native with AVX512-BF16 or AMX and emulated on AVX2 only,
@@ -297,7 +304,7 @@ def demo_environment(options: DemoOptions) -> dict[str, str]:
         "EVERTUNE_SEARCHER_MODEL_HORIZON_S": f"{max(20.0, shift_at):g}",
         # rollouts sized for a run of minutes: short canary steps, judged on fewer requests
         "EVERTUNE_DEPLOYER_ROLLOUT_STEP_DURATION_S": f"{d.canary_step_s:g}",
-        "EVERTUNE_DEPLOYER_CANARY_MIN_REQUESTS": "10",
+        "EVERTUNE_DEPLOYER_CANARY_MIN_REQUESTS": str(d.canary_min_requests),
         "EVERTUNE_DEPLOYER_TELEMETRY_LAG_S": "1",
         "EVERTUNE_DEPLOYER_DRAIN_TIMEOUT_S": "5",
     }

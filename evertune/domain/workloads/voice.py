@@ -47,6 +47,11 @@ from evertune.domain.workloads.text import TextSource, WordListText
 Content = Literal["personas", "words"]
 
 
+#: The longest answer a voice turn asks for, tokens: a spoken turn of about 45 words, the cap a voice
+#: agent sets; an answer ends at the model's end of turn or here, whichever comes first.
+VOICE_TURN_CAP = 60
+
+
 class VoiceWorkload(BaseModel):
     """Every setting of a synthetic voice-agent workload; the defaults are a mid-size contact centre."""
 

@@ -83,7 +83,7 @@ def test_probes_are_grown_traffic_prompts_around_the_median_one_per_call() -> No
 
 def test_the_vllm_demo_sizes_its_load_unless_the_rate_is_given() -> None:
     vllm = sizer(DemoOptions(engine="vllm", duration_s=600))
-    assert vllm is not None and vllm.busy_share == 0.65 and vllm.shift_calls == 1.25
+    assert vllm is not None and vllm.busy_share == 0.5 and vllm.shift_calls == 1.25
     assert vllm.replan(0.3, 1.0).baseline.peak_calls_per_s == 0.3
     assert vllm.replan(0.3, 0.35).baseline.system_prompt_words == 70
     assert vllm.replan(0.3, 0.35).baseline.user_words == (2, 9)

@@ -19,7 +19,7 @@ def test_both_demos_start_without_prefix_caching_and_say_why() -> None:
         assert spec.objective == endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT
         assert plan.start_note.startswith("prefix caching off")
     vllm = endpoint_plan(DemoOptions(engine="vllm"))
-    assert vllm.model_size == "small"
+    assert vllm.model_size == "smollm2-135m"
     # vLLM-CPU engines start eager: every trial and the canary start one on 2 cores
     assert endpoint_spec(vllm, Path("/m")).initial_engine_config.enforce_eager
     assert "eager mode" in vllm.start_note
