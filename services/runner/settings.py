@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -55,8 +55,12 @@ class RunnerSettings(BaseSettings):
     skip_rates_above_failure: bool = True
     #: Prompts in the golden set of the correctness gate.
     golden_prompts: int = Field(default=16, ge=1, le=1000)
-    #: Output tokens asked of each golden prompt (greedy, `ignore_eos`, so every answer has them).
-    golden_max_tokens: int = Field(default=32, ge=1, le=4096)
+    #: What the golden prompts are: "voice", turns of the voice workload (agent personas: system
+    #: prompt, history, the caller's turn); "corpus", evertune's generated English (`golden.py`).
+    golden_recipe: Literal["voice", "corpus"] = "voice"
+    #: Most output tokens of each golden answer: greedy answers stop at the model's end of turn or
+    #: here, whichever comes first (60: a voice turn's cap, `VOICE_TURN_CAP` of the voice workload).
+    golden_max_tokens: int = Field(default=60, ge=1, le=4096)
     #: Top-k logprobs asked at each golden position: lossy changes (dtype, quantization) pass the
     #: correctness gate when, where greedy answers first differ, each side's token is in the
     #: other's top k (vLLM's `check_logprobs_close`). 0: token agreement only.

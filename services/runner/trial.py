@@ -274,7 +274,10 @@ class TrialRunner:
         self.references = references
         self.traces = traces  #: reads `clickhouse://` traces (None: this runner has no store)
         self.golden = golden_set(
-            count=settings.golden_prompts, max_tokens=settings.golden_max_tokens, seed=settings.golden_seed
+            count=settings.golden_prompts,
+            max_tokens=settings.golden_max_tokens,
+            seed=settings.golden_seed,
+            recipe=settings.golden_recipe,
         )
 
     async def model_dir(self) -> Path:

