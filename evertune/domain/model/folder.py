@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from evertune.domain.model.packaged import sha256_of
 from evertune.domain.model.tokenizer import (
     BOS,
     EOS,
@@ -109,14 +109,6 @@ def _tokenizer() -> tuple[str, tuple[int, ...]]:
     return tokenizer.to_str(pretty=True), tuple(blocked_output_ids(tokenizer))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _check_size(size: str, seed: int, dtype: str) -> None:
     """Refuse an unknown size, a negative seed or an unknown dtype before anything is written."""
     from evertune.domain.model.packaged import PACKAGED
@@ -154,7 +146,7 @@ def _write_files(folder: Path, size: Size, seed: int) -> ModelInfo:
         size=size,
         seed=seed,
         parameters=shape.parameters(),
-        files={name: _sha256(folder / name) for name in MODEL_FILES},
+        files={name: sha256_of(folder / name) for name in MODEL_FILES},
     )
     _write_json(folder / MARKER, asdict(info))
     return info
@@ -179,7 +171,7 @@ def _write_packaged(folder: Path, size: str, dtype: Dtype) -> ModelInfo:
         size=size,
         seed=0,
         parameters=imported.parameters(),
-        files={name: _sha256(folder / name) for name in MODEL_FILES},
+        files={name: sha256_of(folder / name) for name in MODEL_FILES},
         dtype=dtype,
         source=f"{wheel.name} sha256:{pin.sha256}",
     )
@@ -244,7 +236,7 @@ def write_imported(folder: Path, imported: ImportedModel, *, dtype: Dtype) -> No
 
 
 @contextlib.contextmanager
-def _locked(out: Path) -> Iterator[None]:
+def locked(out: Path) -> Iterator[None]:
     """An exclusive lock on `<parent>/.<name>.lock`, so two makers of one folder take turns."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with (out.parent / f".{out.name}.lock").open("a") as lock:
@@ -271,7 +263,7 @@ def make_model(out: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = 
     if size in PACKAGED:
         seed = 0
     out = out.expanduser().absolute()
-    with _locked(out):
+    with locked(out):
         if out.exists() and not out.is_dir():
             raise FailedPrecondition(f"{out} is a file, not a model folder")
         info = read_info(out) if out.is_dir() else None
@@ -284,24 +276,32 @@ def make_model(out: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = 
             return out
         if info is None and out.is_dir() and any(out.iterdir()):
             raise FailedPrecondition(f"{out} is not empty and not an evertune model; refusing to write there")
-        building = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
-        building.chmod(0o755)
-        try:
+        with replacing(out) as building:
             if size in PACKAGED:
                 _write_packaged(building, size, dtype)
             else:
                 _write_files(building, size, seed)
-            if out.exists():
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
-                out.rename(old)
-                building.rename(out)
-                shutil.rmtree(old)
-            else:
-                building.rename(out)
-        finally:
-            if building.exists():
-                shutil.rmtree(building)
     return out
+
+
+@contextlib.contextmanager
+def replacing(out: Path) -> Iterator[Path]:
+    """A temporary sibling folder to write a model into; moved into place at `out` (replacing what
+    is there) when the block ends, deleted when it raises. Call it under `locked(out)`."""
+    building = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    building.chmod(0o755)
+    try:
+        yield building
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+            building.rename(out)
+            shutil.rmtree(old)
+        else:
+            building.rename(out)
+    finally:
+        if building.exists():
+            shutil.rmtree(building)
 
 
 def ensure_model(data_dir: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = "bfloat16") -> Path:

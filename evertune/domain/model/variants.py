@@ -30,19 +30,15 @@ The changes (`WeightNoise`, `BrokenScale`):
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from evertune.domain.model.folder import MARKER, MODEL_FILES, ModelInfo, read_info
+from evertune.domain.model.folder import MARKER, MODEL_FILES, ModelInfo, locked, read_info, replacing
+from evertune.domain.model.packaged import sha256_of
 from evertune.errors import FailedPrecondition, InvalidArgument
 
 #: The weights file of a model folder (the one file a variant rewrites).
@@ -115,14 +111,6 @@ def _check(change: Change) -> None:
         raise InvalidArgument(f"unknown model change {change!r}")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _tensor_seed(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & (2**63 - 1)
 
@@ -158,17 +146,6 @@ def changed_weights(weights: dict[str, Any], change: Change) -> dict[str, Any]:
     return out
 
 
-@contextlib.contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with (out.parent / f".{out.name}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def variant_size(base: ModelInfo, change: Change) -> str:
     """The `size` a variant's marker carries: `<base size>+<change name>`."""
     return f"{base.size}+{change.name}"
@@ -187,7 +164,7 @@ def make_variant(base: Path, out: Path, change: Change) -> Path:
         raise FailedPrecondition(f"{base} is not an evertune model folder (no readable {MARKER})")
     base_sha = info.files.get(WEIGHTS, "")
     size = variant_size(info, change)
-    with _locked(out):
+    with locked(out):
         if out.exists() and not out.is_dir():
             raise FailedPrecondition(f"{out} is a file, not a model folder")
         existing = read_info(out) if out.is_dir() else None
@@ -195,9 +172,7 @@ def make_variant(base: Path, out: Path, change: Change) -> Path:
             return out
         if existing is None and out.is_dir() and any(out.iterdir()):
             raise FailedPrecondition(f"{out} is not empty and not an evertune model; refusing to write there")
-        building = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
-        building.chmod(0o755)
-        try:
+        with replacing(out) as building:
             for name in MODEL_FILES:
                 if name != WEIGHTS:
                     shutil.copyfile(base / name, building / name)
@@ -206,20 +181,10 @@ def make_variant(base: Path, out: Path, change: Change) -> Path:
             (building / WEIGHTS).chmod(0o644)
             marker = asdict(info) | {
                 "size": size,
-                "files": {name: _sha256(building / name) for name in MODEL_FILES},
+                "files": {name: sha256_of(building / name) for name in MODEL_FILES},
                 "variant": {"kind": type(change).__name__, **asdict(change), "base_weights_sha256": base_sha},
             }
             (building / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
-            if out.exists():
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
-                out.rename(old)
-                building.rename(out)
-                shutil.rmtree(old)
-            else:
-                building.rename(out)
-        finally:
-            if building.exists():
-                shutil.rmtree(building)
     return out
 
 

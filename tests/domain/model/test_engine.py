@@ -6,14 +6,8 @@ start on 2 cores; compiling would take about 100 s) and stops its whole process 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib.util
 import json
-import os
-import signal
-import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -21,7 +15,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from evertune.domain.model import count_chat_tokens
-from evertune.infra.nats_server import free_port
+from tests.domain.model.serving import served
 
 pytestmark = [
     pytest.mark.engine,
@@ -29,59 +23,12 @@ pytestmark = [
 ]
 
 SERVED_NAME = "evertune-tiny"
-START_TIMEOUT_S = 240.0
 MAX_TOKENS = 12
-
-
-async def _wait_healthy(session: aiohttp.ClientSession, base: str, proc: asyncio.subprocess.Process) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.returncode is not None:
-            raise AssertionError(f"vLLM exited with {proc.returncode} before it was healthy")
-        with contextlib.suppress(aiohttp.ClientError):
-            async with session.get(f"{base}/health") as response:
-                if response.status == 200:
-                    return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"vLLM was not healthy within {START_TIMEOUT_S} s")
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), 30)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
 
 
 async def test_vllm_streams_exactly_max_tokens(
     tiny_model: Path, tokenizer: Tokenizer, tmp_path: Path
 ) -> None:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
-    log = (tmp_path / "vllm.log").open("wb")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(tiny_model),
-        "--served-model-name",
-        SERVED_NAME,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--enforce-eager",
-        env=env,
-        stdout=log,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
     messages = [
         {"role": "system", "content": "You are a helpful voice agent. Keep every answer short."},
         {"role": "user", "content": "Yes, can you move my appointment to Friday?"},
@@ -95,9 +42,8 @@ async def test_vllm_streams_exactly_max_tokens(
         "ignore_eos": True,
         "logprobs": True,
     }
-    try:
+    async with served(tiny_model, name=SERVED_NAME, log=tmp_path / "vllm.log") as base:
         async with aiohttp.ClientSession() as session:
-            await _wait_healthy(session, base, proc)
             pieces: list[str] = []
             streamed_tokens = 0
             usage: dict[str, int] = {}
@@ -122,6 +68,3 @@ async def test_vllm_streams_exactly_max_tokens(
             async with session.get(f"{base}/metrics") as response:
                 metrics = await response.text()
             assert "vllm:time_to_first_token_seconds_bucket" in metrics
-    finally:
-        await _stop(proc)
-        log.close()

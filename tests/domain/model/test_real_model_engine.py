@@ -12,14 +12,9 @@ rule), and the comparison stops there.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib.util
 import json
 import os
-import signal
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +23,7 @@ import pytest
 
 from evertune.domain.engines.fingerprint import cpu_isa_tier, detect_cpu
 from evertune.domain.model.chat import ChatFormat
-from evertune.infra.nats_server import free_port
+from tests.domain.model.serving import served
 
 pytestmark = [
     pytest.mark.engine,
@@ -37,7 +32,6 @@ pytestmark = [
 
 ANSWERS = Path(__file__).with_name("smollm2_answers.json")
 SERVED_NAME = "smollm2-135m-instruct"
-START_TIMEOUT_S = 240.0
 #: Tokens an answer may take: a voice turn's cap.
 MAX_TOKENS = 48
 TOP_K = 5
@@ -90,56 +84,6 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-async def _start(model: Path, log: Path) -> tuple[asyncio.subprocess.Process, str]:
-    port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model),
-        "--served-model-name",
-        SERVED_NAME,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--enforce-eager",
-        "--max-logprobs",
-        str(TOP_K),
-        env=env,
-        stdout=log.open("wb"),
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return proc, f"http://127.0.0.1:{port}"
-
-
-async def _wait_healthy(session: aiohttp.ClientSession, base: str, proc: asyncio.subprocess.Process) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.returncode is not None:
-            raise AssertionError(f"vLLM exited with {proc.returncode} before it was healthy")
-        with contextlib.suppress(aiohttp.ClientError):
-            async with session.get(f"{base}/health") as response:
-                if response.status == 200:
-                    return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"vLLM was not healthy within {START_TIMEOUT_S} s")
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), 30)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-
-
 async def _answer(session: aiohttp.ClientSession, base: str, system: str, user: str) -> dict[str, Any]:
     body = {
         "model": SERVED_NAME,
@@ -166,13 +110,10 @@ async def _answer(session: aiohttp.ClientSession, base: str, system: str, user: 
 
 async def test_the_real_model_answers_voice_turns_as_stored(smollm2_model: Path, tmp_path: Path) -> None:
     tier = cpu_isa_tier(detect_cpu().features)
-    proc, base = await _start(smollm2_model, tmp_path / "vllm.log")
-    try:
+    extra = ("--max-logprobs", str(TOP_K))
+    async with served(smollm2_model, name=SERVED_NAME, log=tmp_path / "vllm.log", extra=extra) as base:
         async with aiohttp.ClientSession() as session:
-            await _wait_healthy(session, base, proc)
             answers = [await _answer(session, base, system, user) for system, user in PROMPTS]
-    finally:
-        await _stop(proc)
     chat = ChatFormat.of_folder(smollm2_model)
     for (system, user), live in zip(PROMPTS, answers, strict=True):
         # evertune counts a chat's tokens as vLLM does (the model's own template and tokenizer).
