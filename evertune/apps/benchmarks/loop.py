@@ -28,6 +28,13 @@ within the target):
 - `swap_ttft_p99_ratio`: p99 TTFT of the loop run's requests sent during the promoted rollout
   (deploy.started -> deploy.promoted: both configurations serving) over the start's p99 in the
   comparison: what the swap cost against staying put;
+- `swap_attainment`, `swap_slo_met`: the share of those rollout requests within the TTFT target,
+  and whether they met the SLO (that share, and the p50 target where the SLO has one): the swap is
+  judged against the SLO too, not only against staying put;
+- `floor_ratio` = loop p50 / floor p50: each repeat also replays the same steady traffic on the
+  loop's configuration one request at a time, answers cut to one token (`floor`,
+  `evertune.domain.replay.floor`): a fresh engine, the same order, so the same cache state. 1.0 is
+  the physical floor of that configuration; aim for <= 1.3;
 - `real_trials`: trial.completed events measured on hardware; `failed_requests`: requests sent
   that did not complete, every run; `lost_records`: requests sent minus telemetry rows, every run.
 
@@ -60,6 +67,7 @@ from evertune.apps.demo.report import Figures, figures
 from evertune.apps.demo.run import embedded_stack
 from evertune.apps.demo.shift import TrafficPlan, plan_traffic
 from evertune.apps.demo.stack import DemoOptions, demo_environment, endpoint_plan, sizer
+from evertune.domain.replay import floor_ratio
 from evertune.searcher.settings import SearcherSettings
 from evertune.v1 import endpoint_pb2 as D
 
@@ -67,6 +75,8 @@ from evertune.v1 import endpoint_pb2 as D
 GRACE_S = 5.0
 #: The configurations compared, in the first repeat's order.
 ARMS = ("start", "defaults", "loop")
+#: The window of each repeat that measures the loop's configuration one request at a time.
+FLOOR = "floor"
 
 
 def _quiet(line: RenderableType) -> None:
@@ -152,7 +162,7 @@ def settled_config(loop: DemoRun, *, shift_s: float, start: D.EngineConfig) -> D
 class Measured:
     """One configuration's window of the comparison."""
 
-    arm: str  #: "start", "defaults" or "loop"
+    arm: str  #: "start", "defaults", "loop" or "floor" (the loop's configuration, one request at a time)
     repeat: int  #: round of the comparison, from 0
     figures: Figures  #: client figures of the window
     failed: int  #: requests sent that did not complete
@@ -188,7 +198,7 @@ def loop_figures(
 ) -> dict[str, Any]:
     """The benchmark's figures from the loop run and the comparison windows (pure)."""
     per_arm: dict[str, dict[str, float | None]] = {}
-    for arm in ARMS:
+    for arm in (*ARMS, FLOOR):
         windows = [m.figures for m in measured if m.arm == arm]
         per_arm[arm] = {
             "p50": _median([w.ttft_p50_ms for w in windows]),
@@ -211,10 +221,10 @@ def loop_figures(
         ),
         None,
     )
-    swap_p99 = None
+    swap: Figures | None = None
     if rollout is not None and promoted is not None:
         during = [p for p in loop.points if rollout.t_s <= p.sent_t_s < promoted.t_s]
-        swap_p99 = figures(during, label="swap", target_ms=loop.ttft_target_ms).ttft_p99_ms
+        swap = figures(during, label="swap", target_ms=loop.ttft_target_ms)
     trials = [e for e in loop.events if e.kind == "trial.completed"]
     p50_ratio = _ratio(settled_arm["p50"], start["p50"])
     lost = [loop.lost_records, *(m.lost for m in measured)]
@@ -245,7 +255,10 @@ def loop_figures(
         "drift_to_promotion_s": None
         if promoted is None or drift is None
         else round(promoted.t_s - drift.t_s, 1),
-        "swap_ttft_p99_ratio": _ratio(swap_p99, start["p99"]),
+        "swap_ttft_p99_ratio": _ratio(swap.ttft_p99_ms if swap else None, start["p99"]),
+        "swap_attainment": None if swap is None else swap.attainment,
+        "swap_slo_met": None if swap is None else slo_met(swap, loop),
+        "floor_ratio": floor_ratio(settled_arm["p50"], per_arm[FLOOR]["p50"]),
         "real_trials": sum(1 for e in trials if not e.payload.get("simulated", False)),
         "failed_requests": (loop_figs.requests - loop_figs.completed) + sum(m.failed for m in measured),
         "lost_records": None if any(x is None for x in lost) else sum(x for x in lost if x is not None),
@@ -259,6 +272,15 @@ def loop_figures(
         ],
         "stages_missing": [v.stage for v in stage_verdicts(events) if not v.happened],
     }
+
+
+def slo_met(window: Figures, run: DemoRun) -> bool:
+    """Whether `window` met `run`'s SLO: its share within the TTFT target, and its p50 target
+    where the SLO has one."""
+    if window.attainment is None or window.attainment < run.attainment_target:
+        return False
+    p50_target = run.ttft_p50_target_ms
+    return not p50_target or (window.ttft_p50_ms is not None and window.ttft_p50_ms <= p50_target)
 
 
 async def _loop_run(
@@ -362,10 +384,28 @@ async def run(quick: bool) -> dict[str, Any]:
                         where=where, endpoint=arm_plan, traffic=steady, profile_at_s=None, out=_quiet
                     )()
                     measured.append(measured_of(window, arm=arm, repeat=repeat))
+                floor_plan = dataclasses.replace(
+                    plan,
+                    name=f"bench-{FLOOR}-{repeat}",
+                    search_policy=D.SEARCH_POLICY_OFF,
+                    engine_config=configs["loop"],
+                    start_note="",
+                    launch_dtypes=(),
+                )
+                window = await Demo(
+                    where=where,
+                    endpoint=floor_plan,
+                    traffic=steady,
+                    profile_at_s=None,
+                    out=_quiet,
+                    one_at_a_time=True,
+                )()
+                measured.append(measured_of(window, arm=FLOOR, repeat=repeat))
     result = loop_figures(loop, measured, shift_s=shift_s, settled=settled)
     ran = loop.traffic  # the plan the loop ran, its texts as the sizing left them
     return {
         "engine": "vllm",
+        "model": d.model_size,
         "quick": quick,
         "start_config": f"{config_text(start_config)} ({plan.start_note})",
         "loop_config": config_text(configs["loop"]),

@@ -45,8 +45,9 @@ from evertune.apps.demo.sizing import (
 )
 from evertune.apps.demo.webhook import AlertReceiver, Delivered
 from evertune.domain.model import Size, ensure_model
-from evertune.domain.replay import RequestResult, replay
+from evertune.domain.replay import RequestResult, alone, replay
 from evertune.domain.replay.client import list_models
+from evertune.domain.replay.floor import ALONE_TIMEOUT_S
 from evertune.domain.slo import Slo, describe_slo
 from evertune.domain.workloads.plan import PlannedRequest
 from evertune.errors import EvertuneError, FailedPrecondition, Unavailable
@@ -242,10 +243,14 @@ class Demo:
         panel_interval_s: float = 5.0,
         sizer: Sizer | None = None,
         out: Printer | None = None,
+        one_at_a_time: bool = False,
     ) -> None:
         """`sizer`: size the call rate to the machine before the traffic, replacing `traffic`;
-        `out`: where it writes (default: a rich console on stdout)."""
+        `out`: where it writes (default: a rich console on stdout); `one_at_a_time`: send the
+        traffic's requests one at a time, answers cut to one token (`evertune.domain.replay.floor`:
+        the floor window of `bench loop`)."""
         self.where = where
+        self.one_at_a_time = one_at_a_time
         self.sizer = sizer
         self.endpoint = endpoint
         self.traffic = traffic
@@ -498,12 +503,13 @@ class Demo:
         announcer = asyncio.create_task(self._announce(nc, start))
         replaying = asyncio.create_task(
             replay(
-                traffic.requests,
+                alone(traffic.requests) if self.one_at_a_time else traffic.requests,
                 target=self.where.gateway_url,
                 model=self.endpoint.name,
                 on_sent=self._on_sent,
                 on_result=self._on_result,
-                timeout_s=120.0,
+                timeout_s=ALONE_TIMEOUT_S if self.one_at_a_time else 120.0,
+                max_in_flight=1 if self.one_at_a_time else 2000,
             )
         )
         ending = asyncio.create_task(self.end_traffic.wait())

@@ -11,6 +11,7 @@ from evertune.domain.replay.client import (
     list_models,
     replay,
 )
+from evertune.domain.replay.floor import alone, floor_ratio, replay_alone
 from evertune.domain.replay.goodput import GoodputResult, Probe, find_goodput
 from evertune.domain.replay.lag import LagReport
 from evertune.domain.replay.progress import ReplayCounts, ReplayProgress
@@ -32,12 +33,15 @@ __all__ = [
     "TargetIncompatible",
     "TargetUnauthorized",
     "TargetUnreachable",
+    "alone",
     "due_offsets",
     "find_goodput",
+    "floor_ratio",
     "goodput_table",
     "list_models",
     "plan_rps",
     "replay",
+    "replay_alone",
     "summarize",
     "summarize_run",
     "summary_table",

@@ -96,6 +96,8 @@ def test_the_figures_compare_the_three_configurations_by_their_medians() -> None
         _window("loop", 1, 60.0),
         _window("start", 1, 400.0),
         _window("defaults", 1, 70.0),
+        _window("floor", 0, 50.0),
+        _window("floor", 1, 70.0),
     ]
     got = loop_figures(loop, measured, shift_s=30.0, settled=True)
     assert got["ttft_ms"]["start"]["p50"] == pytest.approx(300.0)  # median of 200 and 400
@@ -106,11 +108,15 @@ def test_the_figures_compare_the_three_configurations_by_their_medians() -> None
     assert got["breach_to_promotion_s"] == pytest.approx(52.0)
     assert got["drift_to_promotion_s"] == pytest.approx(50.0)
     assert got["swap_ttft_p99_ratio"] == pytest.approx(300 / 300)  # sent 71..84: all at 300 ms
+    assert got["swap_attainment"] == 0.0 and got["swap_slo_met"] is False  # 300 ms > the 100 ms target
+    assert got["floor_ratio"] == pytest.approx(70 / 60, abs=1e-3)  # loop 70 over the floor's median 60
     assert got["real_trials"] == 1 and got["failed_requests"] == 0
     assert got["lost_records"] == 1
     assert got["search_outcomes"] == ["winner"]
     assert got["stages_missing"] == ["profile"]
-    assert [w["arm"] for w in got["windows"]] == ["start", "defaults", "loop", "loop", "start", "defaults"]
+    assert [w["arm"] for w in got["windows"]] == [
+        "start", "defaults", "loop", "loop", "start", "defaults", "floor", "floor",
+    ]  # fmt: skip
 
 
 def test_the_settled_configuration_is_the_last_promotion_after_the_shift() -> None:
