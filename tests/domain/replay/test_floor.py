@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from evertune.domain.replay import floor_ratio, replay_alone
@@ -22,7 +23,7 @@ async def test_requests_due_together_reach_the_engine_one_after_another_with_one
     # The fake engine takes 20 ms to its first token: a request sent only after the one before it
     # ended arrives at least that much later (sent together, they would arrive within a few ms).
     arrivals = [s["arrived_at"] for s in seen]
-    assert all(later - earlier >= 0.015 for earlier, later in zip(arrivals, arrivals[1:], strict=False))
+    assert all(later - earlier >= 0.015 for earlier, later in itertools.pairwise(arrivals))
 
 
 def test_the_ratio_is_the_loaded_median_over_the_median_alone() -> None:
