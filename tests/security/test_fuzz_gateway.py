@@ -28,7 +28,7 @@ from evertune.infra.bus import Bucket
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings
 from evertune.v1 import endpoint_pb2
-from tests.domain.replay.conftest import _serve
+from tests.domain.replay.conftest import serve
 from tests.security.fuzz import fuzz_settings
 
 KEY = "sk-fuzz-tenant-0123456789abcdef"
@@ -50,7 +50,7 @@ class Gateway:
 @pytest.fixture(scope="module")
 async def gateway(nc: Client, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gateway]:
     # A fake engine of this module's own: junk it is sent must not disturb the session's.
-    serving = _serve()
+    serving = serve()
     fake_url = next(serving)
     tmp = Path(tmp_path_factory.mktemp("fuzz-gateway"))
     table = endpoint_pb2.RouteTable(

@@ -24,11 +24,22 @@ process (`LocalTrials`), converted on the way exactly as over NATS (`trial_job`,
    measured), over all cells and within each class of dtype and execution mode; the weaker of the
    two searches' figures is the run's.
 
-Reference workload (engine-bound on 2 cores): the `small` local model (8 layers, 512 wide), eager
-mode, a 2 GiB KV cache; voice traffic with a shared system prompt as a profile's trace (JSONL), the
-profile's peak 2 requests/s, gate rate x1.25 = 2.5 requests/s (`--quick`: peak 2.5, no headroom,
-one rate); SLO: 90% of requests with TTFT <= 500 ms (at 250 ms with a peak of 3.2, gate 4, even the
-fastest cell missed it: attainment 0.82-0.84).
+0. **Sizing** (before the grid): the knee of vLLM's defaults on this machine (`knee.measure_knee`:
+   the highest rate of the trace meeting the SLO); the profile's peak is `peak_of_knee` of it, so
+   the defaults meet the SLO at the gate rate with room for the machine's noise, and each trial
+   replays at least `MIN_TRIAL_REQUESTS` requests at the peak.
+4. **Knees** (after the searches): vLLM's defaults and each search's winner, `KNEE_REPEATS`
+   interleaved repeats (repeat r measures every configuration in an order rotated by r), each on a
+   fresh engine: the knee, the TTFT there, and `floor_ratio` (p50 at the knee over the same
+   requests sent one at a time: 1.0 is the floor). The top-level `floor_ratio` and `knee_rps` are
+   the best configuration found's (the winner with the lowest grid p50; the defaults without one).
+
+Reference workload: the real model (SmolLM2-135M-Instruct, `evertune model make --size
+smollm2-135m`), eager mode, a 2 GiB KV cache; the persona voice conversations as a profile's trace
+(JSONL: token counts, no text; a replay draws text of those lengths and prefix structure with the
+model's tokenizer), answers up to a voice turn's cap; the voice-turn SLO (`VOICE_TURN_SLO`: 90% of
+requests within 800 ms, p50 <= 550 ms); the peak sized at the start (step 0), gate rate x1.25 and a
+ladder to x1.5 (`--quick`: no headroom, one rate).
 The engine is bound to every core but the last, which the client keeps (the runner's rule).
 """
 
@@ -51,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from evertune.apps.benchmarks import Figures, step
+from evertune.apps.benchmarks.knee import Knee, PlanAt, knee_spread, measure_knee
 from evertune.apps.benchmarks.search_grid import (
     GridPoint,
     grid_key,
@@ -66,18 +78,26 @@ from evertune.apps.benchmarks.search_grid import (
 from evertune.domain.engines import EngineSpec, HardwareProfile, get_profile
 from evertune.domain.engines.fingerprint import Fingerprint
 from evertune.domain.engines.fingerprint import detect as detect_hardware
-from evertune.domain.model import ensure_model, load_tokenizer
+from evertune.domain.model import Size, ensure_model, load_tokenizer
 from evertune.domain.perfmodel import PromptTokens, load_arch, load_efficiency, prepare
 from evertune.domain.perfmodel.calibration import FITTED_CPU, default_data_dir
 from evertune.domain.perfmodel.simulate import block_size_of
-from evertune.domain.slo import DEFAULT_ATTAINMENT, Slo
-from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
+from evertune.domain.slo import VOICE_TURN_SLO, Slo, describe_slo
+from evertune.domain.workloads import DailyCurve, PlannedRequest, VoiceWorkload, plan_voice
 from evertune.domain.workloads.jsonl import format_records, records_of_plan
-from evertune.domain.workloads.source import CorpusText
+from evertune.domain.workloads.voice import VOICE_TURN_CAP
+from evertune.errors import FailedPrecondition
 from evertune.infra.settings import load_settings
 from evertune.runner.report import completed
 from evertune.runner.settings import RunnerSettings
-from evertune.runner.trial import ProgressCallback, Reference, TrialRunner, default_engine_factory
+from evertune.runner.trace import open_trace
+from evertune.runner.trial import (
+    ProgressCallback,
+    Reference,
+    TrialRunner,
+    client_core,
+    default_engine_factory,
+)
 from evertune.searcher.jobs import JobTemplate, trial_job, trial_result
 from evertune.searcher.model import RatePoint, SearchModel, ThreadedModel
 from evertune.searcher.noise import DEFAULT_MIN_FLOOR
@@ -95,6 +115,13 @@ from evertune.searcher.summary import knob_changes
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 HARDWARE_CLASS = "cpu"
+#: The model searched on (the real one; `small` and `tiny` are random-weight models for tests).
+MODEL: Size = "smollm2-135m"
+#: Requests a trial replays at least at the profile's peak: the nearest-rank p90 of 20 is the 18th,
+#: not the maximum, so one slow request does not decide a trial's p90.
+MIN_TRIAL_REQUESTS = 20
+#: Interleaved repeats of each knee measured after the searches.
+KNEE_REPEATS = 3
 #: The full grid: 16 configurations over the CPU knobs of the space that moved TTFT here (dtype,
 #: prefix caching, the KV block size, the step budget); vLLM's defaults among them. Eager only
 #: (`eager_space`): both execution modes would double it.
@@ -123,16 +150,18 @@ class Setup:
     """What one benchmark run measures with (part of the grid's cache id)."""
 
     limits: SpaceLimits  #: the space searched and measured
-    model_size: str  #: local model size ("small": engine-bound on 2 cores)
-    peak_rps: float  #: the profile's peak, requests/s
+    model_size: Size  #: local model size (`MODEL`)
+    peak_rps: float  #: the profile's peak, requests/s (0 until `sized`)
+    peak_of_knee: float  #: the peak as a share of the defaults' knee measured at the start
     ladder: tuple[float, ...]  #: rates replayed, multiples of the peak
     headroom: float  #: gate rate = peak x this
     duration_s: float  #: seconds each rate is replayed (fidelity 1)
     warmup_s: float  #: unmeasured seconds before each rate
-    ttft_ms: float  #: SLO: TTFT target of each request
-    share: float  #: SLO: share of requests that must meet it
+    slo: Slo  #: the SLO the gates and the grid judge by
     repeats: int  #: interleaved repeats of each grid cell
     budget: int  #: real trials each search may spend
+    knee_probe_s: float  #: seconds each knee probe replays
+    knee_max_runs: int  #: probes each knee measurement may make
 
 
 def eager_space(*, base: EngineSpec, hardware: HardwareProfile, limits: SpaceLimits) -> list[Candidate]:
@@ -145,28 +174,41 @@ def eager_space(*, base: EngineSpec, hardware: HardwareProfile, limits: SpaceLim
 
 
 def setup_of(quick: bool) -> Setup:
-    """The full run: peak 2 requests/s, the SLO gate at 1.25x, a ladder of three rates, 15 s each
-    (48 grid trials and two searches of up to 12: about 100 minutes on 2 cores). The quick
-    run replays one rate: its peak is the full run's gate rate (2.5 requests/s), with no headroom,
-    so the headline p50 and the SLO gate are measured in the same replay (a trial always replays
-    its peak and its gate rate; with a ladder of the gate rate alone it still replayed two).
-    Neither replays unmeasured seconds before a rate: the primed replay (`evertune.domain.replay.priming`)
-    starts from the state those seconds were for. The quick run's 13 grid trials and two searches
-    of up to 7 trials each, 12 s a replay, fit 20 minutes (with 3 unmeasured seconds and 15 s:
-    21.3 minutes; without them, 15 s: 20.2)."""
+    """The full run: the SLO gate at 1.25x the peak, a ladder of three rates, at least 30 s each, 48
+    grid trials and two searches of up to 12 trials. The quick run replays one rate, its peak the
+    gate rate (no headroom), at least 20 s: 13 grid trials and two searches of up to 7. The peak is
+    0 here: `sized` sets it from the defaults' knee measured at the start. Neither replays
+    unmeasured seconds before a rate: the primed replay (`evertune.domain.replay.priming`) starts
+    from the state those seconds were for."""
     return Setup(
         limits=QUICK_GRID if quick else GRID,
-        model_size="small",
-        peak_rps=2.5 if quick else 2.0,
+        model_size=MODEL,
+        peak_rps=0.0,
+        peak_of_knee=0.8 if quick else 0.7,
         ladder=(1.0,) if quick else (1.0, 1.25, 1.5),
         headroom=1.0 if quick else 1.25,
-        duration_s=12.0 if quick else 15.0,
+        duration_s=20.0 if quick else 30.0,
         warmup_s=0.0,
-        ttft_ms=500.0,
-        share=DEFAULT_ATTAINMENT,
+        slo=VOICE_TURN_SLO,
         repeats=3,
         budget=7 if quick else 12,
+        knee_probe_s=20.0 if quick else 30.0,
+        knee_max_runs=3 if quick else 5,
     )
+
+
+def sized(setup: Setup, *, knee_rps: float) -> Setup:
+    """`setup` with its peak at `peak_of_knee` of the defaults' knee, down to a quarter request a
+    second (so a grid measured at a nearby knee is reused), and trials long enough to replay
+    `MIN_TRIAL_REQUESTS` at the peak. Raises FailedPrecondition when that peak is under 0.25."""
+    peak = math.floor(knee_rps * setup.peak_of_knee * 4) / 4
+    if peak <= 0:
+        raise FailedPrecondition(
+            f"vLLM's defaults met the SLO ({describe_slo(setup.slo)}) up to {knee_rps:g} requests/s "
+            "on this machine: too little load to search at"
+        )
+    duration = max(setup.duration_s, float(math.ceil(MIN_TRIAL_REQUESTS / peak)))
+    return dataclasses.replace(setup, peak_rps=peak, duration_s=duration)
 
 
 def grid_point(
@@ -310,15 +352,21 @@ async def run(quick: bool) -> Figures:
     started = time.monotonic()
     data_dir = default_data_dir()
     hardware_fp = await asyncio.to_thread(detect_hardware)
-    model_dir = await asyncio.to_thread(ensure_model, data_dir, size="small")
+    model_dir = await asyncio.to_thread(ensure_model, data_dir, size=setup.model_size)
     hardware = get_profile(HARDWARE_CLASS)
     defaults = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
     space = eager_space(base=defaults, hardware=hardware, limits=setup.limits)
-    slo = Slo(ttft_ms=setup.ttft_ms, share=setup.share).to_proto()  # the grid scores with this share too
-    gate_rps = round(setup.peak_rps * setup.headroom, 6)
     with tempfile.TemporaryDirectory(prefix="evertune-bench-search-") as tmp:
         trace, sha, plan = await asyncio.to_thread(_write_trace, Path(tmp), model_dir)
         settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=Path(tmp) / "logs")
+        plan_at = _trace_plans(trace, sha=sha, model_dir=model_dir, duration_s=setup.knee_probe_s)
+        knees = Knees(settings, setup=setup, plan_at=plan_at)
+        step("sizing: the knee of vLLM's defaults")
+        # from 1 request/s, doubling or halving until bracketed: one probe more than a knee below
+        sizing = await knees.measure(defaults, low_rps=1.0, high_rps=2.0, max_runs=setup.knee_max_runs + 1)
+        setup = sized(setup, knee_rps=sizing.rps)
+        slo = setup.slo.to_proto()  # the grid scores with this SLO too
+        gate_rps = round(setup.peak_rps * setup.headroom, 6)
         template = _template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
         trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
         cache_id = grid_id(setup, space, trace_sha256=sha, hardware=hardware_fp)
@@ -339,8 +387,8 @@ async def run(quick: bool) -> Figures:
             arch=load_arch(model_dir),
             hardware={HARDWARE_CLASS: hardware},
             efficiency={HARDWARE_CLASS: load_efficiency(data_dir, HARDWARE_CLASS) or FITTED_CPU},
-            slo=Slo.from_proto(slo),
-            p50_target_ms=0.0,
+            slo=setup.slo,
+            p50_target_ms=setup.slo.ttft_p50_ms,
             target_rps=setup.peak_rps,
             ladder=setup.ladder,
             headroom=setup.headroom,
@@ -350,6 +398,7 @@ async def run(quick: bool) -> Figures:
         )
         starts = {"defaults": defaults, "mistuned": mistuned_start(grid, space, defaults=defaults)}
         searches: dict[str, Figures] = {}
+        winners: dict[str, EngineSpec] = {}
         for name, start in starts.items():
             search_started = time.monotonic()
             model = dataclasses.replace(
@@ -357,16 +406,25 @@ async def run(quick: bool) -> Figures:
             )
             trials.stage = f"search from {name}"
             result = await _search(trials, model, setup, start=start, hardware=hardware, name=name)
+            if result.winner is not None:
+                winners[grid_key(result.winner.spec)] = result.winner.spec
             searches[name] = {
                 **_search_figures(result, grid, setup=setup, start=start),
                 **await _model_ranking(model, space, grid),
                 "search_s": round(time.monotonic() - search_started, 1),
             }
+        # The knee of the defaults and of every winner, interleaved; the best found is the winner
+        # the grid measured fastest (the defaults when no search named one).
+        measured = {grid_key(defaults): defaults, **winners}
+        knees_started = time.monotonic()
+        repeats = await knees.interleaved(measured, repeats=KNEE_REPEATS, around_rps=sizing.rps)
+        best = min(winners, key=lambda key: grid[key].p50) if winners else grid_key(defaults)
     # The model's ranking of the grid as each search left it; the weaker of the two counts.
     ranks = [f["spearman"] for f in searches.values() if f["spearman"] is not None]
     phases = trials.phases_median()
     return {
-        "engine": "vLLM-CPU, local small model, eager",
+        "engine": "vLLM-CPU, eager",
+        "model": setup.model_size,
         "quick": quick,
         "fingerprint": hardware_fp.id,
         "hardware_tier": hardware_fp.tier,
@@ -376,6 +434,24 @@ async def run(quick: bool) -> Figures:
         "spearman": min(ranks) if ranks else None,
         "searches": searches,
         "mistuned_start": "; ".join(knob_changes(defaults, starts["mistuned"])) or "vLLM defaults",
+        **{f"{name}_best": value for name, value in knee_spread(repeats[best]).items()},
+        "floor_ratio": knee_spread(repeats[best])["floor_ratio"],
+        "knee_rps_defaults": knee_spread(repeats[grid_key(defaults)])["knee_rps"],
+        "best_knobs": grid[best].knobs or "vLLM defaults",
+        "knees": {
+            grid[key].knobs or "vLLM defaults": {
+                **knee_spread(found),
+                "repeats": [dataclasses.asdict(k) for k in found],
+            }
+            for key, found in repeats.items()
+        },
+        "knees_s": round(time.monotonic() - knees_started, 1),
+        "sizing": {
+            "knee_rps_defaults": sizing.rps,
+            "peak_of_knee": setup.peak_of_knee,
+            "probes": sizing.probes,
+            "stopped": sizing.stopped,
+        },
         "budget": setup.budget,
         "grid_size": len(space),
         "grid_repeats": setup.repeats,
@@ -383,13 +459,77 @@ async def run(quick: bool) -> Figures:
         "peak_rps": setup.peak_rps,
         "gate_rps": gate_rps,
         "ladder": list(setup.ladder),
-        "ttft_target_ms": setup.ttft_ms,
-        "grid": grid_rows(grid, share=setup.share),
+        "trial_s": setup.duration_s,
+        "trial_requests_at_peak": round(setup.peak_rps * setup.duration_s),
+        "slo": describe_slo(setup.slo),
+        "grid": grid_rows(grid, slo=setup.slo),
         "grid_s": round(grid_s, 1),
         "trial_s_median": rounded(statistics.median(trials.wall_s.values()) if trials.wall_s else None),
         "trial_phases_median_s": phases,
         "wall_s": round(time.monotonic() - started, 1),
     }
+
+
+class Knees:
+    """Knee measurements on engines of the runner's own making (the trials' core binding), the
+    client on the core the runner keeps for it."""
+
+    def __init__(self, settings: RunnerSettings, *, setup: Setup, plan_at: PlanAt) -> None:
+        assert settings.log_dir is not None
+        self.settings = settings  #: the runner settings the trials use
+        self.make_engine = default_engine_factory(settings)  #: engines as the trials start them
+        self.setup = setup  #: probe length, runs and the SLO
+        self.plan_at = plan_at  #: the workload at a rate
+
+    async def measure(self, spec: EngineSpec, *, low_rps: float, high_rps: float, max_runs: int) -> Knee:
+        """One knee of `spec` on a fresh engine, the search bracketed from `low_rps` and `high_rps`."""
+        assert self.settings.log_dir is not None
+        engine = self.make_engine(spec, self.settings.log_dir)
+        await engine.start()
+        try:
+            await engine.wait_ready(timeout_s=self.settings.engine_ready_timeout_s)
+            with client_core(self.settings):
+                return await measure_knee(
+                    engine.base_url,
+                    plan_at=self.plan_at,
+                    slo=self.setup.slo,
+                    low_rps=low_rps,
+                    high_rps=high_rps,
+                    max_runs=max_runs,
+                )
+        finally:
+            await engine.stop()
+
+    async def interleaved(
+        self, specs: dict[str, EngineSpec], *, repeats: int, around_rps: float
+    ) -> dict[str, list[Knee]]:
+        """`repeats` knees of each spec by key, repeat r in an order rotated by r, each search
+        bracketed from 0.8x and 1.2x `around_rps` (the sizing's knee)."""
+        found: dict[str, list[Knee]] = {key: [] for key in specs}
+        keys = list(specs)
+        for r in range(repeats):
+            for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
+                step(f"knee {r + 1} of {repeats}: {key[:60]}")
+                found[key].append(
+                    await self.measure(
+                        specs[key],
+                        low_rps=0.8 * around_rps,
+                        high_rps=1.2 * around_rps,
+                        max_runs=self.setup.knee_max_runs,
+                    )
+                )
+        return found
+
+
+def _trace_plans(trace: Path, *, sha: str, model_dir: Path, duration_s: float) -> PlanAt:
+    """`duration_s` of the trace at a rate, as the runner plans a trial's run of it."""
+    source = open_trace(trace.as_uri(), sha256=sha, model_dir=model_dir)
+
+    def plan_at(rps: float, run: str) -> tuple[list[PlannedRequest], float]:
+        planned = source.run(rate_rps=rps, duration_s=duration_s, seed=1, run=run)
+        return planned.plan, planned.multiplier
+
+    return plan_at
 
 
 async def _model_ranking(
@@ -484,7 +624,7 @@ def _search_figures(
         grid,
         start_key=grid_key(start),
         winner_key=grid_key(winner.spec) if winner else None,
-        share=setup.share,
+        slo=setup.slo,
         min_floor=DEFAULT_MIN_FLOOR,
     )
     return {
@@ -539,10 +679,16 @@ async def _grid(
 
 
 def _write_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:
-    """The profile's trace: 10 minutes of flat voice traffic as evertune JSONL (no text)."""
+    """The profile's trace: 10 minutes of flat traffic of the persona voice conversations, answers
+    up to a voice turn's cap, as evertune JSONL (no text)."""
     plan = plan_voice(
-        VoiceWorkload(duration_s=600, peak_calls_per_s=1.5, seed=5, curve=DailyCurve(shape="flat")),
-        text=CorpusText(),
+        VoiceWorkload(
+            duration_s=600,
+            peak_calls_per_s=1.5,
+            seed=5,
+            curve=DailyCurve(shape="flat"),
+            max_tokens=(VOICE_TURN_CAP, VOICE_TURN_CAP),
+        )
     )
     tokenizer = load_tokenizer(model_dir)
     records = records_of_plan(plan, count_tokens=lambda text: len(tokenizer.encode(text).ids))

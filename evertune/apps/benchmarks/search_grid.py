@@ -23,6 +23,7 @@ from typing import Any
 
 from evertune.apps.benchmarks import Figures
 from evertune.domain.engines import EngineSpec
+from evertune.domain.slo import Slo
 from evertune.searcher.noise import Comparison, Verdict, compare, noise_floor
 from evertune.searcher.space import CPU_AUTO_DTYPE, config_key
 
@@ -64,9 +65,9 @@ class GridPoint:
         """Median goodput over the repeats, requests/s."""
         return _median(self.goodput_rps)
 
-    def meets_slo(self, share: float) -> bool:
-        """The median attainment reaches the SLO's share."""
-        return _median(self.attainment) >= share
+    def meets_slo(self, slo: Slo) -> bool:
+        """The median attainment reaches the SLO's share, and the median p50 its median target."""
+        return _median(self.attainment) >= slo.share and slo.median_met(self.p50)
 
 
 def compare_cells(start: GridPoint, other: GridPoint, *, min_floor: float) -> Comparison:
@@ -82,7 +83,7 @@ def start_figures(
     *,
     start_key: str,
     winner_key: str | None,
-    share: float,
+    slo: Slo,
     min_floor: float,
 ) -> Figures:
     """A search from `start_key` that chose `winner_key` (None: no winner), scored on the grid.
@@ -97,7 +98,7 @@ def start_figures(
     """
     start = grid[start_key]
     chosen = grid[winner_key or start_key]
-    feasible = [p for p in grid.values() if p.ok and p.meets_slo(share)]
+    feasible = [p for p in grid.values() if p.ok and p.meets_slo(slo)]
     best = min(feasible or [p for p in grid.values() if p.ok], key=lambda p: p.p50)
     versus = compare_cells(start, chosen, min_floor=min_floor)
     beyond = [
@@ -116,8 +117,8 @@ def start_figures(
         "p99_ttft_ratio": rounded(chosen.p99 / start.p99) if winner_key else 1.0,
         "goodput_ratio": rounded(chosen.goodput / start.goodput) if winner_key and start.goodput else 1.0,
         "gap_to_best": rounded(1 - best.p50 / chosen.p50),
-        "winner_meets_slo": chosen.meets_slo(share),
-        "start_meets_slo": start.meets_slo(share),
+        "winner_meets_slo": chosen.meets_slo(slo),
+        "start_meets_slo": start.meets_slo(slo),
         "start_p50_ms": rounded(start.p50),
         "winner_p50_ms": rounded(chosen.p50),
         "grid_best_p50_ms": rounded(best.p50),
@@ -223,7 +224,7 @@ def write_grid(cache: Path, points: Mapping[str, GridPoint], *, measured_s: floa
     tmp.replace(cache)
 
 
-def grid_rows(grid: Mapping[str, GridPoint], *, share: float) -> list[dict[str, Any]]:
+def grid_rows(grid: Mapping[str, GridPoint], *, slo: Slo) -> list[dict[str, Any]]:
     """The grid as JSON rows (medians and every repeat)."""
     return [
         {
@@ -231,7 +232,7 @@ def grid_rows(grid: Mapping[str, GridPoint], *, share: float) -> list[dict[str, 
             "p50_ms": rounded(p.p50),
             "p99_ms": rounded(p.p99),
             "goodput_rps": rounded(p.goodput),
-            "meets_slo": p.meets_slo(share),
+            "meets_slo": p.meets_slo(slo),
             "p50_ms_repeats": [rounded(x) for x in p.p50_ms],
             "attainment_repeats": [rounded(x) for x in p.attainment],
             "errors": list(p.errors),

@@ -34,11 +34,23 @@ def alone(plan: Sequence[PlannedRequest]) -> list[PlannedRequest]:
 
 
 async def replay_alone(
-    plan: Sequence[PlannedRequest], *, target: str, model: str | None = None, prime: bool = False
+    plan: Sequence[PlannedRequest],
+    *,
+    target: str,
+    model: str | None = None,
+    rate: float = 1.0,
+    prime: bool = False,
 ) -> ReplayRun:
-    """Replay `plan` one request at a time on `target` (an idle engine), its answers cut to one token."""
+    """Replay `plan` one request at a time on `target` (an idle engine), its answers cut to one
+    token; `rate` and `prime` as in `replay`."""
     return await replay(
-        alone(plan), target=target, model=model, max_in_flight=1, timeout_s=ALONE_TIMEOUT_S, prime=prime
+        alone(plan),
+        target=target,
+        model=model,
+        rate=rate,
+        max_in_flight=1,
+        timeout_s=ALONE_TIMEOUT_S,
+        prime=prime,
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from evertune.searcher.space import candidate_space
 
-from evertune.apps.benchmarks.search import GRID, QUICK_GRID, eager_space, mistuned_start
+from evertune.apps.benchmarks.search import GRID, QUICK_GRID, eager_space, mistuned_start, setup_of, sized
 from evertune.apps.benchmarks.search_grid import (
     GridPoint,
     grid_key,
@@ -21,6 +21,10 @@ from evertune.apps.benchmarks.search_grid import (
     write_grid,
 )
 from evertune.domain.engines import EngineSpec, get_profile
+from evertune.domain.slo import Slo
+from evertune.errors import FailedPrecondition
+
+SLO = Slo(ttft_ms=100.0, share=0.9)
 
 
 def _point(
@@ -47,7 +51,7 @@ GRID_POINTS = {
 
 
 def test_from_themistuned_start_start_the_right_dtype_is_a_real_gain() -> None:
-    figures = start_figures(GRID_POINTS, start_key="fp32", winner_key="defaults", share=0.9, min_floor=0.1)
+    figures = start_figures(GRID_POINTS, start_key="fp32", winner_key="defaults", slo=SLO, min_floor=0.1)
     assert figures["p50_ttft_reduction"] == pytest.approx(1 - 53 / 80, abs=1e-3)
     low, high = figures["p50_ttft_reduction_interval"]
     assert 0 < low <= figures["p50_ttft_reduction"] <= high
@@ -56,13 +60,20 @@ def test_from_themistuned_start_start_the_right_dtype_is_a_real_gain() -> None:
     assert figures["gap_to_best"] == 0.0  # the defaults are the fastest cell meeting the SLO
 
 
+def test_a_cell_meets_the_slo_by_its_median_attainment_and_median_p50() -> None:
+    defaults = GRID_POINTS["defaults"]  # attainment 0.95, p50 repeats 50, 56, 53
+    assert defaults.meets_slo(SLO) and not GRID_POINTS["fp32"].meets_slo(SLO)  # fp32: 0.85 < 0.9
+    assert defaults.meets_slo(Slo(ttft_ms=100.0, share=0.9, ttft_p50_ms=53.0))
+    assert not defaults.meets_slo(Slo(ttft_ms=100.0, share=0.9, ttft_p50_ms=52.0))
+
+
 def test_a_winner_inside_the_noise_is_a_false_winner_and_no_winner_is_the_start() -> None:
-    noise = start_figures(GRID_POINTS, start_key="defaults", winner_key="seqs8", share=0.9, min_floor=0.1)
+    noise = start_figures(GRID_POINTS, start_key="defaults", winner_key="seqs8", slo=SLO, min_floor=0.1)
     assert noise["false_winner"] and not noise["missed_winner"]
-    none = start_figures(GRID_POINTS, start_key="defaults", winner_key=None, share=0.9, min_floor=0.1)
+    none = start_figures(GRID_POINTS, start_key="defaults", winner_key=None, slo=SLO, min_floor=0.1)
     assert none["p50_ttft_reduction"] == 0.0 and none["p99_ttft_ratio"] == 1.0
     assert not none["false_winner"] and not none["missed_winner"]  # nothing feasible beats it beyond noise
-    missed = start_figures(GRID_POINTS, start_key="fp32", winner_key=None, share=0.9, min_floor=0.1)
+    missed = start_figures(GRID_POINTS, start_key="fp32", winner_key=None, slo=SLO, min_floor=0.1)
     assert missed["missed_winner"]
 
 
@@ -140,3 +151,13 @@ def test_themistuned_start_start_is_the_dtype_that_measured_slower(
     fp32 = base.model_copy(update={"dtype": "float32"})
     grid[grid_key(fp32)] = _point(grid_key(fp32), (fp32_ms,) * 3)
     assert mistuned_start(grid, space, defaults=base).dtype == slow
+
+
+def test_the_peak_is_a_share_of_the_defaults_knee_and_trials_replay_enough_requests() -> None:
+    quick = setup_of(True)
+    at_knee = sized(quick, knee_rps=4.0)  # 0.8 x 4 = 3.2, down to a quarter: 3.0
+    assert at_knee.peak_rps == 3.0 and at_knee.duration_s == quick.duration_s  # 60 requests in 20 s
+    slow = sized(quick, knee_rps=0.5)  # 0.4 -> 0.25 requests/s: 20 requests take 80 s
+    assert slow.peak_rps == 0.25 and slow.duration_s == 80.0
+    with pytest.raises(FailedPrecondition, match=r"up to 0\.3 requests/s"):
+        sized(quick, knee_rps=0.3)

@@ -15,7 +15,7 @@ from evertune.infra.nats_server import free_port
 from tests.fake_engine import SCRIPT as FAKE_ENGINE
 
 
-def _serve() -> Iterator[str]:
+def serve() -> Iterator[str]:
     """Start one fake server process on a free port; yield its URL; stop it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -55,10 +55,10 @@ def _serve() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def fake_url() -> Iterator[str]:
     """Base URL of the fake server (a separate process, so its timing is its own)."""
-    yield from _serve()
+    yield from serve()
 
 
 @pytest.fixture(scope="session")
 def second_fake_url() -> Iterator[str]:
     """A second fake server of its own (two replicas of one config, for spread replays)."""
-    yield from _serve()
+    yield from serve()
