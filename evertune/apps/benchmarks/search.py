@@ -108,6 +108,7 @@ from evertune.searcher.space import (
     UnpricedClass,
     candidate_space,
     unpriced_class,
+    unpriced_keys,
     unpriced_representatives,
 )
 from evertune.searcher.strategy import NoiseRule, Objective, TrialRequest
@@ -575,20 +576,27 @@ async def _search(
     name: str,
 ) -> SearchResult:
     """One search over the space around `start`, with the searcher's rules."""
+    plan = search_plan(setup, start=start, hardware=hardware, name=name)
+    return await run_search(plan, model=ThreadedModel(model), execute=trials)
+
+
+def search_plan(setup: Setup, *, start: EngineSpec, hardware: HardwareProfile, name: str) -> SearchPlan:
+    """The plan of a search from `start`, as the searcher service makes it (`control.py`): the
+    candidates of another dtype are unpriced until a trial of theirs is measured (the model predicts
+    them as their twins, so ranking them would pick between twins by key) and their
+    representatives are measured in round 0. (Without `unpriced`, both quick runs of 2026-12-06 on
+    the real model spent round 0 on the two fp32 cells and never tried bf16 with 32-token blocks.)"""
     space = eager_space(base=start, hardware=hardware, limits=setup.limits)
-    return await run_search(
-        SearchPlan(
-            search_id=f"bench-search-{name}",
-            baseline=space[0],
-            baseline_class=HARDWARE_CLASS,
-            candidates=[(c, HARDWARE_CLASS) for c in space],
-            budget=setup.budget,
-            objective=Objective.P50_TTFT,
-            noise=NOISE,
-            must_try=tuple(unpriced_representatives(space, base=space[0])),
-        ),
-        model=ThreadedModel(model),
-        execute=trials,
+    return SearchPlan(
+        search_id=f"bench-search-{name}",
+        baseline=space[0],
+        baseline_class=HARDWARE_CLASS,
+        candidates=[(c, HARDWARE_CLASS) for c in space],
+        budget=setup.budget,
+        objective=Objective.P50_TTFT,
+        noise=NOISE,
+        must_try=tuple(unpriced_representatives(space, base=space[0])),
+        unpriced=tuple(unpriced_keys(space, base=space[0])),
     )
 
 

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from evertune.searcher.space import candidate_space
 
-from evertune.apps.benchmarks.search import GRID, QUICK_GRID, eager_space, mistuned_start, setup_of, sized
+from evertune.apps.benchmarks.search import (
+    GRID,
+    QUICK_GRID,
+    eager_space,
+    mistuned_start,
+    search_plan,
+    setup_of,
+    sized,
+)
 from evertune.apps.benchmarks.search_grid import (
     GridPoint,
     grid_key,
@@ -136,6 +144,17 @@ def test_the_grids_hold_vllms_cpu_defaults_first_and_both_dtypes() -> None:
     fp32 = base.model_copy(update={"dtype": "float32"})
     around = eager_space(base=fp32, hardware=hardware, limits=QUICK_GRID)
     assert {grid_key(c.spec) for c in around} == {grid_key(c.spec) for c in quick}
+
+
+def test_a_search_plan_leaves_the_other_dtype_unpriced_as_the_searcher_service_does() -> None:
+    """Unranked until measured: the model predicts an fp32 cell as its bf16 twin, and two quick runs
+    on the real model spent round 0 on both fp32 cells while that tie was ranked."""
+    base = EngineSpec(model="/m", enforce_eager=True, kv_cache_space_gib=2)
+    hardware = get_profile("cpu")
+    plan = search_plan(setup_of(True), start=base, hardware=hardware, name="defaults")
+    fp32 = {c.key for c, _ in plan.candidates if c.spec.dtype == "float32"}
+    assert len(fp32) == 2 and set(plan.unpriced) == fp32
+    assert len(plan.must_try) == 1 and plan.must_try[0] in fp32  # the defaults' own fp32 twin
 
 
 @pytest.mark.parametrize(("bf16_ms", "fp32_ms", "slow"), [(50.0, 80.0, "float32"), (820.0, 33.0, None)])
