@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +40,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         group = "engine" if item.get_closest_marker("engine") else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def _cores_left_as_found() -> Iterator[None]:
+    """Every test leaves this process on the cores it found: the processes a later test starts
+    inherit them, and a demo started on one core models a machine half the size (a CI run's sim
+    demo queued for 30 s, 2026-12-06)."""
+    before = os.sched_getaffinity(0)
+    yield
+    after = os.sched_getaffinity(0)
+    if after != before:
+        os.sched_setaffinity(0, before)
+        pytest.fail(f"the test left this process on cores {sorted(after)}, not {sorted(before)}")
 
 
 @pytest.fixture(scope="session")

@@ -71,6 +71,9 @@ def up(
         for key, value in demo_environment(options).items():
             os.environ.setdefault(key, value)
     shared = shared_settings(data_dir)
+    # What this command starts reads the same data dir as its services, --data-dir included: the
+    # sim engine's calibration (`default_data_dir()`) came from ~/.evertune under a --data-dir demo.
+    os.environ["EVERTUNE_DATA_DIR"] = str(shared.data_dir.expanduser())
     lock = DataDirLock(shared.data_dir.expanduser())
     lock.acquire()
     try:

@@ -4,6 +4,7 @@ the demo endpoint on the sim engine, the voice traffic with its shift, the repor
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from evertune.domain.perfmodel import Efficiency, save_calibration
 from tests.apps.cli.helpers import (
     assert_one_line_error,
     cli_env,
@@ -43,7 +45,12 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_the_demo_runs_end_to_end_on_the_sim_engine(data_dir: Path) -> None:
+def test_the_demo_runs_end_to_end_on_the_sim_engine(data_dir: Path, tmp_path: Path) -> None:
+    # A calibration in the default data dir (~/.evertune) of a machine 100 times slower: the demo
+    # on --data-dir must not read it (one on a development machine once queued every request 30 s).
+    home = tmp_path / "home"
+    slow = Efficiency(compute=0.005, bandwidth=0.007)
+    save_calibration(home / ".evertune", "cpu", {"efficiency": dataclasses.asdict(slow)})
     result = evertune(
         "up",
         "--demo",
@@ -53,7 +60,7 @@ def test_the_demo_runs_end_to_end_on_the_sim_engine(data_dir: Path) -> None:
         str(DURATION_S),
         "--data-dir",
         str(data_dir),
-        env=cli_env(),
+        env=cli_env(HOME=str(home)),
         timeout=DURATION_S + 100,
     )
     out = result.stdout
