@@ -42,6 +42,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _data_dir_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The default data dir of everything this session runs is its own, never the user's
+    ~/.evertune (whose calibration would price the sim engine for another model); commands the
+    tests start get theirs through `cli_env` or --data-dir."""
+    before = os.environ.get("EVERTUNE_DATA_DIR")
+    os.environ["EVERTUNE_DATA_DIR"] = str(tmp_path_factory.mktemp("default-data-dir"))
+    yield
+    if before is None:
+        del os.environ["EVERTUNE_DATA_DIR"]
+    else:
+        os.environ["EVERTUNE_DATA_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def _cores_left_as_found() -> Iterator[None]:
     """Every test leaves this process on the cores it found: the processes a later test starts
