@@ -44,6 +44,7 @@ from typing import Any
 import aiohttp
 
 from evertune.apps.benchmarks import Figures
+from evertune.apps.benchmarks.interleave import rotated
 from evertune.apps.benchmarks.scratch import ScratchBus, scratch_bus
 from evertune.domain.model import ensure_model
 from evertune.domain.percentiles import percentile
@@ -171,8 +172,7 @@ async def _measure_rate(
     paths = [DIRECT, *gateways]
     out: list[RoundResult] = []
     for repeat in range(plan.repeats):
-        shift = repeat % len(paths)
-        for path in paths[shift:] + paths[:shift]:
+        for path in rotated(paths, repeat):
             if path == DIRECT:
                 client = await _client(upstream, "bench", rate_rps, plan.duration_s)
                 used = 0.0

@@ -61,6 +61,7 @@ from google.protobuf.json_format import ParseDict
 from rich.console import RenderableType
 
 from evertune.apps.benchmarks import step
+from evertune.apps.benchmarks.interleave import rotated
 from evertune.apps.demo.driver import Demo, DemoRun, EndpointPlan, endpoint_spec
 from evertune.apps.demo.panel import DemoEvent, config_text, stage_verdicts
 from evertune.apps.demo.report import Figures, figures
@@ -369,8 +370,7 @@ async def run(quick: bool) -> dict[str, Any]:
             )
             measured: list[Measured] = []
             for repeat in range(repeats):
-                order = ARMS[repeat % len(ARMS) :] + ARMS[: repeat % len(ARMS)]
-                for arm in order:
+                for arm in rotated(ARMS, repeat):
                     arm_plan = dataclasses.replace(
                         plan,
                         # one name per window: the telemetry count of a window is its endpoint's rows

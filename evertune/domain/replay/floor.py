@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from evertune.domain.replay.client import replay
-from evertune.domain.replay.results import ReplayRun
+from evertune.domain.replay.results import ReplayRun, RequestResult
 from evertune.domain.workloads import PlannedRequest
 
 #: Seconds a request may wait in the client for its turn (a run of n requests alone takes about
@@ -40,9 +40,11 @@ async def replay_alone(
     model: str | None = None,
     rate: float = 1.0,
     prime: bool = False,
+    on_sent: Callable[[str], None] | None = None,
+    on_result: Callable[[RequestResult], None] | None = None,
 ) -> ReplayRun:
     """Replay `plan` one request at a time on `target` (an idle engine), its answers cut to one
-    token; `rate` and `prime` as in `replay`."""
+    token; the other arguments as in `replay`."""
     return await replay(
         alone(plan),
         target=target,
@@ -51,6 +53,8 @@ async def replay_alone(
         max_in_flight=1,
         timeout_s=ALONE_TIMEOUT_S,
         prime=prime,
+        on_sent=on_sent,
+        on_result=on_result,
     )
 
 
