@@ -8,12 +8,13 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
-from evertune.searcher.model import Measured, SearchModel, ThreadedModel, scaled
+from evertune.searcher.model import Measured, Prediction, SearchModel, ThreadedModel, scaled
 from evertune.searcher.noise import Verdict
 from evertune.searcher.orchestrate import (
     Outcome,
     SearchPlan,
     TrialResult,
+    predicted_scores,
     run_search,
     slo_waived,
     trial_score,
@@ -157,6 +158,33 @@ def test_a_p50_search_whose_live_configuration_misses_the_slo_ranks_what_misses_
     assert trial_score(faster, p50_plan, slo_waived=True) == -375.0
     assert trial_score(faster, p50_plan, slo_waived=False) == -math.inf
     assert trial_score(_missing_slo("c2", 200.0, correct=False), p50_plan, slo_waived=True) == -math.inf
+
+
+def test_with_nothing_predicted_feasible_a_p50_search_ranks_by_predicted_p50(
+    searcher_model_dir: Path,
+) -> None:
+    """An uncalibrated prior predicted every cell of the real model's grid past the p50 target
+    (1,009-1,131 ms against 550; measured 161-248): ranking them by attainment (all alike) let the
+    first round skip the fastest; by p50 it comes first. A goodput search keeps nearness to the SLO."""
+    cands = space(searcher_model_dir)[:3]
+    by_key = {c.key: c for c in cands}
+
+    def missing(p50: float, attainment: float) -> Prediction:
+        return Prediction(
+            figures=Figures(goodput_rps=0.0, ttft_p50_ms=p50, meets_slo=False, attainment=attainment),
+            points=(),
+        )
+
+    predictions = {cands[0].key: missing(1131.0, 0.95), cands[1].key: missing(1009.0, 0.95)}
+    predictions[cands[2].key] = missing(1500.0, 0.97)
+    p50 = predicted_scores(predictions, by_key, Objective.P50_TTFT)
+    assert max(p50, key=lambda k: p50[k]) == cands[1].key and p50[cands[1].key] == -1009.0
+    goodput = predicted_scores(predictions, by_key, Objective.GOODPUT)
+    assert max(goodput, key=lambda k: goodput[k]) == cands[2].key  # the nearest to the SLO's share
+    feasible = {**predictions, cands[0].key: replace(predictions[cands[0].key], figures=Figures(
+        goodput_rps=4.0, ttft_p50_ms=1131.0, meets_slo=True))}  # fmt: skip
+    scored = predicted_scores(feasible, by_key, Objective.P50_TTFT)
+    assert scored[cands[0].key] == -1131.0 and scored[cands[1].key] == -math.inf  # the SLO rules again
 
 
 async def test_a_baseline_that_cannot_run_fails_the_search_at_once(
