@@ -47,20 +47,16 @@ def _data_dir_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """The default data dir of everything this session runs is its own, never the user's
     ~/.evertune (whose calibration would price the sim engine for another model); commands the
     tests start get theirs through `cli_env` or --data-dir."""
-    before = os.environ.get("EVERTUNE_DATA_DIR")
-    os.environ["EVERTUNE_DATA_DIR"] = str(tmp_path_factory.mktemp("default-data-dir"))
-    yield
-    if before is None:
-        del os.environ["EVERTUNE_DATA_DIR"]
-    else:
-        os.environ["EVERTUNE_DATA_DIR"] = before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EVERTUNE_DATA_DIR", str(tmp_path_factory.mktemp("default-data-dir")))
+        yield
 
 
 @pytest.fixture(autouse=True)
 def _cores_left_as_found() -> Iterator[None]:
     """Every test leaves this process on the cores it found: the processes a later test starts
-    inherit them, and a demo started on one core models a machine half the size (a CI run's sim
-    demo queued for 30 s, 2026-12-06)."""
+    inherit them, and a sim engine started on fewer cores models a smaller machine (the hardware
+    profile counts the cores this process may run on)."""
     before = os.sched_getaffinity(0)
     yield
     after = os.sched_getaffinity(0)

@@ -71,10 +71,12 @@ def up(
         for key, value in demo_environment(options).items():
             os.environ.setdefault(key, value)
     shared = shared_settings(data_dir)
+    folder = shared.data_dir.expanduser()
     # What this command starts reads the same data dir as its services, --data-dir included: the
-    # sim engine's calibration (`default_data_dir()`) came from ~/.evertune under a --data-dir demo.
-    os.environ["EVERTUNE_DATA_DIR"] = str(shared.data_dir.expanduser())
-    lock = DataDirLock(shared.data_dir.expanduser())
+    # engines keep EVERTUNE_DATA_DIR (`ENGINE_KEPT_SETTINGS`) and the sim engine's calibration is
+    # read from it (`default_data_dir()`), which was ~/.evertune under a --data-dir demo.
+    os.environ["EVERTUNE_DATA_DIR"] = str(folder)
+    lock = DataDirLock(folder)
     lock.acquire()
     try:
         return asyncio.run(_up(shared, duration_s=None if demo else duration_s, demo=options))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import statistics
@@ -500,24 +501,16 @@ class Demo:
         self._phase = BASELINE
         self.traffic_started.set()
         announcer = asyncio.create_task(self._announce(nc, start))
-        if self.one_at_a_time:
-            sending = replay_alone(
+        send = replay_alone if self.one_at_a_time else functools.partial(replay, timeout_s=120.0)
+        replaying = asyncio.create_task(
+            send(
                 traffic.requests,
                 target=self.where.gateway_url,
                 model=self.endpoint.name,
                 on_sent=self._on_sent,
                 on_result=self._on_result,
             )
-        else:
-            sending = replay(
-                traffic.requests,
-                target=self.where.gateway_url,
-                model=self.endpoint.name,
-                on_sent=self._on_sent,
-                on_result=self._on_result,
-                timeout_s=120.0,
-            )
-        replaying = asyncio.create_task(sending)
+        )
         ending = asyncio.create_task(self.end_traffic.wait())
         try:
             await asyncio.wait({replaying, ending}, return_when=asyncio.FIRST_COMPLETED)
