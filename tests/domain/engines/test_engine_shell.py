@@ -73,8 +73,9 @@ async def test_an_engines_temp_files_go_to_its_own_folder_removed_at_stop(tmp_pa
     its own (TMPDIR, VLLM_RPC_BASE_PATH), gone when it stops."""
     python = fake_python(
         tmp_path,
-        'touch "$TMPDIR/vllm_dist_x" "$VLLM_RPC_BASE_PATH/socket"\n'
-        'echo "$TORCHINDUCTOR_CACHE_DIR" > "$0.inductor"\nsleep 300',
+        # the cache dir is written before the socket appears, so seeing the socket means both exist
+        'echo "$TORCHINDUCTOR_CACHE_DIR" > "$0.inductor"\n'
+        'touch "$TMPDIR/vllm_dist_x" "$VLLM_RPC_BASE_PATH/socket"\nsleep 300',
     )
     engine = VllmEngine(SPEC, log_dir=tmp_path / "logs", python=python, hardware=CPU)
     await engine.start()
