@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 #: pytest worker processes (pytest-xdist); 0 runs the suite in one process
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test lint proto clean prometheus model-packages
+.PHONY: install demo test lint proto clean prometheus model-packages engines
 
 install: $(STAMP) prometheus model-packages
 
@@ -55,6 +55,16 @@ $(PACKAGES_STAMP): $(MODEL_PACKAGES) | $(STAMP)
 		-d $(VENV)/share/evertune/packages
 	touch $(PACKAGES_STAMP)
 
+# llama.cpp's own server and quantizer (`llama-server`, `llama-quantize`), built from the llama.cpp
+# vendored in the pinned llama-cpp-python sdist (evertune/domain/engines/llama_cpp_sources.txt:
+# version and SHA-256) for this machine's CPU (GGML_NATIVE), into
+# .venv/share/evertune/llama-cpp/<key>/bin/; the key covers the sdist, the cmake flags and the CPU's
+# ISA flags, so a second run only prints the folder. Not part of `install`: the build takes about
+# 5 minutes on 2 cores (295 s with the download, AMD EPYC Zen 5, 2026-12-07). `make test` runs it:
+# the llama.cpp engine's tests serve real models with it.
+engines: $(STAMP)
+	$(PY) -m evertune.infra.llama_cpp_build
+
 # `make demo ARGS="--duration 120 --engine sim"`: ARGS come after DEMO_ARGS, so they win.
 demo: $(STAMP) model-packages
 	$(VENV)/bin/evertune up --demo $(DEMO_ARGS) $(ARGS)
@@ -63,7 +73,7 @@ demo: $(STAMP) model-packages
 # (the groups: tests/conftest.py). The kernel tests run after them in a process of their own: Triton
 # reads TRITON_INTERPRET when it is first imported, and a worker may have imported it (through vLLM)
 # before them (tests/kernels/conftest.py). PYTEST_ARGS are options for both runs (`-k`, `-x`, `-m`).
-test: $(STAMP) prometheus model-packages lint
+test: $(STAMP) prometheus model-packages engines lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/kernels $(PYTEST_ARGS)
 	$(PY) -m pytest -q tests/kernels $(PYTEST_ARGS)
 

@@ -144,7 +144,7 @@ class SpeculativeConfig(_message.Message):
     def __init__(self, method: _Optional[str] = ..., num_speculative_tokens: _Optional[int] = ..., draft_model: _Optional[str] = ..., prompt_lookup_max: _Optional[int] = ...) -> None: ...
 
 class EngineConfig(_message.Message):
-    __slots__ = ("engine", "model", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "enforce_eager", "dtype", "block_size", "kv_cache_space_gib", "speculative", "quantization", "tensor_parallel_size", "replicas", "kernels", "max_model_len")
+    __slots__ = ("engine", "model", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "enforce_eager", "dtype", "block_size", "kv_cache_space_gib", "speculative", "quantization", "tensor_parallel_size", "replicas", "kernels", "max_model_len", "micro_batch_tokens", "flash_attention", "cache_reuse_tokens")
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +161,9 @@ class EngineConfig(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     KERNELS_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FLASH_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    CACHE_REUSE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     engine: str
     model: str
     max_num_seqs: int
@@ -177,7 +180,10 @@ class EngineConfig(_message.Message):
     replicas: int
     kernels: str
     max_model_len: int
-    def __init__(self, engine: _Optional[str] = ..., model: _Optional[str] = ..., max_num_seqs: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., enable_chunked_prefill: _Optional[bool] = ..., enable_prefix_caching: _Optional[bool] = ..., enforce_eager: _Optional[bool] = ..., dtype: _Optional[str] = ..., block_size: _Optional[int] = ..., kv_cache_space_gib: _Optional[float] = ..., speculative: _Optional[_Union[SpeculativeConfig, _Mapping]] = ..., quantization: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., replicas: _Optional[int] = ..., kernels: _Optional[str] = ..., max_model_len: _Optional[int] = ...) -> None: ...
+    micro_batch_tokens: int
+    flash_attention: bool
+    cache_reuse_tokens: int
+    def __init__(self, engine: _Optional[str] = ..., model: _Optional[str] = ..., max_num_seqs: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., enable_chunked_prefill: _Optional[bool] = ..., enable_prefix_caching: _Optional[bool] = ..., enforce_eager: _Optional[bool] = ..., dtype: _Optional[str] = ..., block_size: _Optional[int] = ..., kv_cache_space_gib: _Optional[float] = ..., speculative: _Optional[_Union[SpeculativeConfig, _Mapping]] = ..., quantization: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., replicas: _Optional[int] = ..., kernels: _Optional[str] = ..., max_model_len: _Optional[int] = ..., micro_batch_tokens: _Optional[int] = ..., flash_attention: _Optional[bool] = ..., cache_reuse_tokens: _Optional[int] = ...) -> None: ...
 
 class EndpointSpec(_message.Message):
     __slots__ = ("name", "tenant", "model", "slo", "hardware_pool", "initial_engine_config", "search_policy", "alert_routes", "correctness_agreement_threshold", "objective", "rollout")

@@ -1,6 +1,6 @@
 """The `local` serving backend: a deployment's engines are processes on this machine.
 
-Engines come from `evertune.domain.engines.backend.make_engine` (kinds "vllm" and "sim"), one per replica,
+Engines come from the engines' registry (`evertune.domain.engines.make_engine`: any kind), one per replica,
 each on its own loopback port, serving the endpoint's name as its model (the gateway sends the
 endpoint name upstream). A supervisor checks each replica's process every `health_interval_s`;
 one that exited is restarted on the same port (so the route table stays right) at most
@@ -16,19 +16,23 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
-import aiohttp
 from evertune.deployer.backend import EngineReport, ReportSink, Target
 from evertune.deployer.cores import cores_per_engine, place
 from evertune.deployer.plan import RestartBudget
 
-from evertune.domain.engines import EngineGroup, EngineSpec, HardwareProfile, MetricsUnavailable, get_profile
-from evertune.domain.engines import backend as engines_backend
-from evertune.domain.engines.metrics import fetch_metrics
+from evertune.domain.engines import (
+    Engine,
+    EngineFactory,
+    EngineSpec,
+    HardwareProfile,
+    MetricsUnavailable,
+    get_profile,
+    make_engine,
+)
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument
 from evertune.infra.logging import get_logger
 from evertune.infra.nats_server import free_port
@@ -36,61 +40,6 @@ from evertune.infra.runtime.tasks import cancel_and_wait
 from evertune.v1 import endpoint_pb2
 
 log = get_logger("evertune.deployer.local")
-
-
-class EngineHandle(Protocol):
-    """What the local backend uses of an engine (VllmEngine and the sim engine both have it)."""
-
-    @property
-    def base_url(self) -> str: ...
-
-    @property
-    def running(self) -> bool: ...
-
-    async def start(self) -> None: ...
-
-    async def wait_ready(self, timeout_s: float = 300.0) -> None: ...
-
-    async def stop(self, timeout_s: float = 20.0) -> None: ...
-
-
-class EngineFactory(Protocol):
-    """`make_engine`'s signature."""
-
-    def __call__(
-        self,
-        spec: EngineSpec,
-        *,
-        log_dir: Path,
-        port: int | None = None,
-        hardware: HardwareProfile | None = None,
-        served_model_name: str | None = None,
-        cpu_cores: Sequence[int] = (),
-    ) -> EngineHandle: ...
-
-
-def make_engine(
-    spec: EngineSpec,
-    *,
-    log_dir: Path,
-    port: int | None = None,
-    hardware: HardwareProfile | None = None,
-    served_model_name: str | None = None,
-    cpu_cores: Sequence[int] = (),
-) -> EngineHandle:
-    """One engine replica from `evertune.domain.engines.backend.make_engine` (the backend starts one
-    engine per replica, so it never gets an EngineGroup)."""
-    engine = engines_backend.make_engine(
-        spec,
-        log_dir=log_dir,
-        port=port,
-        hardware=hardware,
-        served_model_name=served_model_name,
-        cpu_cores=cpu_cores,
-    )
-    if isinstance(engine, EngineGroup):
-        raise InvalidArgument("the local backend starts one engine per replica")
-    return engine
 
 
 def hardware_for(hardware_class: str) -> HardwareProfile | None:
@@ -103,7 +52,7 @@ class _Replica:
     index: int  #: replica index
     port: int  #: kept across restarts
     cores: list[int]  #: CPU cores a vLLM-CPU replica is bound to (empty: not placed); kept across restarts
-    engine: EngineHandle  #: the current engine process
+    engine: Engine  #: the current engine process
     budget: RestartBudget  #: restart policy state
     supervisor: asyncio.Task[None] | None = None  #: the liveness loop, once ready
 
@@ -146,7 +95,6 @@ class LocalBackend:
         self._allowed_cores = sorted(os.sched_getaffinity(0))
         self._per_engine = cores_per_engine(len(self._allowed_cores), cpu_cores_per_engine)
         self._running: dict[str, _Running] = {}
-        self._session: aiohttp.ClientSession | None = None
 
     # -- the protocol -----------------------------------------------------------------------
 
@@ -214,14 +162,12 @@ class LocalBackend:
         running = self._running.get(deployment_id)
         if running is None:
             return 0
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
         total = 0
         for replica in running.replicas:
             if not replica.engine.running:
                 continue
             try:
-                metrics = await fetch_metrics(self._session, replica.engine.base_url, timeout_s=2.0)
+                metrics = await replica.engine.scrape_metrics()
             except MetricsUnavailable:
                 return None
             total += round(metrics.requests_running + metrics.requests_waiting)
@@ -255,9 +201,6 @@ class LocalBackend:
     async def close(self) -> None:
         for deployment_id in list(self._running):
             await self.stop(deployment_id)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -272,7 +215,7 @@ class LocalBackend:
         taken = [r.cores for running in self._running.values() for r in running.replicas]
         return place(self._allowed_cores, taken, per_engine=self._per_engine)
 
-    def _engine(self, target: Target, port: int, cores: list[int]) -> EngineHandle:
+    def _engine(self, target: Target, port: int, cores: list[int]) -> Engine:
         return self._factory(
             self._replica_spec(target.engine),
             log_dir=self.log_dir / target.endpoint / target.deployment_id,

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from evertune.deployer.api import SERVICE_NAME, EndpointApi
 from evertune.deployer.backend import ServingBackend
 from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
-from evertune.deployer.backend_local import EngineFactory, LocalBackend, make_engine
+from evertune.deployer.backend_local import LocalBackend
 from evertune.deployer.controller import Deployer
 from evertune.deployer.metrics import DeployerMetrics, EngineReplica
 from evertune.deployer.model_roots import ModelRoots
@@ -22,6 +22,7 @@ from evertune.deployer.winner_check import StoredWinners
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
+from evertune.domain.engines import EngineFactory, make_engine
 from evertune.errors import InvalidArgument, SettingsError
 from evertune.infra.bus import ConsumerSpec, DurableConsumer, PoisonMessage
 from evertune.infra.events import EventKind, event_filter_subject

@@ -54,7 +54,14 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from evertune.domain.engines.errors import MetricsUnavailable
-from evertune.domain.engines.metrics import EMPTY_HISTOGRAM, EngineMetrics, delta, fetch_metrics
+from evertune.domain.engines.metrics import (
+    EMPTY_HISTOGRAM,
+    EngineMetrics,
+    MetricsParser,
+    delta,
+    fetch_metrics,
+)
+from evertune.domain.engines.registry import ENGINES
 from evertune.errors import EvertuneError, InvalidArgument, NotFound
 from evertune.infra.bus import Bucket, ConsumerSpec, DurableConsumer, PoisonMessage, publish_event
 from evertune.infra.events import EventKind, new_event
@@ -290,7 +297,7 @@ class ProfilerService(Service):
             keys = [k for k in await bucket.keys() if k.startswith(f"{endpoint}.")]
         except Exception as err:  # no bucket, NATS trouble: the report falls back to telemetry
             return None, {"engine_metrics": f"deployments not readable: {err}"}
-        urls: list[str] = []
+        urls: list[tuple[str, MetricsParser]] = []
         for key in keys:
             entry = await bucket.get(key)
             if entry is None:
@@ -300,17 +307,23 @@ class ProfilerService(Service):
             except DecodeError:
                 continue
             if deployment.upstream_url:
-                urls.append(deployment.upstream_url)
+                # each engine kind's /metrics read by its own parser (vLLM's for an unknown kind)
+                kind = ENGINES.get(deployment.engine_config.engine or "vllm", ENGINES["vllm"])
+                urls.append((deployment.upstream_url, kind.parse_metrics))
         if not urls:
             return None, {"engine_metrics": "no deployment with an upstream URL"}
         if self._http is None:
             self._http = aiohttp.ClientSession()
         deltas = []
         problems = []
-        for url in urls:
+        for url, parse in urls:
             try:
                 after = await fetch_metrics(
-                    self._http, url, timeout_s=self.settings.scrape_timeout_s, scraped_at=time.time()
+                    self._http,
+                    url,
+                    parse=parse,
+                    timeout_s=self.settings.scrape_timeout_s,
+                    scraped_at=time.time(),
                 )
             except MetricsUnavailable as err:
                 problems.append(str(err))

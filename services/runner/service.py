@@ -48,7 +48,7 @@ from evertune.runner.metrics import RunnerStats, runner_metrics
 from evertune.runner.records import TrialRecords
 from evertune.runner.report import completed, completed_event_id, row
 from evertune.runner.settings import RunnerSettings
-from evertune.runner.trial import EngineFactory, TrialOutcome, TrialRunner, default_engine_factory
+from evertune.runner.trial import TrialEngineFactory, TrialOutcome, TrialRunner, default_engine_factory
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
@@ -81,7 +81,7 @@ class RunnerService(Service):
         self,
         settings: RunnerSettings,
         *,
-        engine_factory: EngineFactory | None = None,
+        engine_factory: TrialEngineFactory | None = None,
         model_dir: Path | None = None,
     ) -> None:
         super().__init__()

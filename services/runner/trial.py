@@ -5,12 +5,11 @@ trace it cannot read, an engine that never gets ready or crashes, a deadline pas
 `TrialOutcome` with status "error" or "timeout", its one-line error, and the engine log's tail.
 The engine is always stopped before `run` returns (or is cancelled).
 
-Engines come from an `EngineFactory` (`evertune.domain.engines.backend.make_engine` by default, vLLM's
-shell where that module is missing); anything with the `TrialEngine` methods serves, which is how
-the tests put a small HTTP server in the engine's place and how `sim-*` runners get the
-performance model (engine kind "sim").
+Engines come from a `TrialEngineFactory` (by default the engines' registry, any engine kind: vLLM,
+llama.cpp, the performance model "sim"); anything with the `TrialEngine` methods serves, which is
+how the tests put a small HTTP server in the engine's place.
 
-A config with several replicas runs as a `ReplicaGroup`: every replica is started and checked, the
+A config with several replicas runs as an `EngineGroup`: every replica is started and checked, the
 warm-up goes to each, the golden answers come from the first (replicas are one config), and each
 measured replay spreads over all of them, one conversation per replica in turn
 (`evertune.domain.replay.replay` with several targets), so prefix caching works per replica as it would
@@ -28,7 +27,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -48,10 +47,14 @@ from evertune.runner.measure import RateFigures, at_rate, rate_figures, skip_hig
 from evertune.runner.settings import RunnerSettings
 from evertune.runner.trace import TraceLookup, TraceSource, TraceUnavailable, open_trace, stored_trace_ref
 
-from evertune.domain.engines import EngineGroup, EngineSpec, EngineStartFailed, get_profile
-from evertune.domain.engines.backend import make_engine
-from evertune.domain.engines.replicas import start_all, stop_all, wait_all_ready
-from evertune.domain.engines.vllm import split_cores
+from evertune.domain.engines import (
+    EngineGroup,
+    EngineSpec,
+    EngineStartFailed,
+    get_profile,
+    make_engine,
+    make_replicas,
+)
 from evertune.domain.gate_result import GateResult
 from evertune.domain.replay import list_models, replay, summarize_run
 from evertune.domain.workloads import VoiceWorkload, plan_voice
@@ -82,58 +85,14 @@ class TrialEngine(Protocol):
     def log_tail(self, n: int = ...) -> list[str]: ...
 
 
-#: Builds the engine of a spec, its logs under the folder; nothing is started yet.
-EngineFactory = Callable[[EngineSpec, Path], TrialEngine]
-
-
-class ReplicaGroup:
-    """Several replicas of one config as one `TrialEngine` (the replay spreads over `urls`).
-
-    Started one after another (they then load side by side); ready when all are (the first failure
-    stops every replica and is raised); healthy per replica; stopped together.
-    """
-
-    def __init__(self, replicas: Sequence[TrialEngine]) -> None:
-        if not replicas:
-            raise ValueError("a replica group needs at least one replica")
-        self.replicas = list(replicas)  #: the replicas, in order
-
-    @property
-    def urls(self) -> list[str]:
-        """Base URLs of the replicas, in order."""
-        return [replica.base_url for replica in self.replicas]
-
-    @property
-    def base_url(self) -> str:
-        """The first replica's URL (golden answers and model listing go there)."""
-        return self.replicas[0].base_url
-
-    async def start(self) -> None:
-        await start_all(self.replicas)
-
-    async def wait_ready(self, timeout_s: float = 300.0) -> None:
-        await wait_all_ready(self.replicas, timeout_s)
-
-    async def stop(self, timeout_s: float = 20.0) -> None:
-        await stop_all(self.replicas, timeout_s)
-
-    async def health(self) -> list[bool]:
-        """Health of each replica, in order."""
-        return [bool(h) for h in await asyncio.gather(*(replica.health() for replica in self.replicas))]
-
-    def log_tail(self, n: int = 40) -> list[str]:
-        """The last lines of every replica's log, each marked with its replica (n in all, at most)."""
-        each = max(1, n // len(self.replicas))
-        return [
-            f"[replica {i}] {line}"
-            for i, replica in enumerate(self.replicas)
-            for line in replica.log_tail(each)
-        ]
+#: Builds the engine (or `EngineGroup` of replicas) of a trial's spec, its logs under the folder;
+#: nothing is started yet.
+TrialEngineFactory = Callable[[EngineSpec, Path], TrialEngine]
 
 
 def engine_urls(engine: TrialEngine) -> list[str]:
-    """Where a trial's replay goes: every replica of a `ReplicaGroup`, else the engine's one URL."""
-    return engine.urls if isinstance(engine, ReplicaGroup) else [engine.base_url]
+    """Where a trial's replay goes: every replica of an `EngineGroup`, else the engine's one URL."""
+    return engine.urls if isinstance(engine, EngineGroup) else [engine.base_url]
 
 
 class EngineCrashed(Unavailable):
@@ -198,29 +157,25 @@ class TrialOutcome:
             self.log_tail = log_tail
 
 
-def default_engine_factory(settings: RunnerSettings) -> EngineFactory:
-    """Engines through `evertune.domain.engines.backend.make_engine`, or vLLM's shell where it is missing.
+def default_engine_factory(settings: RunnerSettings) -> TrialEngineFactory:
+    """Engines of any kind through the engines' registry (`make_engine`, `make_replicas`).
 
     On CPU with `split_cores`, the engine is bound to every allowed core but the last, which the
-    measuring client keeps (see `client_core`); several replicas split those cores evenly. Several
-    replicas become a `ReplicaGroup` of the backend's `EngineGroup` replicas.
+    measuring client keeps (see `client_core`); several replicas split those cores evenly (engines
+    that bind to cores: `EngineType.binds_cores`). Each whole server keeps to its cores (process
+    affinity, and the engine's own thread binding): binding the threads alone lets vLLM pin its API
+    process onto another engine's busy core (services/deployer/cores.py).
     """
 
     def make(spec: EngineSpec, log_dir: Path) -> TrialEngine:
         # "cpu" is this machine; a named class validates against its profile (an unknown one
         # fails the trial with one line, not the runner's start).
         hardware = None if settings.hardware == "cpu" else get_profile(settings.hardware)
-        engine = make_engine(spec, log_dir=log_dir, hardware=hardware)
-        replicas = engine.replicas if isinstance(engine, EngineGroup) else [engine]
         bind = engine_cores(settings)
-        if bind and spec.kind == "vllm":
-            # Each whole server keeps to its cores (process affinity and vLLM's OpenMP binding,
-            # `VllmEngine.cpu_cores`): binding the threads alone lets vLLM pin the API process
-            # onto another engine's busy core (services/deployer/cores.py). The backend's own split
-            # of several replicas (over every allowed core) is replaced.
-            for replica, cores in zip(replicas, split_cores(sorted(bind), len(replicas)), strict=True):
-                replica.cpu_cores = cores
-        return ReplicaGroup(replicas) if isinstance(engine, EngineGroup) else engine
+        cores = sorted(bind) if bind else None
+        if spec.replica_count > 1:
+            return make_replicas(spec, log_dir=log_dir, hardware=hardware, cpu_cores=cores)
+        return make_engine(spec, log_dir=log_dir, hardware=hardware, cpu_cores=cores or ())
 
     return make
 
@@ -261,7 +216,7 @@ class TrialRunner:
         self,
         settings: RunnerSettings,
         *,
-        engine_factory: EngineFactory,
+        engine_factory: TrialEngineFactory,
         model_dir: Path | Callable[[], Path],
         log_dir: Path,
         references: ReferenceLookup,

@@ -3,11 +3,8 @@ waiting on KV state."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
+import os
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -18,9 +15,9 @@ import aiohttp
 from evertune.deployer.kubernetes import KubernetesTarget, Rendered, deployment_manifests
 from evertune.profiler import sink
 
-from evertune.domain.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile
-from evertune.domain.engines.metrics import fetch_metrics
-from evertune.infra.nats_server import free_port
+from evertune.domain.engines import EngineMetrics, EngineSpec, HardwareProfile, get_profile
+from evertune.domain.engines.metrics import fetch_metrics, parse_metrics
+from evertune.domain.engines.process import ProcessEngine
 from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
@@ -35,43 +32,31 @@ SLOW_READY_S = 1.5
 T = TypeVar("T")
 
 
-class StandInEngine:
-    """A stand-in engine: `tests/fake_engine.py` in its own process, with the EngineHandle surface.
+class StandInEngine(ProcessEngine):
+    """A stand-in engine: `tests/fake_engine.py` in evertune's engine shell (the `Engine` protocol).
 
     It streams 5 tokens 5 ms apart, each its tag `s<max_num_seqs>`, so tests can tell configurations
     apart; the first at once, unless the request's `X-Fake: ttft_ms=...` holds it.
     """
 
+    name = "stand-in"
+
     def __init__(
         self, spec: EngineSpec, *, log_dir: Path, port: int | None, served_model_name: str | None
     ) -> None:
-        self.spec = spec
-        self.log_dir = log_dir
-        self.port = port or free_port()
-        self.model = served_model_name or spec.model
+        super().__init__(
+            spec, log_dir=log_dir, hardware=get_profile("cpu"), port=port, served_model_name=served_model_name
+        )
         self.tag = f"s{spec.max_num_seqs or 0}"
-        self._proc: asyncio.subprocess.Process | None = None
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.returncode is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    async def start(self) -> None:
+    def command(self) -> tuple[list[str], dict[str, str]]:
         argv = [
             sys.executable,
             str(FAKE_ENGINE),
             "--port",
             str(self.port),
             "--model",
-            self.model,
+            self.model_name,
             "--tag",
             self.tag,
             "--ttft-ms",
@@ -85,42 +70,10 @@ class StandInEngine:
             argv += ["--exit-at-start", "1"]
         if self.spec.model == SLOW_MODEL:
             argv += ["--ready-after", str(SLOW_READY_S)]
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with (self.log_dir / f"stand-in-{self.port}.log").open("ab") as log:
-            self._proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
-            )
+        return argv, dict(os.environ)
 
-    async def wait_ready(self, timeout_s: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        async with aiohttp.ClientSession() as session:
-            while True:
-                if not self.running:
-                    await self.stop()
-                    raise EngineStartFailed(f"stand-in engine on port {self.port} exited before it was ready")
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with session.get(
-                        f"{self.base_url}/health", timeout=aiohttp.ClientTimeout(total=1)
-                    ) as r:
-                        if r.status == 200:
-                            return
-                if time.monotonic() > deadline:
-                    await self.stop()
-                    raise EngineStartFailed(
-                        f"stand-in engine on port {self.port} not ready after {timeout_s} s"
-                    )
-                await asyncio.sleep(0.05)
-
-    async def stop(self, timeout_s: float = 20.0) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.returncode is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+    def parse_metrics(self, text: str, *, scraped_at: float) -> EngineMetrics:
+        return parse_metrics(text, scraped_at=scraped_at)
 
 
 class StandInFactory:

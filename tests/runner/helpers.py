@@ -10,9 +10,9 @@ from pathlib import Path
 
 from evertune.runner import RunnerSettings
 from evertune.runner.trial import (
-    EngineFactory,
     Reference,
     TrialEngine,
+    TrialEngineFactory,
     TrialOutcome,
     TrialRunner,
     default_engine_factory,
@@ -41,7 +41,7 @@ class FakeEngine(VllmEngine):
         )
 
 
-def fake_factory(behaviour: Callable[[EngineSpec], list[str]] = lambda spec: []) -> EngineFactory:
+def fake_factory(behaviour: Callable[[EngineSpec], list[str]] = lambda spec: []) -> TrialEngineFactory:
     """Engines whose behaviour (fake_engine.py options) depends on the spec."""
 
     def make(spec: EngineSpec, log_dir: Path) -> TrialEngine:

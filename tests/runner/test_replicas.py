@@ -7,7 +7,6 @@ from pathlib import Path
 
 from evertune.runner.trial import (
     Reference,
-    ReplicaGroup,
     TrialEngine,
     TrialRunner,
     default_engine_factory,
@@ -15,8 +14,7 @@ from evertune.runner.trial import (
     engine_urls,
 )
 
-from evertune.domain.engines import EngineSpec, VllmEngine
-from evertune.domain.engines.vllm import split_cores
+from evertune.domain.engines import EngineGroup, EngineSpec, VllmEngine, split_cores
 from evertune.domain.replay.priming import PRIMER_SUFFIX
 from evertune.v1 import endpoint_pb2
 
@@ -35,7 +33,7 @@ async def test_a_two_replica_config_spreads_each_rate_over_both_replicas(tmp_pat
     def factory(spec: EngineSpec, log_dir: Path) -> TrialEngine:
         one = spec.model_copy(update={"replicas": None})
         made.append([FakeEngine(one, log_dir=log_dir, args=[]) for _ in range(spec.replica_count)])
-        return ReplicaGroup(made[-1])
+        return EngineGroup(made[-1])
 
     async def no_reference(trial_id: str) -> Reference | None:
         return None
@@ -78,7 +76,7 @@ def test_the_default_factory_makes_a_group_of_the_backends_replicas(tmp_path: Pa
     config = settings(hardware="cpu", split_cores=True)
     make = default_engine_factory(config)
     engine = make(EngineSpec(model=str(tiny_model), replicas=2, kv_cache_space_gib=1.0), tmp_path)
-    assert isinstance(engine, ReplicaGroup) and len(engine.replicas) == 2
+    assert isinstance(engine, EngineGroup) and len(engine.replicas) == 2
     urls = engine_urls(engine)
     assert len(set(urls)) == 2 and engine.base_url == urls[0]
     cores = engine_cores(config)
@@ -92,4 +90,4 @@ def test_the_default_factory_makes_a_group_of_the_backends_replicas(tmp_path: Pa
         binds = [r.command()[1]["VLLM_CPU_OMP_THREADS_BIND"] for r in replicas]
         assert binds == [",".join(map(str, share)) for share in shares]
     one = make(EngineSpec(model=str(tiny_model), kv_cache_space_gib=1.0), tmp_path)
-    assert not isinstance(one, ReplicaGroup) and engine_urls(one) == [one.base_url]
+    assert not isinstance(one, EngineGroup) and engine_urls(one) == [one.base_url]

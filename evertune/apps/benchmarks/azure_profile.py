@@ -43,8 +43,7 @@ from typing import Any
 import numpy as np
 
 from evertune.apps.benchmarks import Figures
-from evertune.domain.engines import EngineSpec
-from evertune.domain.engines.backend import make_engine
+from evertune.domain.engines import EngineSpec, make_engine
 from evertune.domain.engines.hardware import get_profile
 from evertune.domain.engines.sim import SimEngine
 from evertune.domain.model import ensure_model, load_tokenizer

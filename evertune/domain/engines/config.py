@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from evertune.domain.engines.errors import InvalidEngineConfig
 from evertune.v1 import endpoint_pb2
 
-EngineKind = Literal["vllm", "sim"]
+EngineKind = Literal["vllm", "sim", "llama.cpp"]
 Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 Kernels = Literal["vllm", "evertune"]
 SpeculativeMethod = Literal["ngram", "eagle", "eagle3", "mtp", "draft_model"]
@@ -57,7 +57,8 @@ class EngineSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: "vllm" (a real vLLM server) or "sim" (evertune's performance model; no process backend).
+    #: "vllm" (a real vLLM server), "llama.cpp" (llama.cpp's server) or "sim" (evertune's
+    #: performance model). Which knobs each takes: `registry.ENGINES`.
     kind: EngineKind = "vllm"
     #: Model the engine loads: a local folder (or a hub id where the hub can be reached).
     model: str = Field(min_length=1)
@@ -79,7 +80,8 @@ class EngineSpec(BaseModel):
     kv_cache_space_gib: float | None = Field(default=None, gt=0)
     #: Speculative decoding; None = none.
     speculative: SpeculativeSpec | None = None
-    #: Quantization method (`--quantization`); None = as the checkpoint is.
+    #: Weights format: vLLM's `--quantization` method or "int8-w8a8" (evertune's int8 copy);
+    #: llama.cpp's GGUF file type ("q4_1", "q8_0", ...). None = as the checkpoint is.
     quantization: str | None = Field(default=None, min_length=1)
     #: Tensor-parallel degree, in devices per replica.
     tensor_parallel_size: int | None = Field(default=None, gt=0)
@@ -89,6 +91,12 @@ class EngineSpec(BaseModel):
     max_model_len: int | None = Field(default=None, gt=0)
     #: Attention/GEMM kernels: vLLM's own, or evertune's tuned Triton kernels via the vLLM plugin.
     kernels: Kernels | None = None
+    #: llama.cpp's physical batch, tokens computed in one pass (`-ub`).
+    micro_batch_tokens: int | None = Field(default=None, gt=0)
+    #: llama.cpp's flash attention on or off (None: the build's `auto`).
+    flash_attention: bool | None = None
+    #: llama.cpp's reuse of cached prompt chunks of at least this many tokens (`--cache-reuse`).
+    cache_reuse_tokens: int | None = Field(default=None, ge=0)
 
     @property
     def replica_count(self) -> int:
@@ -159,7 +167,21 @@ _OPTIONAL_SCALARS: tuple[str, ...] = (
     "replicas",
     "kernels",
     "max_model_len",
+    "micro_batch_tokens",
+    "flash_attention",
+    "cache_reuse_tokens",
 )
+#: Every knob of an `EngineSpec`: what is not the kind or the model.
+KNOBS: tuple[str, ...] = (*_OPTIONAL_SCALARS, "speculative")
+
+
+def foreign_knobs(spec: EngineSpec, accepted: frozenset[str]) -> list[str]:
+    """One line for every knob `spec` sets that its engine does not take (`accepted`)."""
+    return [
+        f"knob {name} is not a knob of engine {spec.kind!r}"
+        for name in KNOBS
+        if getattr(spec, name) is not None and name not in accepted
+    ]
 
 
 def _first_error(err: ValidationError) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -226,10 +227,20 @@ def delta(before: EngineMetrics, after: EngineMetrics) -> MetricsDelta:
     )
 
 
+#: Reads an engine's /metrics text (`parse_metrics` for vLLM's): `parse(text, scraped_at=...)`.
+MetricsParser = Callable[..., EngineMetrics]
+
+
 async def fetch_metrics(
-    session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 5.0, scraped_at: float = 0.0
+    session: aiohttp.ClientSession,
+    base_url: str,
+    *,
+    parse: MetricsParser | None = None,
+    timeout_s: float = 5.0,
+    scraped_at: float = 0.0,
 ) -> EngineMetrics:
-    """GET `<base_url>/metrics` and parse it; raises `MetricsUnavailable` with one line on failure."""
+    """GET `<base_url>/metrics` and parse it (`parse`, vLLM's form by default); raises
+    `MetricsUnavailable` with one line on failure."""
     url = f"{base_url.rstrip('/')}/metrics"
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
@@ -238,7 +249,7 @@ async def fetch_metrics(
             text = await response.text()
     except (aiohttp.ClientError, TimeoutError) as err:
         raise MetricsUnavailable(f"engine metrics {url} unreachable: {err or type(err).__name__}") from None
-    return parse_metrics(text, scraped_at=scraped_at)
+    return (parse or parse_metrics)(text, scraped_at=scraped_at)
 
 
 def _ms(seconds: float | None) -> float | None:

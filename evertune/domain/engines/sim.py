@@ -1,7 +1,7 @@
 """The `sim` engine kind: evertune's performance model served as an OpenAI-compatible engine.
 
 `SimEngine` starts `python -m evertune.domain.perfmodel.server` in a subprocess (its own process group, a
-log file, parent-death signal: the same shell as `VllmEngine`, whose lifecycle it reuses) and has
+log file, parent-death signal: the shell every engine runs in, `process.ProcessEngine`) and has
 the same surface: `start`, `wait_ready`, `health`, `scrape_metrics`, `stop`, `base_url`,
 `async with`. A subprocess keeps the modelled step timing away from the caller's event loop and
 the GIL. It reads only `config.json` and `tokenizer.json` of the model folder and starts in about
@@ -17,15 +17,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from evertune.domain.engines.config import EngineSpec
 from evertune.domain.engines.errors import KnobRefused
 from evertune.domain.engines.hardware import HardwareProfile, detect_local
-from evertune.domain.engines.vllm import BASE_ENV, VllmEngine
-from evertune.domain.engines.vllm_args import engine_environ
-from evertune.infra.nats_server import free_port
+from evertune.domain.engines.metrics import EngineMetrics, parse_metrics
+from evertune.domain.engines.process import ProcessEngine
+from evertune.domain.engines.protocol import EngineType
+from evertune.domain.engines.vllm import BASE_ENV
+from evertune.domain.engines.vllm_args import VLLM_KNOBS, engine_environ
+from evertune.domain.engines.vllm_args import refuse_reasons as vllm_refuse_reasons
 
 #: Module the sim engine runs.
 SIM_SERVER_MODULE = "evertune.domain.perfmodel.server"
@@ -45,8 +48,10 @@ def sim_refuse_reasons(spec: EngineSpec, hardware: HardwareProfile) -> list[str]
     return reasons
 
 
-class SimEngine(VllmEngine):
+class SimEngine(ProcessEngine):
     """One sim server for an `EngineSpec` of kind "sim" (see the module doc)."""
+
+    name = "sim"
 
     def __init__(
         self,
@@ -61,31 +66,22 @@ class SimEngine(VllmEngine):
         hardware: HardwareProfile | None = None,
         calibration: Path | None = None,
     ) -> None:
-        # VllmEngine's constructor validates against vLLM's rules, which refuse kind "sim": the
-        # attributes its lifecycle methods use are set here instead.
-        self.hardware = hardware or detect_local()
-        reasons = sim_refuse_reasons(spec, self.hardware)
+        simulated = hardware or detect_local()
+        reasons = sim_refuse_reasons(spec, simulated)
         if reasons:
-            raise KnobRefused(reasons, hardware=self.hardware.name)
-        self.spec = spec
-        self.host = host
-        self.port = port or free_port()
+            raise KnobRefused(reasons, hardware=simulated.name)
+        # the sim server runs on any core: no `cpu_cores`
+        super().__init__(
+            spec,
+            log_dir=log_dir,
+            hardware=simulated,
+            host=host,
+            port=port,
+            served_model_name=served_model_name,
+            extra_env=extra_env,
+        )
         self.python = python
-        self.served_model_name = served_model_name
-        self.log_dir = log_dir
-        self.extra_env = dict(extra_env or {})
-        self.cpu_cores: list[int] = []  #: the sim server runs on any core
         self.calibration = calibration
-        self.startup_s = None
-        self._proc = None
-        self._log = None
-        self._session = None
-        self._started_at = 0.0
-
-    @property
-    def log_file(self) -> Path:
-        """The sim server's stdout and stderr."""
-        return self.log_dir / f"sim-{self.port}.log"
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The command line and environment of the sim server."""
@@ -113,3 +109,50 @@ class SimEngine(VllmEngine):
         env.update(BASE_ENV)
         env.update(self.extra_env)
         return argv, env
+
+    def parse_metrics(self, text: str, *, scraped_at: float) -> EngineMetrics:
+        """The sim server exposes vLLM's metric names."""
+        return parse_metrics(text, scraped_at=scraped_at)
+
+
+def _build(
+    spec: EngineSpec,
+    *,
+    log_dir: Path,
+    port: int | None = None,
+    hardware: HardwareProfile | None = None,
+    served_model_name: str | None = None,
+    cpu_cores: Sequence[int] = (),
+) -> SimEngine:
+    """A sim server for the hardware simulated (default this machine's CPU profile), priced with
+    the factors `evertune model calibrate` stored for it when there are any; `cpu_cores` unused
+    (the model's timing does not depend on where its server runs)."""
+    from evertune.domain.perfmodel.calibration import calibration_path, default_data_dir
+
+    simulated = hardware or detect_local()
+    stored = calibration_path(default_data_dir(), simulated.name)
+    return SimEngine(
+        spec,
+        log_dir=log_dir,
+        port=port,
+        hardware=simulated,
+        served_model_name=served_model_name,
+        calibration=stored if stored.is_file() else None,
+    )
+
+
+ENGINE_TYPE = EngineType(
+    kind="sim",
+    summary="evertune's performance model served as an engine (a vLLM server's timing, no model)",
+    knobs=VLLM_KNOBS,  # it models a vLLM server
+    # The vLLM rules judge the knobs it models (as `kind="vllm"`), then the model's own limits.
+    refuse=lambda spec, hardware, exists: (
+        vllm_refuse_reasons(spec.model_copy(update={"kind": "vllm"}), hardware, path_exists=exists)
+        + sim_refuse_reasons(spec, hardware)
+    ),
+    build=_build,
+    parse_metrics=parse_metrics,
+    routes=("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"),
+    top_logprobs=0,  # its answers are words without logprobs
+    binds_cores=False,
+)

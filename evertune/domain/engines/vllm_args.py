@@ -12,11 +12,13 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from evertune.domain.engines.config import EngineSpec
+from evertune.domain.engines.config import KNOBS, EngineSpec, foreign_knobs
 from evertune.domain.engines.errors import KnobRefused
 from evertune.domain.engines.hardware import HardwareProfile
 
 GIB = 2**30
+#: Knobs of `EngineSpec` vLLM takes (every one but llama.cpp's own).
+VLLM_KNOBS = frozenset(KNOBS) - {"micro_batch_tokens", "flash_attention", "cache_reuse_tokens"}
 
 #: Environment variables that knobs own. The engine shell drops them from the inherited environment
 #: so that a knob left at None really means vLLM's default, not whatever the parent had set.
@@ -148,7 +150,7 @@ def refuse_reasons(
     """Why `spec` cannot run on `hardware` (one line each); empty when it can."""
     reasons: list[str] = []
     if spec.kind != "vllm":
-        reasons.append(f"engine kind {spec.kind!r} has no process backend (only 'vllm' starts an engine)")
+        reasons.append(f"engine kind {spec.kind!r} is not 'vllm'")
 
     tp = spec.tensor_parallel_size or 1
     replicas = spec.replica_count
@@ -234,21 +236,15 @@ def refuse_reasons(
     return reasons
 
 
-def knob_refusals(spec: EngineSpec, hardware: HardwareProfile) -> list[str]:
-    """Why the knobs of `spec` cannot run on `hardware`, judged as a vLLM engine's (a `sim` spec
-    models one) and without looking at the filesystem (paths are the runner's to check)."""
-    as_vllm = spec.model_copy(update={"kind": "vllm"})
-    return refuse_reasons(as_vllm, hardware, path_exists=lambda _path: True)
-
-
 def validate(
     spec: EngineSpec,
     hardware: HardwareProfile,
     *,
     path_exists: Callable[[str], bool] = os.path.exists,
 ) -> None:
-    """Raise `KnobRefused` with every reason `spec` cannot run on `hardware`; return if it can."""
-    reasons = refuse_reasons(spec, hardware, path_exists=path_exists)
+    """Raise `KnobRefused` with every reason `spec` cannot run on `hardware` as a vLLM engine
+    (llama.cpp's knobs set: one line each); return if it can."""
+    reasons = foreign_knobs(spec, VLLM_KNOBS) + refuse_reasons(spec, hardware, path_exists=path_exists)
     if reasons:
         raise KnobRefused(reasons, hardware=hardware.name)
 

@@ -31,14 +31,20 @@ from evertune.errors import InvalidArgument
 #: GGUF architectures the importer knows.
 ARCHITECTURES = ("llama",)
 #: GGUF tokenizer pre-tokenizer names -> whether digits are split one by one before the byte-level
-#: split (llama.cpp: "smollm", "starcoder", "refact", ... split every digit; "gpt2" does not).
-PRE_TOKENIZERS: dict[str, bool] = {"gpt2": False, "default": False, "smollm": True, "starcoder": True}
+#: split (llama.cpp: "smollm", "starcoder", "refact", ... split every digit; "gpt-2" does not).
+PRE_TOKENIZERS: dict[str, bool] = {
+    "gpt2": False,
+    "gpt-2": False,
+    "default": False,
+    "smollm": True,
+    "starcoder": True,
+}
 #: GGUF token types (llama.cpp's `llama_token_type`) that are special tokens.
 _CONTROL = 3
 _USER_DEFINED = 4
 
-#: Per-layer GGUF tensor names -> Hugging Face names.
-_LAYER_TENSORS = {
+#: Per-layer GGUF tensor names -> Hugging Face names (`gguf_export.py` reads them backwards).
+LAYER_TENSORS = {
     "attn_norm": "input_layernorm",
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
@@ -49,7 +55,8 @@ _LAYER_TENSORS = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-_GLOBAL_TENSORS = {
+#: Whole-model GGUF tensor names -> Hugging Face names.
+GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
@@ -218,12 +225,12 @@ def _tokenizer(meta: dict[str, Any], file: str) -> tuple[Tokenizer, SpecialToken
 
 
 def _hf_name(gguf_name: str, layers: int, file: str) -> str:
-    if gguf_name in _GLOBAL_TENSORS:
-        return _GLOBAL_TENSORS[gguf_name]
+    if gguf_name in GLOBAL_TENSORS:
+        return GLOBAL_TENSORS[gguf_name]
     match = _LAYER_NAME.fullmatch(gguf_name)
-    if match is None or match.group(2) not in _LAYER_TENSORS or int(match.group(1)) >= layers:
+    if match is None or match.group(2) not in LAYER_TENSORS or int(match.group(1)) >= layers:
         raise InvalidArgument(f"{file}: tensor {gguf_name!r} is not one of a Llama the importer knows")
-    return f"model.layers.{match.group(1)}.{_LAYER_TENSORS[match.group(2)]}.weight"
+    return f"model.layers.{match.group(1)}.{LAYER_TENSORS[match.group(2)]}.weight"
 
 
 def _unpermute(weights: np.ndarray, heads: int) -> np.ndarray:

@@ -17,16 +17,16 @@ import pytest
 
 from evertune.apps.harness.waiting import eventually
 from evertune.domain.engines import (
-    EngineGroup,
     EngineNotRunning,
     EngineSpec,
     EngineStartFailed,
     KnobRefused,
     VllmEngine,
     get_profile,
+    make_replicas,
 )
 from evertune.domain.engines.hardware import HardwareProfile, cpu_profile
-from evertune.domain.engines.vllm import process_group_pids, start_failure_cause
+from evertune.domain.engines.process import process_group_pids, start_failure_cause
 
 CPU = cpu_profile(cores=2, memory_gib=10.0)
 SPEC = EngineSpec(model="/models/none", enforce_eager=True)
@@ -131,7 +131,7 @@ async def test_a_refused_knob_raises_before_any_process_starts(tmp_path: Path) -
             EngineSpec(model="m", tensor_parallel_size=2), log_dir=tmp_path, python=python, hardware=CPU
         )
     with pytest.raises(KnobRefused, match="replicas > 1 on cpu need kv_cache_space_gib"):
-        EngineGroup(EngineSpec(model="m", replicas=2), log_dir=tmp_path, python=python, hardware=CPU)
+        make_replicas(EngineSpec(model="m", replicas=2), log_dir=tmp_path, hardware=CPU)
     with pytest.raises(KnobRefused, match="engine kind 'sim'"):
         VllmEngine(EngineSpec(kind="sim", model="m"), log_dir=tmp_path, python=python, hardware=CPU)
     assert _nothing_ran(tmp_path, marker)
@@ -215,18 +215,20 @@ def test_a_cpu_engine_on_one_core_runs_its_worker_in_the_engine_core_process(
 
 def test_group_gives_each_replica_its_port_and_cores(tmp_path: Path) -> None:
     spec = EngineSpec(model="m", replicas=2, kv_cache_space_gib=1.0)
-    group = EngineGroup(spec, log_dir=tmp_path, hardware=CPU, ports=[8201, 8202], served_model_name="m")
-    assert group.urls == ["http://127.0.0.1:8201", "http://127.0.0.1:8202"]
-    binds = [replica.command()[1].get("VLLM_CPU_OMP_THREADS_BIND") for replica in group.replicas]
+    group = make_replicas(spec, log_dir=tmp_path, hardware=CPU, served_model_name="m")
+    assert len(set(group.urls)) == 2 and group.base_url == group.urls[0]
+    replicas = [replica for replica in group.replicas if isinstance(replica, VllmEngine)]
+    assert len(replicas) == 2
+    binds = [replica.command()[1].get("VLLM_CPU_OMP_THREADS_BIND") for replica in replicas]
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) >= 2:
         assert binds[0] != binds[1]
         assert all(bind is not None for bind in binds)
         # each server keeps to its share of the cores (process affinity), disjoint from the other's
-        first, second = (set(replica.cpu_cores) for replica in group.replicas)
+        first, second = (set(replica.cpu_cores) for replica in replicas)
         assert first and second and not first & second
-        assert binds == [",".join(map(str, replica.cpu_cores)) for replica in group.replicas]
-    for replica in group.replicas:
+        assert binds == [",".join(map(str, replica.cpu_cores)) for replica in replicas]
+    for replica in replicas:
         assert replica.spec.replicas is None
         assert replica.command()[1]["VLLM_CPU_KVCACHE_SPACE"] == "1"  # KV space per replica
 

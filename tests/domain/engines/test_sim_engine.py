@@ -15,7 +15,7 @@ import pytest
 
 from evertune.domain.engines import EngineSpec, KnobRefused, SimEngine, make_engine
 from evertune.domain.engines.metrics import parse_metrics
-from evertune.domain.engines.vllm import process_group_pids
+from evertune.domain.engines.process import process_group_pids
 from evertune.domain.perfmodel.calibration import save_calibration
 
 

@@ -13,11 +13,10 @@ from evertune.domain.engines import (
     KnobRefused,
     SpeculativeSpec,
     knob_args,
-    refuse_reasons,
     server_command,
-    validate,
 )
 from evertune.domain.engines.hardware import cpu_profile
+from evertune.domain.engines.vllm_args import refuse_reasons, validate
 
 CPU = cpu_profile(cores=2, memory_gib=10.0)
 BIG_CPU = cpu_profile(cores=64, memory_gib=512.0)
@@ -178,7 +177,7 @@ def _exists(path: str) -> bool:
             "draft_model 'org/eagle' is not a local path",
         ),
         (CPU, {"kernels": "evertune"}, "kernels 'evertune' are not available on cpu"),
-        (CPU, {"kind": "sim"}, "engine kind 'sim' has no process backend"),
+        (CPU, {"kind": "sim"}, "engine kind 'sim' is not 'vllm'"),
     ],
 )
 def test_refusals_name_the_reason(hardware: Any, knobs: dict[str, Any], needle: str) -> None:

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from evertune.domain.engines import EngineSpec, EngineStartFailed, VllmEngine, delta
-from evertune.domain.engines.vllm import process_group_pids
+from evertune.domain.engines.process import process_group_pids
 
 pytestmark = pytest.mark.engine
 
