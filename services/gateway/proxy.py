@@ -52,6 +52,7 @@ from evertune.gateway.settings import GatewaySettings
 
 from evertune.domain.replay.sse import SseDecoder
 from evertune.errors import Unauthenticated
+from evertune.infra import engine_http
 from evertune.infra.runtime.auth import Principal, TokenLookup, authenticate
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 
@@ -128,6 +129,7 @@ class Proxy:
         self.in_flight = 0
         self.endpoint_in_flight: dict[str, int] = {}  #: endpoint -> requests it is serving now
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None  #: for a second send (`engine_http`)
         self.app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[json_errors])
         self.app.router.add_post("/v1/chat/completions", self.chat)
         self.app.router.add_post("/v1/completions", self.completions)
@@ -153,10 +155,13 @@ class Proxy:
         )
         connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+        self._fresh = engine_http.fresh_session(self._session)
 
     async def _close(self, _: web.Application) -> None:
         if self._session is not None:
             await self._session.close()
+        if self._fresh is not None:
+            await self._fresh.close()
 
     def _caller(self, request: web.Request) -> Principal:
         """Who sends `request` (everyone is an operator without keys); `Unauthenticated` without a
@@ -353,10 +358,12 @@ class Proxy:
         headers["X-Request-Id"] = obs.request_id
         headers["Content-Type"] = "application/json"
         url = route.upstream_url.rstrip("/") + request.path
-        assert self._session is not None
+        assert self._session is not None and self._fresh is not None
         obs.upstream_sent = time.perf_counter()
         try:
-            async with self._session.post(url, data=json.dumps(body).encode(), headers=headers) as upstream:
+            async with engine_http.post(
+                self._session, url, data=json.dumps(body).encode(), headers=headers, fresh=self._fresh
+            ) as upstream:
                 if upstream.status != 200 or not obs.stream:
                     return await self._whole(request, upstream, obs)
                 return await self._stream(request, upstream, obs, wants_usage)

@@ -32,6 +32,7 @@ from evertune.domain.replay.sse import BadChunk, SseDecoder, read_chunk
 from evertune.domain.replay.wire import API_PATHS, MODELS_PATH, base_url, encode_body
 from evertune.domain.workloads.plan import PlannedRequest
 from evertune.errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated, Unavailable
+from evertune.infra import engine_http
 
 Clock = Callable[[], float]
 PREFLIGHT_TIMEOUT_S = 10.0  #: the most the preflight `GET /v1/models` may take
@@ -195,6 +196,7 @@ class _Replay:
         self,
         *,
         session: aiohttp.ClientSession,
+        fresh: aiohttp.ClientSession,
         urls: Sequence[str],
         assigned: Sequence[int],
         model: str,
@@ -207,6 +209,8 @@ class _Replay:
         size: int,
     ) -> None:
         self.session = session
+        #: for a request whose pooled connection the engine had closed (`engine_http`)
+        self.fresh = fresh
         self.urls = urls  #: base URLs of the targets
         self.assigned = assigned  #: per request (plan order), the index of its target in `urls`
         self.model = model
@@ -357,7 +361,9 @@ class _Replay:
         stream: _Stream,
         sent: float,
     ) -> None:
-        async with self.session.post(url + API_PATHS[request.api], data=body, headers=headers) as response:
+        async with engine_http.post(
+            self.session, url + API_PATHS[request.api], data=body, headers=headers, fresh=self.fresh
+        ) as response:
             stream.status = response.status
             if response.status != 200:
                 detail = _error_message(await response.read())  # the body itself is not kept
@@ -420,7 +426,7 @@ async def replay(
     if not urls:
         raise InvalidArgument("replay needs at least one target URL")
     url = urls[0]
-    async with _new_session(headers) as session:
+    async with _new_session(headers) as session, engine_http.fresh_session(session) as fresh:
         preflight_s = min(timeout_s, PREFLIGHT_TIMEOUT_S)
         served = await served_models(session, url, timeout_s=preflight_s)
         chosen = _pick_model(served, model, url)
@@ -428,6 +434,7 @@ async def replay(
             _pick_model(await served_models(session, other, timeout_s=preflight_s), chosen, other)
         state = _Replay(
             session=session,
+            fresh=fresh,
             urls=urls,
             assigned=spread(plan, offsets, targets=len(urls)),
             model=chosen,

@@ -8,6 +8,7 @@ llama.cpp start in about a second.
 from __future__ import annotations
 
 import json
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +17,7 @@ import pytest
 from evertune.domain.engines import ENGINES, EngineSpec, make_engine
 from evertune.domain.engines.logprobs import completion_logprobs
 from evertune.domain.engines.process import process_group_pids
+from evertune.infra import engine_http
 
 #: The spec each kind is tried with (small KV space for vLLM; the tiny model's float GGUF for
 #: llama.cpp, made from the folder when the engine starts).
@@ -41,6 +43,13 @@ async def _stream(response: aiohttp.ClientResponse) -> list[dict[str, object] | 
     return events
 
 
+def _post(
+    http: aiohttp.ClientSession, url: str, body: dict[str, object], fresh: aiohttp.ClientSession
+) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
+    headers = {"Content-Type": "application/json"}
+    return engine_http.post(http, url, data=json.dumps(body).encode(), headers=headers, fresh=fresh)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_registered_engine_serves_the_openai_routes_and_its_metrics(
     kind: str, tmp_path: Path, tiny_model_dir: Path
@@ -48,11 +57,9 @@ async def test_a_registered_engine_serves_the_openai_routes_and_its_metrics(
     registered = ENGINES[kind]
     spec = EngineSpec.parse({"kind": kind, "model": str(tiny_model_dir), **SPECS[kind]})
     engine = make_engine(spec, log_dir=tmp_path, served_model_name="contract")
-    # A fresh connection per request: llama.cpp's HTTP server (cpp-httplib) closes the connection
-    # after a streamed answer though it says keep-alive, and aiohttp does not retry a POST on a
-    # pooled connection the server closed (docs/engines.md, llama.cpp).
-    fresh = aiohttp.TCPConnector(force_close=True)
-    async with engine, aiohttp.ClientSession(connector=fresh) as http:
+    # POSTs as evertune's clients send them (`engine_http`): llama.cpp's server closes the pooled
+    # connection after a streamed answer though it says keep-alive.
+    async with engine, aiohttp.ClientSession() as http, engine_http.fresh_session(http) as fresh:
         assert await engine.health() and engine.startup_s is not None
         async with http.get(f"{engine.base_url}/v1/models") as r:
             assert "contract" in [m["id"] for m in (await r.json())["data"]]
@@ -63,7 +70,7 @@ async def test_a_registered_engine_serves_the_openai_routes_and_its_metrics(
             "temperature": 0,
             "stream": True,
         }
-        async with http.post(f"{engine.base_url}/v1/chat/completions", json=chat) as r:
+        async with _post(http, f"{engine.base_url}/v1/chat/completions", chat, fresh) as r:
             assert r.status == 200, await r.text()
             events = await _stream(r)
         assert events[-1] == "[DONE]" and len(events) >= 3
@@ -75,7 +82,7 @@ async def test_a_registered_engine_serves_the_openai_routes_and_its_metrics(
         }
         if registered.top_logprobs:
             completion["logprobs"] = 3
-        async with http.post(f"{engine.base_url}/v1/completions", json=completion) as r:
+        async with _post(http, f"{engine.base_url}/v1/completions", completion, fresh) as r:
             assert r.status == 200, await r.text()
             choice = (await r.json())["choices"][0]
         if registered.top_logprobs:
