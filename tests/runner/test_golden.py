@@ -6,7 +6,6 @@ import pytest
 from evertune.runner.golden import (
     GOLDEN_AGENTS,
     _body,
-    _top_ids,
     common_prefix,
     golden_set,
     hash_answer,
@@ -59,13 +58,16 @@ def test_golden_sets_refuse_what_they_cannot_make() -> None:
         golden_set(count=0, max_tokens=8, seed=0)
 
 
-def test_golden_answers_stop_at_the_end_of_turn_or_the_cap() -> None:
-    prompt = golden_set(count=1, max_tokens=60, seed=0).prompts[0]
-    body = _body(prompt, model="m", max_tokens=60, top_logprobs=5)
-    # No ignore_eos: greedy, at most 60 tokens, the model's end of turn ends the answer; ids returned.
-    assert "ignore_eos" not in body
-    assert body["max_tokens"] == 60 and body["temperature"] == 0.0 and body["return_token_ids"] is True
-    assert body["top_logprobs"] == 5 and body["return_tokens_as_token_ids"] is True
+def test_golden_answers_are_greedy_completions_of_the_rendered_chat_up_to_the_end_of_turn_or_the_cap() -> (
+    None
+):
+    body = _body([1, 2, 3], model="m", max_tokens=60, top_logprobs=5)
+    # No ignore_eos: greedy, at most 60 tokens, the model's end of turn ends the answer; the chat
+    # goes as token ids (the same prompt for every engine), ids come back in the logprobs.
+    assert "ignore_eos" not in body and body["prompt"] == [1, 2, 3]
+    assert body["max_tokens"] == 60 and body["temperature"] == 0.0
+    assert body["logprobs"] == 5 and body["return_tokens_as_token_ids"] is True
+    assert _body([1], model="m", max_tokens=8, top_logprobs=0)["logprobs"] == 1  # the ids still
 
 
 def test_the_corpus_golden_set_is_deterministic_and_named_by_its_recipe() -> None:
@@ -99,24 +101,3 @@ def test_alternatives_are_the_steps_the_chain_would_take_with_each_top_token() -
     assert hash_chain([9], key="k")[0] == alternatives[0][1]
     # No logprobs from the engine: no alternatives, the chain unchanged.
     assert hash_answer([5, 6, 7], [], key="k") == (chain, [[], [], []])
-
-
-def test_top_ids_are_read_from_token_id_strings_only() -> None:
-    answer = {
-        "choices": [
-            {
-                "logprobs": {
-                    "content": [
-                        {
-                            "token": "token_id:5",
-                            "top_logprobs": [{"token": "token_id:5"}, {"token": "token_id:9"}],
-                        },
-                        {"token": "token_id:6", "top_logprobs": [{"token": "token_id:6"}]},
-                    ]
-                }
-            }
-        ]
-    }
-    assert _top_ids(answer) == [[5, 9], [6]]
-    as_text = {"choices": [{"logprobs": {"content": [{"token": "hi", "top_logprobs": [{"token": "hi"}]}]}}]}
-    assert _top_ids(as_text) == [] and _top_ids({"choices": [{}]}) == []

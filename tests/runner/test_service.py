@@ -91,10 +91,11 @@ def _endpoint() -> str:
 
 
 async def test_a_job_becomes_one_row_and_one_trial_completed(
-    nc: Client, js: JetStreamContext, store: Store, tmp_path: Path
+    nc: Client, js: JetStreamContext, store: Store, tmp_path: Path, tiny_model: Path
 ) -> None:
     endpoint = _endpoint()
-    service = RunnerService(settings(), engine_factory=fake_factory(), model_dir=tmp_path)
+    # the tiny model's chat format renders the golden chats the stand-in answers
+    service = RunnerService(settings(), engine_factory=fake_factory(), model_dir=tiny_model)
     trial_job = job(
         hardware=service.settings.hardware,
         endpoint=endpoint,
@@ -143,7 +144,7 @@ async def test_a_job_becomes_one_row_and_one_trial_completed(
         duration_s=1.0,
     )
     candidate.engine_config.enable_chunked_prefill = True
-    again = RunnerService(service.settings, engine_factory=fake_factory(), model_dir=tmp_path)
+    again = RunnerService(service.settings, engine_factory=fake_factory(), model_dir=tiny_model)
     async with watching(js, endpoint) as seen, running(again, nc, store):
         await publish(js, service.settings.subject, candidate, msg_id=candidate.job_id)
         [event] = await seen.wait_for("trial.completed", candidate.job_id, timeout_s=60)

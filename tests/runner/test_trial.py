@@ -30,8 +30,11 @@ def runner(
     *,
     behaviour: Callable[[EngineSpec], list[str]] = lambda spec: [],
     references: dict[str, Reference] | None = None,
+    model_dir: Path | None = None,
     **overrides: object,
 ) -> TrialRunner:
+    """A runner of stand-in engines; `model_dir`: the model folder whose chat format renders the
+    golden chats (the stand-ins serve "/models/fake", no folder), for trials with the correctness gate."""
     stored = references or {}
 
     async def lookup(trial_id: str) -> Reference | None:
@@ -40,7 +43,7 @@ def runner(
     return TrialRunner(
         settings(**overrides),
         engine_factory=fake_factory(behaviour),
-        model_dir=tmp_path,
+        model_dir=model_dir or tmp_path,
         log_dir=tmp_path / "logs",
         references=lookup,
     )
@@ -114,8 +117,10 @@ async def test_an_invalid_job_is_a_failed_trial_not_an_exception(tmp_path: Path)
     assert outcome.status == "error" and outcome.error.startswith("invalid job: invalid engine config")
 
 
-async def _baseline(tmp_path: Path, config: endpoint_pb2.EngineConfig) -> tuple[TrialOutcome, Reference]:
-    trial = runner(tmp_path)
+async def _baseline(
+    tmp_path: Path, config: endpoint_pb2.EngineConfig, model_dir: Path
+) -> tuple[TrialOutcome, Reference]:
+    trial = runner(tmp_path, model_dir=model_dir)
     outcome = await trial.run(
         job(
             hardware=trial.settings.hardware,
@@ -143,12 +148,17 @@ def _diverge_when(knob: str, value: object, at: int):  # type: ignore[no-untyped
     return lambda spec: ["--diverge-at", str(at)] if getattr(spec, knob) == value else []
 
 
-async def test_a_planted_wrong_exact_config_fails_the_exact_match_gate(tmp_path: Path) -> None:
+async def test_a_planted_wrong_exact_config_fails_the_exact_match_gate(
+    tmp_path: Path, tiny_model: Path
+) -> None:
     base_config = endpoint_pb2.EngineConfig(engine="vllm", model="/models/fake")
-    _, reference = await _baseline(tmp_path, base_config)
+    _, reference = await _baseline(tmp_path, base_config, tiny_model)
     # max_num_seqs is a batching knob (must be exact); this engine answers wrong from token 3 on.
     trial = runner(
-        tmp_path, behaviour=_diverge_when("max_num_seqs", 7, 3), references={reference.trial_id: reference}
+        tmp_path,
+        behaviour=_diverge_when("max_num_seqs", 7, 3),
+        references={reference.trial_id: reference},
+        model_dir=tiny_model,
     )
     planted = endpoint_pb2.EngineConfig(engine="vllm", model="/models/fake", max_num_seqs=7)
     outcome = await trial.run(
@@ -168,7 +178,7 @@ async def test_a_planted_wrong_exact_config_fails_the_exact_match_gate(tmp_path:
     assert gate.threshold == 1.0 and math.isclose(gate.value, 3 / 8)
     assert "exact change (max_num_seqs)" in gate.detail and "0/6 answers identical" in gate.detail
     # The same knob on an engine that answers right passes.
-    honest = runner(tmp_path, references={reference.trial_id: reference})
+    honest = runner(tmp_path, references={reference.trial_id: reference}, model_dir=tiny_model)
     fine = await honest.run(
         job(
             hardware=honest.settings.hardware,
@@ -184,11 +194,17 @@ async def test_a_planted_wrong_exact_config_fails_the_exact_match_gate(tmp_path:
     assert fine.gates[0].passed and fine.gates[0].value == 1.0
 
 
-async def test_a_lossy_change_passes_or_fails_by_the_policy_threshold(tmp_path: Path) -> None:
-    _, reference = await _baseline(tmp_path, endpoint_pb2.EngineConfig(engine="vllm", model="/models/fake"))
+async def test_a_lossy_change_passes_or_fails_by_the_policy_threshold(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    fake = endpoint_pb2.EngineConfig(engine="vllm", model="/models/fake")
+    _, reference = await _baseline(tmp_path, fake, tiny_model)
     lossy = endpoint_pb2.EngineConfig(engine="vllm", model="/models/fake", dtype="float32")
     trial = runner(
-        tmp_path, behaviour=_diverge_when("dtype", "float32", 7), references={reference.trial_id: reference}
+        tmp_path,
+        behaviour=_diverge_when("dtype", "float32", 7),
+        references={reference.trial_id: reference},
+        model_dir=tiny_model,
     )
     results = {}
     for threshold in (0.8, 0.95):

@@ -61,3 +61,51 @@ def completion_logprobs(choice: dict[str, Any]) -> list[Position]:
 
 def _best_first(alternatives: Any) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(alternatives, key=lambda alt: -alt[1]))
+
+
+#: How vLLM writes a token under `return_tokens_as_token_ids`.
+TOKEN_ID_PREFIX = "token_id:"
+
+
+def completion_token_ids(choice: dict[str, Any]) -> tuple[list[int], list[list[int]]]:
+    """A completion's token ids and, at each position, its top alternatives' ids (best first),
+    from its logprobs: vLLM writes ids as `token_id:<n>` texts (`return_tokens_as_token_ids`),
+    llama.cpp gives each entry an `id`. The end-of-turn token, where the model stopped on it, is
+    the last id (both engines list it).
+
+    Raises `InvalidArgument` (one line) where the logprobs carry no ids."""
+    logprobs = choice.get("logprobs")
+    if not logprobs:
+        raise InvalidArgument("the completion has no logprobs to read its token ids from")
+    if "content" in logprobs:
+        entries = logprobs["content"] or []
+        return (
+            [_entry_id(entry) for entry in entries],
+            [[_entry_id(alt) for alt in _ranked(entry.get("top_logprobs") or [])] for entry in entries],
+        )
+    if "tokens" in logprobs:
+        tops = logprobs.get("top_logprobs") or [{}] * len(logprobs["tokens"])
+        return (
+            [_id_of_text(str(token)) for token in logprobs["tokens"]],
+            [
+                [_id_of_text(alt) for alt, _ in sorted((top or {}).items(), key=lambda kv: -kv[1])]
+                for top in tops
+            ],
+        )
+    raise InvalidArgument(f"completion logprobs in an unknown form (keys: {', '.join(sorted(logprobs))})")
+
+
+def _ranked(alternatives: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(alternatives, key=lambda alt: -float(alt["logprob"]))
+
+
+def _entry_id(entry: dict[str, Any]) -> int:
+    if isinstance(entry.get("id"), int):
+        return int(entry["id"])
+    return _id_of_text(str(entry.get("token", "")))
+
+
+def _id_of_text(token: str) -> int:
+    if not token.startswith(TOKEN_ID_PREFIX):
+        raise InvalidArgument(f"a logprob token is text ({token[:20]!r}), not an id: ask for token ids")
+    return int(token.removeprefix(TOKEN_ID_PREFIX))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evertune.domain.engines.logprobs import Position, completion_logprobs
+from evertune.domain.engines.logprobs import Position, completion_logprobs, completion_token_ids
 from evertune.errors import InvalidArgument
 
 EXPECTED = [
@@ -44,3 +44,35 @@ def test_no_logprobs_is_empty_and_an_unknown_form_is_refused() -> None:
     assert completion_logprobs({"logprobs": None}) == [] and completion_logprobs({}) == []
     with pytest.raises(InvalidArgument, match="unknown form"):
         completion_logprobs({"logprobs": {"values": [1]}})
+
+
+def test_token_ids_of_both_forms() -> None:
+    vllm = {
+        "logprobs": {
+            "tokens": ["token_id:57", "token_id:2"],
+            "token_logprobs": [-0.1, -0.2],
+            "top_logprobs": [{"token_id:9": -3.0, "token_id:57": -0.1}, {"token_id:2": -0.2}],
+        }
+    }
+    llama_cpp = {
+        "logprobs": {
+            "content": [
+                {
+                    "id": 57,
+                    "token": "I",
+                    "logprob": -0.1,
+                    "top_logprobs": [{"id": 9, "logprob": -3.0}, {"id": 57, "logprob": -0.1}],
+                },
+                {"id": 2, "token": "", "logprob": -0.2, "top_logprobs": [{"id": 2, "logprob": -0.2}]},
+            ]
+        }
+    }
+    expected = ([57, 2], [[57, 9], [2]])
+    assert completion_token_ids(vllm) == expected and completion_token_ids(llama_cpp) == expected
+
+
+def test_token_ids_need_ids_in_the_logprobs() -> None:
+    with pytest.raises(InvalidArgument, match="text"):
+        completion_token_ids({"logprobs": {"tokens": [" at"], "token_logprobs": [-0.1]}})
+    with pytest.raises(InvalidArgument, match="no logprobs"):
+        completion_token_ids({"logprobs": None})
