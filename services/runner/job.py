@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from google.protobuf.message import DecodeError
 
-from evertune.domain.engines import EngineSpec
+from evertune.domain.engines import EngineSpec, engine_type
 from evertune.domain.slo import Slo
 from evertune.errors import InvalidArgument
 from evertune.infra.bus import PoisonMessage
@@ -225,13 +225,21 @@ def engine_spec(
     """The spec the runner starts: the job's config, with the runner's defaults where it is silent.
 
     An empty model is the runner's local model; a `sim-*` runner runs kind "sim"; a CPU engine
-    without a KV cache size gets `cpu_default_kv_gib` (0 keeps vLLM's default). Raises
+    that takes a KV cache size (vLLM) and has none gets `cpu_default_kv_gib` (0 keeps vLLM's
+    default; llama.cpp sizes its KV cache by context instead). Raises
     `InvalidEngineConfig` (one line) for a config that is malformed.
     """
     spec = EngineSpec.from_proto(plan.config, default_model=default_model)
     update: dict[str, object] = {}
     if simulated:
         update["kind"] = "sim"
-    if cpu and not simulated and spec.kv_cache_space_gib is None and cpu_default_kv_gib > 0:
+    takes_kv_space = "kv_cache_space_gib" in engine_type(spec.kind).knobs
+    if (
+        cpu
+        and not simulated
+        and takes_kv_space
+        and spec.kv_cache_space_gib is None
+        and cpu_default_kv_gib > 0
+    ):
         update["kv_cache_space_gib"] = cpu_default_kv_gib
     return spec.model_copy(update=update) if update else spec

@@ -1,15 +1,16 @@
 """The correctness gate: does the candidate answer the golden set as the reference config does?
 
 Which changes must be exact: those that only reorganise the same arithmetic (batching, chunked
-prefill, prefix caching, replicas, block size, KV cache size, eager mode, context length). Greedy
+prefill, prefix caching, replicas, block size, KV cache size, eager mode, context length, and
+llama.cpp's micro-batch and prompt-chunk reuse). Greedy
 answers of one request served alone must agree token for token, or, when both sides carry top-k
 logprobs, every answer must be close by them (below): the same arithmetic in another order (a
 prefix read from the cache instead of recomputed, another chunking) rounds differently in bf16,
 which can break a near-tie (measured here: with prefix caching and chunked prefill changed
 together on the `small` model, 1 of 8 golden answers differed from token 11 on). A cache or kernel
 that computes something else is not close. Everything else that differs
-(quantization, dtype, kernels, speculative decoding, tensor parallelism, a different model or
-engine) is lossy: it must reach the agreement threshold the endpoint's policy sets (the job's
+(quantization, dtype, kernels, flash attention, speculative decoding, tensor parallelism, a
+different model or engine) is lossy: it must reach the agreement threshold the endpoint's policy sets (the job's
 GateSpec.threshold; 0 = `DEFAULT_AGREEMENT`), and the figure is reported either way.
 
 Agreement: the share of the reference's answer tokens the candidate reproduces before its first
@@ -49,6 +50,8 @@ EXACT_KNOBS: frozenset[str] = frozenset(
         "kv_cache_space_gib",
         "replicas",
         "max_model_len",
+        "micro_batch_tokens",  # llama.cpp's physical batch: how many tokens one pass computes
+        "cache_reuse_tokens",  # llama.cpp's reuse of cached prompt chunks
     }
 )
 
