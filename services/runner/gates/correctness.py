@@ -8,9 +8,9 @@ logprobs, every answer must be close by them (below): the same arithmetic in ano
 prefix read from the cache instead of recomputed, another chunking) rounds differently in bf16,
 which can break a near-tie (measured here: with prefix caching and chunked prefill changed
 together on the `small` model, 1 of 8 golden answers differed from token 11 on). A cache or kernel
-that computes something else is not close. Everything else that differs
-(quantization, dtype, kernels, flash attention, speculative decoding, tensor parallelism, a
-different model or engine) is lossy: it must reach the agreement threshold the endpoint's policy sets (the job's
+that computes something else is not close. Everything else that differs (quantization, dtype,
+kernels, flash attention, speculative decoding, tensor parallelism, a different model or engine)
+is lossy: it must reach the agreement threshold the endpoint's policy sets (the job's
 GateSpec.threshold; 0 = `DEFAULT_AGREEMENT`), and the figure is reported either way.
 
 Agreement: the share of the reference's answer tokens the candidate reproduces before its first
