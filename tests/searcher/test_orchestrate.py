@@ -298,6 +298,10 @@ async def test_the_engines_defaults_are_measured_and_reported_beside_the_live_co
     assert "vLLM's defaults" not in explain(result, _context(plan), spec_of={})
 
 
+#: vLLM in fp32 (the base's execution mode): the class the helpers' fp32 candidates are in.
+FP32_CLASS = UnpricedClass(engine="vllm", weights=None, dtype="float32", eager=False)
+
+
 def _dtype_space(model_dir: Path) -> list[Candidate]:
     """The helpers' space in bf16 and fp32, eager only (two classes of dtype and mode)."""
     limits = LIMITS.model_copy(update={"cpu_dtypes": ("bfloat16", "float32"), "cpu_enforce_eager": ()})
@@ -307,7 +311,7 @@ def _dtype_space(model_dir: Path) -> list[Candidate]:
 def _fp32_faster(model_dir: Path, voice: list[SimInput], live: UnpricedClass, speed: float) -> SearchModel:
     """Hardware on which fp32 runs `speed` times faster than the live dtype (an AVX2-only CPU)."""
     model = search_model(model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK, goodput=False)
-    return replace(model, live_class=live, class_speed={("cpu", ("float32", False)): speed})
+    return replace(model, live_class=live, class_speed={("cpu", FP32_CLASS): speed})
 
 
 def test_one_measured_trial_of_a_dtype_prices_every_candidate_of_it(
@@ -342,7 +346,7 @@ def test_one_measured_trial_of_a_dtype_prices_every_candidate_of_it(
     [hardware_fit] = [f for f in fits if f.knob_class is None]
     [dtype_fit] = [f for f in fits if f.knob_class is not None]
     assert hardware_fit.speed == pytest.approx(1.0, rel=0.02)
-    assert dtype_fit.knob_class == ("float32", False) and dtype_fit.speed == pytest.approx(3.0, rel=0.05)
+    assert dtype_fit.knob_class == FP32_CLASS and dtype_fit.speed == pytest.approx(3.0, rel=0.05)
     after = model.predict(other, "cpu")
     assert after.unpriced is False
     assert after.figures.ttft_p50_ms == pytest.approx(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from evertune.searcher.space import (
     SpaceLimits,
+    UnpricedClass,
     candidate_space,
     config_key,
     defaults_in_live_dtype_key,
@@ -266,5 +267,5 @@ def test_a_dtype_class_is_named_as_it_runs_whichever_base_the_space_was_built_ar
     assert (
         unpriced_class(BASE)
         == unpriced_class(BASE.model_copy(update={"dtype": "auto"}))
-        == ("bfloat16", False)
+        == UnpricedClass(engine="vllm", weights=None, dtype="bfloat16", eager=False)
     )

@@ -552,11 +552,15 @@ async def _model_ranking(
     return {
         "spearman": None if math.isnan(rank) else round(rank, 3),
         "spearman_within_class": None if math.isnan(within) else round(within, 3),
-        "class_speed": {
-            f"{dtype or 'auto'} {'eager' if eager else 'compiled'}": round(speed, 3)
-            for (_, (dtype, eager)), speed in model.class_speed.items()
-        },
+        "class_speed": {class_name(cls): round(speed, 3) for (_, cls), speed in model.class_speed.items()},
     }
+
+
+def class_name(cls: UnpricedClass) -> str:
+    """How a report names an unpriced class: "bfloat16 eager", "llama.cpp q8_0"."""
+    if cls.engine != "vllm":
+        return f"{cls.engine} {cls.weights or 'as stored'}"
+    return f"{cls.dtype or 'auto'} {'eager' if cls.eager else 'compiled'}"
 
 
 def mistuned_start(
