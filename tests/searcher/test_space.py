@@ -4,6 +4,7 @@ duplicates, and lossy knobs marked."""
 from __future__ import annotations
 
 from evertune.searcher.space import (
+    LLAMA_CPP_SLOT_CONTEXT,
     SpaceLimits,
     UnpricedClass,
     candidate_space,
@@ -18,7 +19,7 @@ from evertune.searcher.space import (
     unpriced_representatives,
 )
 
-from evertune.domain.engines import EngineSpec, get_profile, refuse_reasons
+from evertune.domain.engines import EngineSpec, get_profile, knob_refusals, refuse_reasons
 from evertune.domain.engines.hardware import cpu_profile
 
 CPU = cpu_profile(cores=2, memory_gib=11.5)
@@ -269,3 +270,28 @@ def test_a_dtype_class_is_named_as_it_runs_whichever_base_the_space_was_built_ar
         == unpriced_class(BASE.model_copy(update={"dtype": "auto"}))
         == UnpricedClass(engine="vllm", weights=None, dtype="bfloat16", eager=False)
     )
+
+
+def test_llama_cpp_joins_a_cpu_space_only_when_asked_each_format_an_unpriced_class() -> None:
+    plain = candidate_space(base=BASE, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
+    assert all(c.spec.kind == "vllm" for c in plain)
+    limits = WITH_DTYPES.model_copy(
+        update={"cpu_engines": ("llama.cpp",), "cpu_gguf_types": ("bf16", "q8_0")}
+    )
+    space = candidate_space(base=BASE, hardware=CPU, limits=limits, max_replicas=1)
+    llama = [c for c in space if c.spec.kind == "llama.cpp"]
+    # file type x slots (4, 8) x prompt cache (on: llama.cpp's default, written unset; off)
+    assert len(llama) == 2 * 2 * 2 and all(c.lossy for c in llama)
+    assert {c.spec.quantization for c in llama} == {"bf16", "q8_0"}
+    assert all(c.spec.max_model_len == LLAMA_CPP_SLOT_CONTEXT and c.spec.block_size is None for c in llama)
+    # vLLM's knobs never reach a llama.cpp candidate (they would be refused), nor the reverse
+    assert all(knob_refusals(c.spec, CPU) == [] for c in space)
+    base = next(c for c in space if c.spec == BASE)
+    representatives = {
+        unpriced_class(c.spec) for c in space if c.key in unpriced_representatives(space, base=base)
+    }
+    assert {cls for cls in representatives if cls.engine == "llama.cpp"} == {
+        UnpricedClass(engine="llama.cpp", weights="bf16", dtype=None, eager=False),
+        UnpricedClass(engine="llama.cpp", weights="q8_0", dtype=None, eager=False),
+    }
+    assert {c.key for c in llama} <= set(unpriced_keys(space, base=base))
