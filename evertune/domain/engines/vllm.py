@@ -7,6 +7,7 @@ Nothing is downloaded: the engine's environment sets HF_HUB_OFFLINE and TRANSFOR
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import os
 import sys
@@ -20,6 +21,7 @@ from evertune.domain.engines.metrics import EngineMetrics, parse_metrics
 from evertune.domain.engines.process import ProcessEngine
 from evertune.domain.engines.protocol import EngineType
 from evertune.domain.engines.vllm_args import (
+    EVERTUNE_INT8,
     VLLM_KNOBS,
     engine_environ,
     refuse_reasons,
@@ -84,6 +86,14 @@ class VllmEngine(ProcessEngine):
             cpu_cores=cpu_cores,
         )
         self.python = python
+        #: the folder served: `spec.model`, or its int8 copy (`EVERTUNE_INT8`), made in `start`
+        self.model_path = spec.model
+
+    async def start(self) -> None:
+        """Make evertune's int8 copy of the model when the spec asks for it, then start the server."""
+        if not self.running and self.spec.quantization == EVERTUNE_INT8:
+            self.model_path = str(await asyncio.to_thread(_int8_copy, Path(self.spec.model)))
+        await super().start()
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The command line and the full environment the engine is started with."""
@@ -94,6 +104,7 @@ class VllmEngine(ProcessEngine):
             host=self.host,
             port=self.port,
             served_model_name=self.served_model_name,
+            model=self.model_path,
         )
         env = engine_environ(os.environ)
         env.update(BASE_ENV)
@@ -124,6 +135,13 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
+
+
+def _int8_copy(folder: Path) -> Path:
+    """evertune's int8 W8A8 copy of a model folder, beside it (`<folder>+int8-w8a8`), made once."""
+    from evertune.domain.model.quantize import make_int8_w8a8
+
+    return make_int8_w8a8(folder, folder.with_name(f"{folder.name}+{EVERTUNE_INT8}"))
 
 
 def _build(

@@ -17,6 +17,9 @@ from evertune.domain.engines.errors import KnobRefused
 from evertune.domain.engines.hardware import HardwareProfile
 
 GIB = 2**30
+#: `quantization` naming evertune's int8 W8A8 copy of the model (`evertune.domain.model.quantize`):
+#: the engine serves the copy, a compressed-tensors checkpoint, instead of the folder.
+EVERTUNE_INT8 = "int8-w8a8"
 #: Knobs of `EngineSpec` vLLM takes (every one but llama.cpp's own).
 VLLM_KNOBS = frozenset(KNOBS) - {"micro_batch_tokens", "flash_attention", "cache_reuse_tokens"}
 
@@ -101,7 +104,9 @@ def knob_args(spec: EngineSpec, *, hardware: HardwareProfile) -> VllmArgs:
             argv += ["--kv-cache-memory-bytes", str(int(gib * GIB))]
     if spec.speculative is not None:
         argv += ["--speculative-config", speculative_json(spec)]
-    if spec.quantization is not None:
+    if spec.quantization == EVERTUNE_INT8:
+        argv += ["--quantization", "compressed-tensors"]  # the copy's own format
+    elif spec.quantization is not None:
         argv += ["--quantization", spec.quantization]
     if spec.tensor_parallel_size is not None:
         argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
@@ -132,10 +137,13 @@ def server_command(
     host: str,
     port: int,
     served_model_name: str | None = None,
+    model: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The whole command line of one vLLM API server for `spec`, and the knob environment."""
+    """The whole command line of one vLLM API server for `spec`, and the knob environment.
+    `model`: the folder served when it is not `spec.model` (evertune's int8 copy of it)."""
     args = knob_args(spec, hardware=hardware)
-    argv = [python, "-m", API_SERVER_MODULE, "--model", spec.model, "--host", host, "--port", str(port)]
+    served = model or spec.model
+    argv = [python, "-m", API_SERVER_MODULE, "--model", served, "--host", host, "--port", str(port)]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     return argv + args.argv, dict(args.env)

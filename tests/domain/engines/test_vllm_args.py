@@ -215,3 +215,11 @@ def test_every_reason_is_reported_at_once() -> None:
         validate(bad, CPU)
     assert str(info.value).count(";") == 3
     assert "\n" not in str(info.value)
+
+
+def test_evertunes_int8_copy_is_served_through_compressed_tensors() -> None:
+    int8 = spec(quantization="int8-w8a8")
+    assert knob_args(int8, hardware=CPU).argv == ["--quantization", "compressed-tensors"]
+    argv, _ = server_command(int8, hardware=CPU, python="py", host="h", port=1, model="/m+int8-w8a8")
+    assert argv[argv.index("--model") + 1] == "/m+int8-w8a8"
+    assert refuse_reasons(int8, CPU, path_exists=_exists) == []
