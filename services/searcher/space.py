@@ -17,12 +17,14 @@ p50 TTFT 50-52 ms against eager's 63 ms with every other knob equal; eager engin
 which is why a person sets it. The performance model prices neither, so neither is ranked by it:
 round 0 measures them (`unpriced_keys`, `unpriced_representatives`).
 
-On CPU the engine can be a knob too (`SpaceLimits.cpu_engines`, vLLM alone by default): with
-"llama.cpp" the space adds llama.cpp's configurations of the same model, one per GGUF file type
-(`SpaceLimits.cpu_gguf_types`), slot count (`llama_cpp_slots`), prompt cache and replica count, each
-slot holding the base's context (`LLAMA_CPP_SLOT_CONTEXT` when the base sets none). The performance
-model prices neither an engine nor a weights format it has not measured: each (engine, format) is
-an unpriced class like a dtype, measured by a representative and then calibrated.
+On CPU vLLM's weights format can be one (`SpaceLimits.cpu_quantization`, none by default):
+"int8-w8a8" is evertune's int8 copy of the model. And the engine can be a knob too
+(`SpaceLimits.cpu_engines`, vLLM alone by default): with "llama.cpp" the space adds llama.cpp's
+configurations of the same model, one per GGUF file type (`SpaceLimits.cpu_gguf_types`), slot
+count (`llama_cpp_slots`), prompt cache and replica count, each slot holding the base's context
+(`LLAMA_CPP_SLOT_CONTEXT` when the base sets none). The performance model prices neither an engine
+nor a weights format it has not measured: each (engine, format) is an unpriced class like a dtype,
+measured by a representative and then calibrated.
 
 Knobs that change outputs (quantization, speculative decoding, a different kernel set, the dtype,
 another engine) make a candidate `lossy`: the correctness gate then asks for the endpoint's
@@ -51,6 +53,8 @@ CPU_AUTO_DTYPE = "bfloat16"
 #: Context of one llama.cpp slot when the base sets no `max_model_len`, tokens (a voice agent's
 #: longest turns, system prompt and history included, fit with room).
 LLAMA_CPP_SLOT_CONTEXT = 4096
+#: vLLM weights formats on CPU the performance model cannot price (each an unpriced class).
+CPU_WEIGHT_FORMATS = frozenset({"int8-w8a8"})
 
 
 class SpaceLimits(BaseModel):
@@ -86,6 +90,9 @@ class SpaceLimits(BaseModel):
     #: KV block). Prefix caching reuses whole blocks, so a smaller block reuses more of a voice
     #: conversation's resent history. Accelerators keep the base's (their default is 16).
     cpu_block_sizes: tuple[int, ...] = (32,)
+    #: weights formats vLLM serves on CPU besides the checkpoint's ("int8-w8a8": evertune's int8
+    #: copy; lossy, an unpriced class of its own)
+    cpu_quantization: tuple[str, ...] = ()
     #: engine kinds tried on CPU besides the base's ("llama.cpp" needs `make engines`)
     cpu_engines: tuple[str, ...] = ()
     #: GGUF file types llama.cpp serves in the space (lossy but for the folder's own dtype)
@@ -137,10 +144,14 @@ def _hardware_options(
         dtypes = [base.dtype, *(d for d in limits.cpu_dtypes if d in hardware.supported_dtypes)]
         modes = [_eager(base), *limits.cpu_enforce_eager]
         blocks = [base.block_size or hardware.default_block_size, *limits.cpu_block_sizes]
+        formats = [
+            base.quantization,
+            *(q for q in limits.cpu_quantization if q in hardware.supported_quantization),
+        ]
         return [
-            {"dtype": d, "enforce_eager": e, "block_size": b}
-            for d, e, b in itertools.product(
-                dict.fromkeys(dtypes), dict.fromkeys(modes), dict.fromkeys(blocks)
+            {"dtype": d, "enforce_eager": e, "block_size": b, "quantization": q}
+            for d, e, b, q in itertools.product(
+                dict.fromkeys(dtypes), dict.fromkeys(modes), dict.fromkeys(blocks), dict.fromkeys(formats)
             )
         ]
     tps = [tp for tp in limits.tensor_parallel_size if tp <= hardware.devices] or [1]
@@ -324,7 +335,10 @@ class UnpricedClass(NamedTuple):
     configurations of one class only)."""
 
     engine: str  #: the engine kind ("sim" counts as the vLLM it models)
-    weights: str | None  #: llama.cpp's GGUF file type; None for vLLM (its checkpoint's weights)
+    #: llama.cpp's GGUF file type; vLLM's weights format evertune makes (`CPU_WEIGHT_FORMATS`);
+    #: None: the checkpoint's own (a quantization the roofline prices, fp8 on accelerators, is not
+    #: a class of its own)
+    weights: str | None
     dtype: str | None  #: vLLM's dtype as it runs (unset and "auto": bf16); None for llama.cpp
     eager: bool  #: vLLM runs eager (no torch.compile); False for llama.cpp
 
@@ -338,7 +352,8 @@ def unpriced_class(spec: EngineSpec) -> UnpricedClass:
     if spec.kind == "llama.cpp":
         return UnpricedClass(engine="llama.cpp", weights=spec.quantization, dtype=None, eager=False)
     dtype = CPU_AUTO_DTYPE if spec.dtype in (None, "auto") else spec.dtype
-    return UnpricedClass(engine="vllm", weights=None, dtype=dtype, eager=_eager(spec))
+    weights = spec.quantization if spec.quantization in CPU_WEIGHT_FORMATS else None
+    return UnpricedClass(engine="vllm", weights=weights, dtype=dtype, eager=_eager(spec))
 
 
 def unpriced_keys(candidates: Sequence[Candidate], *, base: Candidate) -> list[str]:
@@ -352,15 +367,20 @@ def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate
     """Keys of the candidates a search must measure because the performance model cannot price
     what sets them apart: for each dtype other than the base's, the base's own knobs with that
     dtype; then for the other execution mode, the base's own knobs in that mode (or, when the space
-    lacks one, the first candidate of that dtype or mode); then the first candidate of each other
-    engine and weights format. The model's roofline has no figure for how fast an ISA runs each
-    dtype or format, for what compilation buys, or for another engine; a trial has."""
+    lacks one, the first candidate of that dtype or mode); then for each other engine and weights
+    format, its candidate in the base's dtype and mode (else its first). The model's roofline has no
+    figure for how fast an ISA runs each dtype or format, for what compilation buys, or for another
+    engine; a trial has."""
     live = unpriced_class(base.spec)
     classes = list(dict.fromkeys(unpriced_class(c.spec) for c in candidates))
     same_engine = [c for c in classes if (c.engine, c.weights) == (live.engine, live.weights)]
     wanted = [c for c in same_engine if c.dtype != live.dtype and c.eager == live.eager]
     wanted += [c for c in same_engine if c.dtype == live.dtype and c.eager != live.eager]
-    wanted += [c for c in classes if (c.engine, c.weights) != (live.engine, live.weights)]
+    for engine, weights in dict.fromkeys((c.engine, c.weights) for c in classes):
+        if (engine, weights) == (live.engine, live.weights):
+            continue
+        alike = [c for c in classes if (c.engine, c.weights) == (engine, weights)]
+        wanted.append(next((c for c in alike if (c.dtype, c.eager) == (live.dtype, live.eager)), alike[0]))
     keys: list[str] = []
     for unpriced in wanted:
         alike = [c for c in candidates if unpriced_class(c.spec) == unpriced]

@@ -295,3 +295,22 @@ def test_llama_cpp_joins_a_cpu_space_only_when_asked_each_format_an_unpriced_cla
         UnpricedClass(engine="llama.cpp", weights="q8_0", dtype=None, eager=False),
     }
     assert {c.key for c in llama} <= set(unpriced_keys(space, base=base))
+
+
+def test_vllms_int8_copy_joins_a_cpu_space_only_when_asked_as_a_class_of_its_own() -> None:
+    limits = WITH_DTYPES.model_copy(update={"cpu_quantization": ("int8-w8a8",)})
+    plain = candidate_space(base=BASE, hardware=CPU, limits=WITH_DTYPES, max_replicas=1)
+    space = candidate_space(base=BASE, hardware=CPU, limits=limits, max_replicas=1)
+    int8 = [c for c in space if c.spec.quantization == "int8-w8a8"]
+    assert not any(c.spec.quantization for c in plain)
+    # the same cells in int8 (each a lossy change)
+    assert int8 and all(c.lossy for c in int8)
+    assert {c.spec.model_copy(update={"quantization": None}) for c in int8} <= {c.spec for c in plain}
+    base = next(c for c in space if c.spec == BASE)
+    [representative] = [
+        key
+        for key in unpriced_representatives(space, base=base)
+        if unpriced_class(next(c.spec for c in space if c.key == key)).weights == "int8-w8a8"
+    ]
+    twin = next(c for c in space if c.key == representative)
+    assert twin.spec == BASE.model_copy(update={"quantization": "int8-w8a8"})  # the base's own knobs
