@@ -379,8 +379,8 @@ def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate
     for engine, weights in dict.fromkeys((c.engine, c.weights) for c in classes):
         if (engine, weights) == (live.engine, live.weights):
             continue
-        alike = [c for c in classes if (c.engine, c.weights) == (engine, weights)]
-        wanted.append(next((c for c in alike if (c.dtype, c.eager) == (live.dtype, live.eager)), alike[0]))
+        kin = [c for c in classes if (c.engine, c.weights) == (engine, weights)]
+        wanted.append(next((c for c in kin if (c.dtype, c.eager) == (live.dtype, live.eager)), kin[0]))
     keys: list[str] = []
     for unpriced in wanted:
         alike = [c for c in candidates if unpriced_class(c.spec) == unpriced]
