@@ -1,5 +1,6 @@
-"""The deployer on real engines from `evertune.domain.engines.backend.make_engine`: the `sim` engine (fast,
-always run) and one vLLM-CPU endpoint (marked `engine`), each serving a stream through the gateway."""
+"""The deployer on real engines from the engines' registry: the `sim` engine and llama.cpp (fast,
+always run) and one vLLM-CPU endpoint (marked `engine`), each serving streams through the gateway
+(three in a row: llama.cpp closes its connection after each, which the gateway must take)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ async def _serve_and_delete(
 
     await eventually(ready, timeout_s=timeout_s, what=f"{name} ready")
     await eventually(lambda: name in gateway.book.tables, what="the gateway's routes")
-    pieces = await _stream(gateway, name)
-    assert len(pieces) >= 2
+    for _ in range(3):
+        pieces = await _stream(gateway, name)
+        assert len(pieces) >= 2
     await stack.stub.DeleteEndpoint(pb.DeleteEndpointRequest(name=name), metadata=stack.a)
     deployer = stack.service.deployer
     assert deployer is not None
@@ -78,6 +80,29 @@ async def test_a_sim_engine_endpoint_serves_through_the_gateway(
                 slo=D.Slo(ttft_p99_ms=500),
                 hardware_pool=D.HardwarePool(hardware_class="sim-h200"),
                 initial_engine_config=D.EngineConfig(engine="sim"),
+            ),
+        )
+        await _serve_and_delete(stack, gateway, request, timeout_s=60)
+    finally:
+        await stop_stack(stack)
+
+
+async def test_a_llama_cpp_endpoint_serves_through_the_gateway(
+    nc: Client, gateway: GatewayService, tmp_path: Path
+) -> None:
+    model = await asyncio.to_thread(ensure_model, tmp_path / "data")
+    stack = await start_stack(nc, tmp_path, real_engines=True, local_hardware_classes=["cpu"])
+    try:
+        request = pb.CreateEndpointRequest(
+            request_id=uuid.uuid4().hex,
+            spec=D.EndpointSpec(
+                name=new_name(),
+                model=str(model),
+                slo=D.Slo(ttft_p99_ms=500),
+                hardware_pool=D.HardwarePool(hardware_class="cpu"),
+                initial_engine_config=D.EngineConfig(
+                    engine="llama.cpp", quantization="f32", max_num_seqs=2, max_model_len=1024
+                ),
             ),
         )
         await _serve_and_delete(stack, gateway, request, timeout_s=60)

@@ -20,6 +20,7 @@ from openai import AsyncOpenAI
 from evertune.domain.replay.sse import SseDecoder
 from evertune.infra.nats_server import free_port
 from evertune.v1 import telemetry_pb2
+from tests.closing_server import closing_server
 from tests.gateway.conftest import base_url, new_endpoint, put_routes, read_records
 
 WORDS = "the quick brown fox jumps over the lazy dog while seven tired sailors sing".split()
@@ -346,3 +347,20 @@ async def test_route_change_applies_to_new_requests(
         (record,) = await read_records(js, f"evertune.telemetry.{endpoint}", request_ids={request_id})
         seen.append(record.deployment)
     assert seen == ["dep-old", "dep-new"]
+
+
+async def test_streams_back_to_back_to_an_engine_that_closes_after_each_all_arrive(
+    gateway: GatewayService, js: JetStreamContext
+) -> None:
+    """llama.cpp closes its connection after every streamed answer though it says keep-alive: the
+    gateway's next request on that pooled connection goes out again on a fresh one, not as a 502."""
+    async with closing_server() as (url, answered):
+        endpoint = new_endpoint()
+        await put_routes(js, gateway, endpoint, [("dep-closing", url, 10000)])
+        body = {"model": endpoint, "prompt": "hello", "max_tokens": 2, "stream": True}
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):
+                async with session.post(base_url(gateway) + "/v1/completions", json=body) as response:
+                    assert response.status == 200, await response.text()
+                    assert (await response.read()).endswith(b"data: [DONE]\n\n")
+        assert len(answered) == 3  # each request reached the engine once
