@@ -66,8 +66,16 @@ async def _serve_and_delete(
     await eventually(lambda: not deployer.backend.running(), timeout_s=60, what="engines stopped")
 
 
-async def test_a_sim_engine_endpoint_serves_through_the_gateway(
-    nc: Client, gateway: GatewayService, tmp_path: Path
+@pytest.mark.parametrize(
+    ("hardware_class", "config"),
+    [
+        ("sim-h200", D.EngineConfig(engine="sim")),
+        ("cpu", D.EngineConfig(engine="llama.cpp", quantization="f32", max_num_seqs=2, max_model_len=1024)),
+    ],
+    ids=["sim", "llama.cpp"],
+)
+async def test_a_fast_engine_endpoint_serves_through_the_gateway(
+    nc: Client, gateway: GatewayService, tmp_path: Path, hardware_class: str, config: D.EngineConfig
 ) -> None:
     model = await asyncio.to_thread(ensure_model, tmp_path / "data")
     stack = await start_stack(nc, tmp_path, real_engines=True, local_hardware_classes=["cpu"])
@@ -78,31 +86,8 @@ async def test_a_sim_engine_endpoint_serves_through_the_gateway(
                 name=new_name(),
                 model=str(model),
                 slo=D.Slo(ttft_p99_ms=500),
-                hardware_pool=D.HardwarePool(hardware_class="sim-h200"),
-                initial_engine_config=D.EngineConfig(engine="sim"),
-            ),
-        )
-        await _serve_and_delete(stack, gateway, request, timeout_s=60)
-    finally:
-        await stop_stack(stack)
-
-
-async def test_a_llama_cpp_endpoint_serves_through_the_gateway(
-    nc: Client, gateway: GatewayService, tmp_path: Path
-) -> None:
-    model = await asyncio.to_thread(ensure_model, tmp_path / "data")
-    stack = await start_stack(nc, tmp_path, real_engines=True, local_hardware_classes=["cpu"])
-    try:
-        request = pb.CreateEndpointRequest(
-            request_id=uuid.uuid4().hex,
-            spec=D.EndpointSpec(
-                name=new_name(),
-                model=str(model),
-                slo=D.Slo(ttft_p99_ms=500),
-                hardware_pool=D.HardwarePool(hardware_class="cpu"),
-                initial_engine_config=D.EngineConfig(
-                    engine="llama.cpp", quantization="f32", max_num_seqs=2, max_model_len=1024
-                ),
+                hardware_pool=D.HardwarePool(hardware_class=hardware_class),
+                initial_engine_config=config,
             ),
         )
         await _serve_and_delete(stack, gateway, request, timeout_s=60)

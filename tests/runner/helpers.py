@@ -152,3 +152,21 @@ def reference_of(outcome: TrialOutcome) -> Reference:
         spec=outcome.spec,
         alternatives=outcome.golden_alternatives,
     )
+
+
+def candidate_job(
+    config: endpoint_pb2.EngineConfig, *, reference_trial: str, trace_uri: str, duration_s: float
+) -> jobs_pb2.TrialJob:
+    """A correctness-only trial of `config` on this machine against a reference trial's answers,
+    one rate of 1 request/s replayed once (its gate reads only the golden answers)."""
+    return job(
+        hardware="cpu",
+        config=config,
+        gates=("correctness",),
+        rates=(1.0,),
+        target=1.0,
+        duration_s=duration_s,
+        repeats=1,
+        trace_uri=trace_uri,
+        reference=f"trial:{reference_trial}",
+    )

@@ -35,7 +35,7 @@ from evertune.domain.model import make_model
 from evertune.domain.model.variants import BrokenScale, WeightNoise, make_variant
 from evertune.v1 import endpoint_pb2, events_pb2
 
-from .helpers import job, real_runner, reference_of
+from .helpers import candidate_job, job, real_runner, reference_of
 
 pytestmark = pytest.mark.engine
 
@@ -62,10 +62,9 @@ class Baseline:
     async def candidate(self, config: endpoint_pb2.EngineConfig) -> TrialOutcome:
         """A correctness-only trial of `config` against the baseline's answers."""
         outcome = await self.runner.run(
-            job(hardware="cpu", config=config, gates=("correctness",), rates=(1.0,), target=1.0,
-                duration_s=5.0, repeats=1, trace_uri=VOICE, reference=f"trial:{self.outcome.job.trial_id}"),
+            candidate_job(config, reference_trial=self.outcome.job.trial_id, trace_uri=VOICE, duration_s=5.0),
             progress=_progress,
-        )  # fmt: skip
+        )
         assert outcome.status == "ok", (outcome.error, outcome.log_tail[-5:])
         return outcome
 

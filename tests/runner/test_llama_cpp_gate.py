@@ -22,7 +22,7 @@ from evertune.runner.trial import Reference, TrialOutcome, TrialRunner
 from evertune.domain.model import make_model
 from evertune.v1 import endpoint_pb2, events_pb2
 
-from .helpers import job, real_runner, reference_of
+from .helpers import candidate_job, job, real_runner, reference_of
 
 pytestmark = pytest.mark.engine
 
@@ -41,16 +41,17 @@ def _llama_cpp(quantization: str) -> endpoint_pb2.EngineConfig:
 
 @dataclass
 class Bf16Reference:
+    """llama.cpp's BF16 baseline trial, its runner and the references it reads."""
+
     runner: TrialRunner
     references: dict[str, Reference]
     outcome: TrialOutcome
 
     async def candidate(self, config: endpoint_pb2.EngineConfig) -> TrialOutcome:
         outcome = await self.runner.run(
-            job(hardware="cpu", config=config, gates=("correctness",), rates=(1.0,), target=1.0,
-                duration_s=3.0, repeats=1, trace_uri=VOICE, reference=f"trial:{self.outcome.job.trial_id}"),
+            candidate_job(config, reference_trial=self.outcome.job.trial_id, trace_uri=VOICE, duration_s=3.0),
             progress=_progress,
-        )  # fmt: skip
+        )
         assert outcome.status == "ok", (outcome.error, outcome.log_tail[-5:])
         return outcome
 

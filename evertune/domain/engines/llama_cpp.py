@@ -134,31 +134,12 @@ class LlamaCppEngine(ProcessEngine):
         return parse_llama_cpp_metrics(text, scraped_at=scraped_at)
 
 
-def _build(
-    spec: EngineSpec,
-    *,
-    log_dir: Path,
-    port: int | None = None,
-    hardware: HardwareProfile | None = None,
-    served_model_name: str | None = None,
-    cpu_cores: Sequence[int] = (),
-) -> LlamaCppEngine:
-    return LlamaCppEngine(
-        spec,
-        log_dir=log_dir,
-        port=port,
-        hardware=hardware,
-        served_model_name=served_model_name,
-        cpu_cores=cpu_cores,
-    )
-
-
 ENGINE_TYPE = EngineType(
     kind="llama.cpp",
     summary="llama.cpp's llama-server on CPU, serving GGUF files (`make engines` builds it)",
     knobs=LLAMA_CPP_KNOBS,
     refuse=lambda spec, hardware, exists: refuse_reasons(spec, hardware, path_exists=exists),
-    build=_build,
+    build=LlamaCppEngine,  # its constructor takes the factory's arguments
     parse_metrics=parse_llama_cpp_metrics,
     routes=("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"),
     top_logprobs=20,

