@@ -21,6 +21,7 @@ from evertune.domain.replay import (
     replay,
 )
 from evertune.infra.nats_server import free_port
+from tests.closing_server import closing_server
 
 from .helpers import chat_plan, server_truth, steady
 
@@ -220,3 +221,13 @@ async def test_callbacks_see_every_request(fake_url: str) -> None:
     )
     assert sorted(sent) == sorted(r.request_id for r in plan)
     assert sorted(r.request_id for r in done) == sorted(sent)
+
+
+async def test_back_to_back_requests_to_an_engine_that_closes_after_each_stream_all_arrive() -> None:
+    """llama.cpp closes its connection after every streamed answer though it says keep-alive: the
+    replay's next request on that pooled connection goes out again on a fresh one, not as an error."""
+    plan = chat_plan(4, every_s=0.01, prefix="closing")
+    async with closing_server() as (url, answered):
+        run = await replay(plan, target=url, model="m", max_in_flight=1)
+    assert all(r.ok for r in run.results), [r.error for r in run.results]
+    assert len(answered) == 4  # each request reached the engine once
