@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evertune.errors import FailedPrecondition
+from evertune.infra.file_hash import sha256_of
 from evertune.infra.repository import ROOT
 
 #: The pinned sdist (one `name==version --hash=sha256:...` line, comments allowed).
@@ -206,15 +207,6 @@ def llama_cpp_bin_dir() -> Path | None:
     they have not been built (`make engines`)."""
     bin_dir = planned_bin_dir()
     return bin_dir if _complete(bin_dir) else None
-
-
-def sha256_of(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def ensure_sdist(pin: SourcePin, folder: Path) -> Path:

@@ -36,6 +36,7 @@ from evertune.domain.workloads.seeding import derive
 from evertune.domain.workloads.source import CorpusText, load_workload, tokens_text
 from evertune.domain.workloads.text import MakeText
 from evertune.errors import InvalidArgument
+from evertune.infra.file_hash import sha256_of
 
 #: The profiler's table of profiles and their traces (infra/clickhouse/0002_profiles.sql).
 PROFILES_TABLE = "profiles"
@@ -169,15 +170,6 @@ def _voice(query: str) -> VoiceWorkload:
         return VoiceWorkload.parse(settings)
     except WorkloadError as err:
         raise TraceUnavailable(str(err)) from None
-
-
-def sha256_of(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def open_trace(uri: str, *, sha256: str, model_dir: Path, stored: StoredTrace | None = None) -> TraceSource:

@@ -335,12 +335,13 @@ class TrialRunner:
     async def _chat_format(self, spec: EngineSpec | None) -> ChatFormat:
         """How the golden chats are rendered: the chat format of the model the engine serves, or
         of the runner's own model folder where the engine's model is no folder (a GGUF file)."""
-        for folder in (Path(spec.model) if spec else None, await self.model_dir()):
+        runners = await self.model_dir()
+        for folder in (Path(spec.model) if spec else None, runners):
             if folder is not None and (folder / "tokenizer_config.json").is_file():
                 return await asyncio.to_thread(ChatFormat.of_folder, folder)
         raise GoldenFailed(
             f"the golden chats cannot be rendered: neither {spec.model if spec else '?'} nor"
-            f" {await self.model_dir()} is a model folder with a tokenizer"
+            f" {runners} is a model folder with a tokenizer"
         )
 
     async def _trace(self, plan: TrialPlan, model_dir: Path) -> TraceSource:

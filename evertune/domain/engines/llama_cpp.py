@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from evertune.domain.engines.config import EngineSpec, foreign_knobs
-from evertune.domain.engines.errors import EngineStartFailed, KnobRefused
+from evertune.domain.engines.errors import EngineNotRunning, EngineStartFailed, KnobRefused
 from evertune.domain.engines.hardware import HardwareProfile, detect_local
 from evertune.domain.engines.llama_cpp_args import (
     KNOB_ENV_PREFIX,
@@ -90,14 +90,12 @@ class LlamaCppEngine(ProcessEngine):
         return len(self.cpu_cores) or len(os.sched_getaffinity(0))
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        binary = self.binary or installed_binary(SERVER)
-        if binary is None or self.gguf is None:
-            raise EngineStartFailed(
-                "llama.cpp's llama-server is not built on this machine: run `make engines`"
-            )
+        """The command line and environment; known once `start` has found the server and the GGUF."""
+        if self.binary is None or self.gguf is None:
+            raise EngineNotRunning(f"llama.cpp engine on port {self.port}: its files are found by start()")
         argv = server_command(
             self.spec,
-            binary=str(binary),
+            binary=str(self.binary),
             gguf=str(self.gguf),
             host=self.host,
             port=self.port,

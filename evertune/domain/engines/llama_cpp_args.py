@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from evertune.domain.engines.config import EngineSpec
 from evertune.domain.engines.hardware import HardwareProfile
@@ -52,14 +51,7 @@ LLAMA_CPP_KNOBS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class LlamaServerArgs:
-    """The knobs' part of a llama-server command line."""
-
-    argv: list[str]  #: arguments, in knob order
-
-
-def knob_args(spec: EngineSpec, *, threads: int) -> LlamaServerArgs:
+def knob_args(spec: EngineSpec, *, threads: int) -> list[str]:
     """llama-server's argument for every knob the spec sets, and the threads."""
     argv = ["--threads", str(threads), "--threads-batch", str(threads)]
     if spec.max_num_seqs is not None:
@@ -76,7 +68,7 @@ def knob_args(spec: EngineSpec, *, threads: int) -> LlamaServerArgs:
         argv += ["--cache-reuse", str(spec.cache_reuse_tokens)]
     if spec.enable_prefix_caching is not None:
         argv.append("--cache-prompt" if spec.enable_prefix_caching else "--no-cache-prompt")
-    return LlamaServerArgs(argv=argv)
+    return argv
 
 
 def server_command(
@@ -93,7 +85,7 @@ def server_command(
     argv = [binary, "--model", gguf, "--host", host, "--port", str(port), "--metrics", "--no-webui"]
     if served_model_name:
         argv += ["--alias", served_model_name]
-    return argv + knob_args(spec, threads=threads).argv
+    return argv + knob_args(spec, threads=threads)
 
 
 def refuse_reasons(

@@ -19,12 +19,13 @@ no llama.cpp counterpart and read 0.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
-from prometheus_client.parser import text_string_to_metric_families
-
-from evertune.domain.engines.errors import MetricsUnavailable
-from evertune.domain.engines.metrics import EMPTY_HISTOGRAM, EngineMetrics, Histogram
+from evertune.domain.engines.metrics import (
+    EMPTY_HISTOGRAM,
+    EngineMetrics,
+    Histogram,
+    read_samples,
+    sample_total,
+)
 
 PROMPT_TOKENS = "llamacpp:prompt_tokens_total"
 PROMPT_TOKENS_CACHED = "llamacpp:prompt_tokens_cached_total"
@@ -40,28 +41,26 @@ def parse_llama_cpp_metrics(text: str, *, scraped_at: float = 0.0) -> EngineMetr
 
     Raises `MetricsUnavailable` when the text is not Prometheus exposition.
     """
-    values: dict[str, float] = defaultdict(float)
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                values[sample.name] += float(sample.value)
-    except (ValueError, TypeError, IndexError) as err:
-        raise MetricsUnavailable(f"engine /metrics is not Prometheus text: {err}") from None
-    computed, cached = values[PROMPT_TOKENS], values[PROMPT_TOKENS_CACHED]
+    samples = read_samples(text)
+
+    def total(name: str) -> float:
+        return sample_total(samples, name)
+
+    computed, cached = total(PROMPT_TOKENS), total(PROMPT_TOKENS_CACHED)
     return EngineMetrics(
         scraped_at=scraped_at,
         queue_time=EMPTY_HISTOGRAM,
-        prefill_time=Histogram(count=0.0, sum=values[PROMPT_SECONDS]),
-        decode_time=Histogram(count=0.0, sum=values[TOKENS_PREDICTED_SECONDS]),
+        prefill_time=Histogram(count=0.0, sum=total(PROMPT_SECONDS)),
+        decode_time=Histogram(count=0.0, sum=total(TOKENS_PREDICTED_SECONDS)),
         ttft=EMPTY_HISTOGRAM,
         inter_token_latency=EMPTY_HISTOGRAM,
         preemptions=0.0,
         prefix_cache_hits=cached,
         prefix_cache_queries=computed + cached,
         prompt_tokens=computed + cached,
-        generation_tokens=values[TOKENS_PREDICTED],
+        generation_tokens=total(TOKENS_PREDICTED),
         requests_succeeded=0.0,
         kv_cache_usage=0.0,
-        requests_running=values[REQUESTS_PROCESSING],
-        requests_waiting=values[REQUESTS_DEFERRED],
+        requests_running=total(REQUESTS_PROCESSING),
+        requests_waiting=total(REQUESTS_DEFERRED),
     )

@@ -143,21 +143,37 @@ class MetricsDelta:
     queue_time: Histogram  #: the interval's queue-time histogram
 
 
-def parse_metrics(text: str, *, scraped_at: float = 0.0) -> EngineMetrics:
-    """Parse Prometheus text exposition from vLLM's /metrics; missing metrics read as zero.
+#: Samples by name: each series' labels and value.
+Samples = dict[str, list[tuple[dict[str, str], float]]]
 
-    Raises `MetricsUnavailable` when the text is not Prometheus exposition.
-    """
-    samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+
+def read_samples(text: str) -> Samples:
+    """The samples of Prometheus text exposition by sample name (a counter's `_total` kept);
+    raises `MetricsUnavailable` when the text is not Prometheus exposition."""
+    samples: Samples = defaultdict(list)
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 samples[sample.name].append((sample.labels, float(sample.value)))
     except (ValueError, TypeError, IndexError) as err:
         raise MetricsUnavailable(f"engine /metrics is not Prometheus text: {err}") from None
+    return samples
+
+
+def sample_total(samples: Samples, name: str) -> float:
+    """The sum of a sample name's series (0 when there is none)."""
+    return sum(value for _, value in samples.get(name, []))
+
+
+def parse_metrics(text: str, *, scraped_at: float = 0.0) -> EngineMetrics:
+    """Parse Prometheus text exposition from vLLM's /metrics; missing metrics read as zero.
+
+    Raises `MetricsUnavailable` when the text is not Prometheus exposition.
+    """
+    samples = read_samples(text)
 
     def total(name: str) -> float:
-        return sum(value for _, value in samples.get(name, []))
+        return sample_total(samples, name)
 
     def histogram(name: str) -> Histogram:
         by_le: dict[float, float] = defaultdict(float)

@@ -7,24 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Protocol
 
 from evertune.domain.engines.metrics import EngineMetrics
 from evertune.domain.engines.process import ServedInBlock
 from evertune.domain.engines.protocol import Engine
 
 
-class Replica(Protocol):
-    """What these helpers need of an engine."""
-
-    async def start(self) -> None: ...
-
-    async def wait_ready(self, timeout_s: float = 300.0) -> None: ...
-
-    async def stop(self, timeout_s: float = 20.0) -> None: ...
-
-
-async def start_all(replicas: Sequence[Replica]) -> None:
+async def start_all(replicas: Sequence[Engine]) -> None:
     """Start each replica in turn (they then load side by side); on a failure stop all and raise."""
     try:
         for replica in replicas:
@@ -34,7 +23,7 @@ async def start_all(replicas: Sequence[Replica]) -> None:
         raise
 
 
-async def wait_all_ready(replicas: Sequence[Replica], timeout_s: float) -> None:
+async def wait_all_ready(replicas: Sequence[Engine], timeout_s: float) -> None:
     """Return when every replica is ready; on the first failure stop them all and raise it."""
     tasks = [asyncio.ensure_future(replica.wait_ready(timeout_s)) for replica in replicas]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -47,7 +36,7 @@ async def wait_all_ready(replicas: Sequence[Replica], timeout_s: float) -> None:
         raise failures[0]
 
 
-async def stop_all(replicas: Sequence[Replica], timeout_s: float = 20.0) -> None:
+async def stop_all(replicas: Sequence[Engine], timeout_s: float = 20.0) -> None:
     """Stop every replica at once."""
     await asyncio.gather(*(replica.stop(timeout_s) for replica in replicas))
 

@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from evertune.domain.model.packaged import sha256_of
 from evertune.domain.model.tokenizer import (
     BOS,
     EOS,
@@ -39,6 +38,7 @@ from evertune.domain.model.tokenizer import (
 )
 from evertune.domain.model.weights import Size, generation_config, llama_config, shape_of, write_weights
 from evertune.errors import FailedPrecondition, InvalidArgument
+from evertune.infra.file_hash import sha256_of
 
 if TYPE_CHECKING:
     from evertune.domain.model.gguf_import import ImportedModel

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from evertune.domain.model.folder import locked, read_info
 from evertune.domain.model.gguf_export import FORMATS, export_gguf
-from evertune.domain.model.packaged import sha256_of
 from evertune.errors import FailedPrecondition, InvalidArgument
+from evertune.infra.file_hash import sha256_of
 
 #: Bumped when `export_gguf` writes different bytes for the same folder: old files are not reused.
 EXPORT_VERSION = 1
@@ -70,10 +70,8 @@ def ensure_gguf(model: Path, file_type: str | None, *, quantize: Path | None) ->
     digest = (weights or sha256_of(model / "model.safetensors"))[:12]
     out = model.with_name(f"{model.name}.gguf") / f"{wanted.lower()}-{digest}-v{EXPORT_VERSION}.gguf"
     if wanted in FORMATS:
-        with locked(out):
-            if out.is_file():
-                return out
-        return export_gguf(model, out, file_type=wanted)
+        # export_gguf writes a temporary file and renames it: a file there is whole
+        return out if out.is_file() else export_gguf(model, out, file_type=wanted)
     return _quantized(ensure_gguf(model, "f32", quantize=quantize), out, wanted, quantize)
 
 

@@ -9,7 +9,6 @@ that says how to get it.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.resources
 import os
 import re
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evertune.errors import FailedPrecondition, NotFound
+from evertune.infra.file_hash import sha256_of
 
 #: Where `make install` puts the wheels; `EVERTUNE_MODEL_PACKAGES` names another folder.
 PACKAGES_ENV = "EVERTUNE_MODEL_PACKAGES"
@@ -82,15 +82,6 @@ def packages_dir() -> Path:
     """Where the wheels are: `$EVERTUNE_MODEL_PACKAGES`, else `<venv>/share/evertune/packages`."""
     named = os.environ.get(PACKAGES_ENV)
     return Path(named) if named else Path(sys.prefix) / "share" / "evertune" / "packages"
-
-
-def sha256_of(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def find_wheel(model: PackagedModel, where: Path | None = None) -> tuple[Path, Pin]:

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evertune.domain.model.folder import MARKER, MODEL_FILES, locked, read_info, replacing
-from evertune.domain.model.packaged import sha256_of
 from evertune.errors import FailedPrecondition
+from evertune.infra.file_hash import sha256_of
 
 if TYPE_CHECKING:
     import torch

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from evertune.domain.model.folder import MARKER, MODEL_FILES, ModelInfo, locked, read_info, replacing
-from evertune.domain.model.packaged import sha256_of
 from evertune.errors import FailedPrecondition, InvalidArgument
+from evertune.infra.file_hash import sha256_of
 
 #: The weights file of a model folder (the one file a variant rewrites).
 WEIGHTS = "model.safetensors"

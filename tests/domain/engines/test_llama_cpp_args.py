@@ -18,7 +18,7 @@ def spec(**knobs: Any) -> EngineSpec:
 
 
 def test_unset_knobs_give_no_argument_but_the_threads() -> None:
-    assert knob_args(spec(), threads=3).argv == ["--threads", "3", "--threads-batch", "3"]
+    assert knob_args(spec(), threads=3) == ["--threads", "3", "--threads-batch", "3"]
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_unset_knobs_give_no_argument_but_the_threads() -> None:
     ],
 )
 def test_each_knob_gives_its_argument(knobs: dict[str, Any], expected: list[str]) -> None:
-    assert knob_args(spec(**knobs), threads=1).argv[4:] == expected
+    assert knob_args(spec(**knobs), threads=1)[4:] == expected
 
 
 def test_the_command_serves_the_gguf_with_metrics_under_the_endpoint_name() -> None:

@@ -130,7 +130,7 @@ def test_replicas_of_an_engine_that_binds_cores_split_them(kind: str, tiny_model
     assert len(set(group.urls)) == 2
 
 
-def test_sim_replicas_are_not_bound(tiny_model_dir: Path) -> None:
+def test_the_sim_engine_is_not_bound_to_cores(tiny_model_dir: Path) -> None:
     spec = EngineSpec(kind="sim", model=str(tiny_model_dir))
     engine = make_engine(spec, log_dir=Path("/nonexistent"), hardware=CPU, cpu_cores=[0])
     assert engine.cpu_cores == []  # the model's timing does not depend on where it runs
