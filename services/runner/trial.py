@@ -49,8 +49,12 @@ from evertune.runner.trace import TraceLookup, TraceSource, TraceUnavailable, op
 
 from evertune.domain.engines import (
     EngineGroup,
+    EngineMetrics,
     EngineSpec,
     EngineStartFailed,
+    MetricsDelta,
+    MetricsUnavailable,
+    delta,
     get_profile,
     make_engine,
     make_replicas,
@@ -82,6 +86,8 @@ class TrialEngine(Protocol):
     async def stop(self, timeout_s: float = ...) -> None: ...
 
     async def health(self) -> Any: ...
+
+    async def scrape_metrics(self) -> Any: ...
 
     def log_tail(self, n: int = ...) -> list[str]: ...
 
@@ -145,6 +151,9 @@ class TrialOutcome:
     reference_trial: str = ""  #: trial the correctness gate compared with
     agreement: Agreement | None = None  #: the comparison's figures
     closeness: Closeness | None = None  #: the top-k logprob comparison (lossy changes)
+    #: what each engine (replica) did over the replays, from its /metrics (empty: not readable):
+    #: prefill and decode time per token, prefix-cache hits; evidence, no gate reads it
+    engine_work: list[MetricsDelta] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -415,6 +424,7 @@ class TrialRunner:
             )
             outcome.golden_chains, outcome.golden_alternatives = answers.chains, answers.alternatives
         outcome.golden_s, phase = time.monotonic() - phase, time.monotonic()
+        before = await _scrape(engine)
         for index, rate in enumerate(plan.rates_rps):
             await progress(events_pb2.TRIAL_PHASE_REPLAYING, rate, index, total)
             if plan.warmup_s > 0:
@@ -452,6 +462,9 @@ class TrialRunner:
                 outcome.skipped_rates = list(plan.rates_rps[index + 1 :])
                 break
         outcome.replay_s = time.monotonic() - phase
+        after = await _scrape(engine)
+        if len(before) == len(after):
+            outcome.engine_work = [delta(b, a) for b, a in zip(before, after, strict=True)]
         await progress(events_pb2.TRIAL_PHASE_GATES, 0.0, len(outcome.rates), total)
         outcome.gates = [self._gate(name, plan, reference, outcome) for name in (g.name for g in plan.gates)]
 
@@ -504,6 +517,16 @@ class TrialRunner:
         healthy = await engine.health()
         if not (all(healthy) if isinstance(healthy, list) else healthy):
             raise EngineCrashed(f"the engine stopped answering /health during {during}")
+
+
+async def _scrape(engine: TrialEngine) -> list[EngineMetrics]:
+    """One /metrics scrape per replica; empty when an engine's cannot be read."""
+    try:
+        found = await engine.scrape_metrics()
+    except MetricsUnavailable as err:
+        log.warning("engine metrics unreadable", error=str(err))
+        return []
+    return list(found) if isinstance(found, list) else [found]
 
 
 def _has_alternatives(*answer_sets: list[list[list[int]]]) -> bool:

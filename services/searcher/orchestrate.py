@@ -6,7 +6,10 @@
 2. drives `SuccessiveHalving` over the predicted scores: each round's `TrialOrder`s go to `execute`
    (the service publishes them as jobs and collects `trial.completed`; tests pass a function). In
    round 0 the baseline runs alone first: its golden answers are the correctness reference of
-   every later trial (`reference_trial_id`);
+   every later trial (`reference_trial_id`), unless the plan names a fixed reference
+   (`SearchPlan.reference_trial_id`: a trial of the model's reference configuration, so that a
+   search across engines and weight formats judges every candidate by the same answers, never by
+   the live configuration of the day);
 3. scores each result per the objective (a failed gate or a missed SLO is -inf), and between
    rounds re-calibrates the model from every measured trial and re-ranks the untried candidates;
 4. ends with a `SearchResult`: the winner (the strategy's verified best, measured against the
@@ -126,6 +129,9 @@ class SearchPlan:
     #: not in the space); round 0 measures it first when the model cannot tell its best from it
     #: (`SuccessiveHalving`)
     defaults_seat: str | None = None
+    #: a trial whose golden answers judge every candidate's correctness (a run of the model's
+    #: reference configuration, e.g. vLLM serving its fp32 weights); "" = the baseline's own
+    reference_trial_id: str = ""
 
 
 @dataclass
@@ -211,7 +217,8 @@ async def run_search(
         unpriced=plan.unpriced,
         defaults_seat=plan.defaults_seat,
     )
-    reference = ""
+    reference = plan.reference_trial_id
+    baseline_measured = False
     measured_by_trial: dict[tuple[str, int], TrialResult] = {}
     while True:
         batch = search.next_round()
@@ -229,7 +236,7 @@ async def run_search(
         ]
         state.trials_started = search.started
         await tell()
-        if not reference:  # round 0: the baseline alone first, then the rest against it
+        if not baseline_measured:  # round 0: the baseline alone first, then the rest against it
             base_order = orders[0]
             [base_result] = await _run(execute, [base_order])
             state.slo_waived = slo_waived(base_result, plan)
@@ -244,7 +251,8 @@ async def run_search(
                     Outcome.FAILED,
                     error=f"the baseline trial {base_order.trial_id} failed: {base_result.error}",
                 )
-            reference = base_order.trial_id
+            baseline_measured = True
+            reference = reference or base_order.trial_id
             orders = [
                 TrialOrder(
                     request=o.request,

@@ -94,6 +94,11 @@ async def test_a_real_baseline_reports_golden_answers_with_top_k_and_its_figures
     at_target = base.rates[0].pooled
     assert at_target.requests > 0 and at_target.errors == 0 and 0 < at_target.ttft_ms.p50 < 1000
     assert base.startup_s > 0
+    # What the engine did over the replay, from its /metrics: per-token prefill and decode times.
+    [work] = base.engine_work
+    assert work.requests >= at_target.requests and work.generation_tokens > 0
+    assert work.prefill_ms_per_1k_tokens is not None and work.prefill_ms_per_1k_tokens > 0
+    assert work.decode_ms_per_token is not None and work.decode_ms_per_token > 0
     print("baseline gates:", [(g.name, g.passed, round(g.value, 3), g.detail) for g in base.gates])
     print("baseline startup_s:", round(base.startup_s, 1), "ttft p50/p99:",
           round(at_target.ttft_ms.p50, 1), round(at_target.ttft_ms.p99, 1))  # fmt: skip

@@ -69,6 +69,10 @@ async def reference(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[B
     assert outcome.status == "ok", (outcome.error, outcome.log_tail[-5:])
     assert len(outcome.golden_chains) == 8 and all(1 <= len(c) <= 16 for c in outcome.golden_chains)
     assert all(len(top) == 5 for answer in outcome.golden_alternatives for top in answer)
+    [work] = outcome.engine_work  # llama.cpp's counters: no per-request histograms, token times
+    assert work.prompt_tokens > 0 and work.generation_tokens > 0 and work.prefix_hit_rate is not None
+    assert work.prefill_ms_per_1k_tokens is not None and work.prefill_ms_per_1k_tokens > 0
+    assert work.decode_ms_per_token is not None and work.decode_ms_per_token > 0
     references[outcome.job.trial_id] = reference_of(outcome)
     yield Bf16Reference(runner=runner, references=references, outcome=outcome)
 

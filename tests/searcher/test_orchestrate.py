@@ -109,6 +109,20 @@ async def test_search_recalibrates_and_finds_the_true_best_within_budget(
     assert seen[0] == ("trials", 0) and seen[-1][1] == len(trials)
 
 
+async def test_a_fixed_reference_judges_every_candidate_and_the_baseline_still_runs_first(
+    searcher_model_dir: Path, voice: list[SimInput]
+) -> None:
+    truth = search_model(searcher_model_dir, voice, efficiency=CPU_TRUTH, slo=SLO, target_rps=PEAK)
+    plan = replace(_plan(searcher_model_dir), reference_trial_id="fp32-reference")
+    executor = TruthExecutor(truth)
+    result = await run_search(plan, model=prior(truth, 1.0), execute=executor)
+    assert result.outcome is Outcome.WINNER
+    [first], *later = executor.batches
+    assert first.request.baseline and first.reference_trial_id == ""
+    orders = [o for batch in later for o in batch if not o.request.baseline]
+    assert orders and all(o.reference_trial_id == "fp32-reference" for o in orders)
+
+
 async def test_an_slo_nothing_meets_ends_infeasible_naming_the_closest(
     searcher_model_dir: Path, voice: list[SimInput]
 ) -> None:

@@ -90,6 +90,12 @@ BENCHMARKS: dict[str, tuple[str, str, str]] = {
         "run",
         "a search on real vLLM-CPU, scored against the measured grid of its space and vLLM's defaults",
     ),
+    "stack": (
+        "evertune.apps.benchmarks.stack",
+        "run",
+        "the CPU stack (vLLM and llama.cpp, four weight formats) at voice load, gated against one "
+        "reference, and a whole-stack search scored on it",
+    ),
     "search-sim": (
         "evertune.apps.benchmarks.search_sim",
         "run",

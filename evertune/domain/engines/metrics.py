@@ -141,6 +141,11 @@ class MetricsDelta:
     requests_waiting: float  #: waiting requests at the later scrape
     ttft: Histogram  #: the interval's TTFT histogram, for other percentiles
     queue_time: Histogram  #: the interval's queue-time histogram
+    #: engine seconds of prefill per 1,000 prompt tokens computed (not served from the prefix
+    #: cache), as ms; the requests' prefill times summed, so batching shows (None: none computed)
+    prefill_ms_per_1k_tokens: float | None = None
+    #: engine seconds of decode per generated token, as ms (None: no token generated)
+    decode_ms_per_token: float | None = None
 
 
 #: Samples by name: each series' labels and value.
@@ -220,6 +225,9 @@ def delta(before: EngineMetrics, after: EngineMetrics) -> MetricsDelta:
     hits = increase(before.prefix_cache_hits, after.prefix_cache_hits)
     queries = increase(before.prefix_cache_queries, after.prefix_cache_queries)
     interval = after.scraped_at - before.scraped_at if before.scraped_at and after.scraped_at else 0.0
+    prompt_tokens = increase(before.prompt_tokens, after.prompt_tokens)
+    generation_tokens = increase(before.generation_tokens, after.generation_tokens)
+    computed = prompt_tokens - hits
     return MetricsDelta(
         interval_s=max(interval, 0.0),
         requests=ttft.count,
@@ -233,13 +241,15 @@ def delta(before: EngineMetrics, after: EngineMetrics) -> MetricsDelta:
         ttft_p99_ms=_ms(ttft.quantile(0.99)),
         prefix_hit_rate=hits / queries if queries > 0 else None,
         preemptions=increase(before.preemptions, after.preemptions),
-        prompt_tokens=increase(before.prompt_tokens, after.prompt_tokens),
-        generation_tokens=increase(before.generation_tokens, after.generation_tokens),
+        prompt_tokens=prompt_tokens,
+        generation_tokens=generation_tokens,
         kv_cache_usage=after.kv_cache_usage,
         requests_running=after.requests_running,
         requests_waiting=after.requests_waiting,
         ttft=ttft,
         queue_time=queue,
+        prefill_ms_per_1k_tokens=prefill.sum * 1e6 / computed if computed > 0 else None,
+        decode_ms_per_token=decode.sum * 1e3 / generation_tokens if generation_tokens > 0 else None,
     )
 
 

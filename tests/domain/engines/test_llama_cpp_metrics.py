@@ -49,12 +49,19 @@ def test_tokens_cache_and_load_map_and_per_request_figures_stay_empty() -> None:
 
 def test_a_delta_gives_the_hit_rate_and_no_invented_means() -> None:
     before = parse_llama_cpp_metrics(TEXT, scraped_at=10.0)
-    after = parse_llama_cpp_metrics(
-        TEXT.replace("_total 300", "_total 400").replace("cached_total 900", "cached_total 1200"),
-        scraped_at=20.0,
+    later = (
+        TEXT.replace("_total 300", "_total 400")
+        .replace("cached_total 900", "cached_total 1200")
+        .replace("prompt_seconds_total 0.45", "prompt_seconds_total 0.55")
+        .replace("predicted_total 40", "predicted_total 50")
+        .replace("predicted_seconds_total 0.8", "predicted_seconds_total 1.0")
     )
+    after = parse_llama_cpp_metrics(later, scraped_at=20.0)
     figures = delta(before, after)
     assert figures.prefix_hit_rate == pytest.approx(300 / 400)
+    # 0.1 s for the 100 prompt tokens computed; 0.2 s for 10 generated tokens
+    assert figures.prefill_ms_per_1k_tokens == pytest.approx(1000.0)
+    assert figures.decode_ms_per_token == pytest.approx(20.0)
     assert figures.prompt_tokens == 400 and figures.interval_s == 10.0
     assert figures.mean_ttft_ms is None and figures.mean_prefill_ms is None and figures.requests == 0
 

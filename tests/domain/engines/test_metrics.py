@@ -149,6 +149,8 @@ def test_delta_gives_figures_over_the_interval() -> None:
     assert d.mean_prefill_ms == pytest.approx(10.0)
     assert d.mean_decode_ms is None
     assert d.prefix_hit_rate == pytest.approx(0.75)  # 300 of 400 tokens
+    # 0.2 s of prefill for the 100 tokens not served from the cache; nothing decoded
+    assert d.prefill_ms_per_1k_tokens == pytest.approx(2000.0) and d.decode_ms_per_token is None
     assert d.preemptions == 3
     assert d.prompt_tokens == 400
     # interval buckets: 10 under 50 ms, 0 in (50, 100], 10 above 100 ms
