@@ -227,6 +227,12 @@ class SuccessiveHalving:
         fidelity = self.eta ** len(self.rounds)
         fresh = [c for c in self._survivors if (c.key, fidelity) not in self._tried]
         room = self.budget - self.reserved - self.started - 1  # one trial goes to the baseline
+        if self.rounds and room < len(fresh):  # (round 0's order is the constructor's)
+            # The best standing first, so the room cuts the weakest: a challenger the re-calibrated
+            # model puts well ahead of a measured survivor is measured rather than cut. (From an
+            # fp32 start, round 0 spent 6 of 12 trials on the classes the model could not price,
+            # and the 32-token blocks it then ranked first never ran: `bench stack`, 2026-12-07.)
+            fresh = sorted(fresh, key=self._standing, reverse=True)
         if not fresh or room < 1:
             self._end_halving()
             return self.next_round()
@@ -319,19 +325,19 @@ class SuccessiveHalving:
         untried = [c for c in self._ranked() if c.key not in tried]
         if not untried or not self._survivors:
             return
-        last = self.rounds[-1].measured if self.rounds else {}
-
-        def standing(c: Candidate) -> float:
-            return last.get(c.key, self._predicted.get(c.key, -math.inf))
-
-        weakest = min(self._survivors, key=standing)
+        weakest = min(self._survivors, key=self._standing)
         challenger = untried[0]
-        if self._predicted[challenger.key] <= standing(weakest):
+        if self._predicted[challenger.key] <= self._standing(weakest):
             return
         if len(self._survivors) == 1:
             self._survivors = [*self._survivors, challenger]
         else:
             self._survivors = [challenger if c.key == weakest.key else c for c in self._survivors]
+
+    def _standing(self, candidate: Candidate) -> float:
+        """What a survivor stands on: its score in the last halving round, else its prediction."""
+        last = self.rounds[-1].measured if self.rounds else {}
+        return last.get(candidate.key, self._predicted.get(candidate.key, -math.inf))
 
     def _close_round(self, finished: _Round) -> None:
         if finished.confirming:

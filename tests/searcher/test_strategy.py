@@ -144,6 +144,27 @@ def test_a_challenger_joins_a_lone_survivor_and_both_are_judged_at_one_fidelity(
     assert (decision.fidelity, decision.score, decision.baseline_score) == (2, 19.0, 10.5)
 
 
+def test_when_the_room_holds_one_survivor_the_challenger_predicted_ahead_is_measured() -> None:
+    """From an fp32 start, round 0 spends the budget on the classes the model cannot price; the
+    re-calibrated model then ranks a candidate of the measured class far ahead of its survivor."""
+    cands = _candidates(8)
+    predicted = {c.key: float(8 - i) for i, c in enumerate(cands)}
+    search = SuccessiveHalving(
+        baseline=cands[0], predicted=predicted, candidates=cands, budget=5, first_round=2
+    )
+    for request in search.next_round():  # baseline, cands[1], cands[2]
+        search.report(
+            request, {cands[0].key: 10.0, cands[1].key: 20.0, cands[2].key: 12.0}[request.candidate.key]
+        )
+    search.rerank({cands[7].key: 25.0})
+    second = search.next_round()  # room for one beside the baseline: the challenger, not cands[1]
+    assert [r.candidate.key for r in second] == [cands[0].key, cands[7].key]
+    for request, value in zip(second, (10.5, 24.0), strict=True):
+        search.report(request, value)
+    decision = search.decision()
+    assert decision is not None and decision.candidate.key == cands[7].key
+
+
 def test_rerank_keeps_a_survivor_that_measured_above_the_challengers_prediction() -> None:
     cands = _candidates(6)
     predicted = {c.key: float(6 - i) for i, c in enumerate(cands)}

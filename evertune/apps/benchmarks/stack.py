@@ -256,7 +256,8 @@ async def _grid(
     warmup = dataclasses.replace(
         template, gates=("slo",), ladder=(1.0,), duration_s=5.0, search_id="bench-warmup"
     )
-    candidates = [Candidate(spec=c.spec, key=config_key(c.spec), lossy=True, devices=0) for c in cells]
+    candidates = space_of(cells, start=base)
+    assert [c.spec for c in candidates] == [c.spec for c in cells]  # the base is the first cell
     await trials.run([trial_order(candidates[0], trial_id="warmup", baseline=False)], template=warmup)
     results: dict[str, list[TrialResult]] = {c.key: [] for c in candidates}
     for round_index in range(repeats):
