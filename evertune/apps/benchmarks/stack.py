@@ -86,7 +86,7 @@ from evertune.infra.settings import load_settings
 from evertune.runner.settings import RunnerSettings
 from evertune.searcher.model import SearchModel, ThreadedModel
 from evertune.searcher.noise import DEFAULT_MIN_FLOOR
-from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialResult, run_search
+from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialExecutor, TrialResult, run_search
 from evertune.searcher.space import (
     Candidate,
     config_key,
@@ -105,11 +105,14 @@ REFERENCE_TRIAL = "reference"
 
 
 def setup_of_stack(quick: bool) -> Setup:
-    """`bench search`'s setup (load, trial length, SLO, 3 repeats) with the whole-stack budget of
-    12 real trials a search, quick or not: round 0 alone measures the start and one representative
-    of each engine and format the model cannot price (6 of the full grid's classes, 5 of the quick
+    """`bench search`'s quick setup (one rate, the peak at 0.8 of the defaults' knee, 3 repeats,
+    the voice-turn SLO) for both runs: every cell at the same load. The full run differs by its 13
+    cells and 30-second trials; a ladder of rates, as `bench search`'s full run replays, would
+    triple trials that llama.cpp's saturated cells already make 2-3.5 minutes long. The budget is
+    12 real trials a search: round 0 alone measures the start and one representative of each
+    engine and format the model cannot price (6 of the full grid's classes, 5 of the quick
     one's), and a winner takes two confirmation pairs."""
-    return dataclasses.replace(setup_of(quick), budget=12)
+    return dataclasses.replace(setup_of(True), duration_s=20.0 if quick else 30.0, budget=12)
 
 
 def space_of(cells: Sequence[Cell], *, start: EngineSpec) -> list[Candidate]:
@@ -162,7 +165,7 @@ async def run(quick: bool) -> Figures:
         for name, start in starts.items():
             search_started = time.monotonic()
             trials.stage = f"search from {name}"
-            result = await _search(trials, prior, setup, cells=cells, start=start, name=name)
+            result = await whole_stack_search(trials, prior, setup, cells=cells, start=start, name=name)
             searches[name] = {
                 "start": by_key[grid_key(start)].name,
                 **_search_figures(result, grid, setup=setup, start=start),
@@ -318,8 +321,8 @@ def cell_result(
     )
 
 
-async def _search(
-    trials: LocalTrials,
+async def whole_stack_search(
+    execute: TrialExecutor,
     prior: SearchModel,
     setup: Setup,
     *,
@@ -344,7 +347,7 @@ async def _search(
         unpriced=tuple(unpriced_keys(space, base=space[0])),
         reference_trial_id=REFERENCE_TRIAL,
     )
-    return await run_search(plan, model=ThreadedModel(model), execute=trials)
+    return await run_search(plan, model=ThreadedModel(model), execute=execute)
 
 
 def _search_figures(

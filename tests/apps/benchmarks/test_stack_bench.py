@@ -96,7 +96,9 @@ def test_a_search_space_is_the_cells_the_start_first_and_another_engine_is_lossy
     # round 0 measures one cell of each engine and format the model cannot price: bf16, int8,
     # and llama.cpp's BF16, Q8_0 and Q4_1
     assert len(unpriced_representatives(space, base=space[0])) == 5
-    assert setup_of_stack(True).budget == setup_of_stack(False).budget == 12
+    quick, full = setup_of_stack(True), setup_of_stack(False)
+    assert quick.budget == full.budget == 12 and quick.ladder == full.ladder == (1.0,)  # one load
+    assert (quick.duration_s, full.duration_s) == (20.0, 30.0)
 
 
 def test_the_front_keeps_what_no_cell_beats_on_both_speed_and_agreement() -> None:
