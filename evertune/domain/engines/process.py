@@ -250,9 +250,16 @@ class ProcessEngine(ServedInBlock):
         """Start the server process (returns at once; `wait_ready` waits for it to serve)."""
         if self.running:
             return
+        # Started again after its process exited, without a stop: the last run's folder and log go.
+        self._close_log()
+        self._remove_scratch()
         self.scratch = Path(tempfile.mkdtemp(prefix=f"evertune-engine-{self.port}-"))
-        argv, env = self.command()
-        self._log = await asyncio.to_thread(self._open_log, argv)
+        try:
+            argv, env = self.command()
+            self._log = await asyncio.to_thread(self._open_log, argv)
+        except BaseException:
+            self._remove_scratch()
+            raise
         self._started_at = time.monotonic()
         self.startup_s = None
         try:

@@ -89,6 +89,21 @@ async def test_an_engines_temp_files_go_to_its_own_folder_removed_at_stop(tmp_pa
     assert not scratch.exists() and engine.scratch is None
 
 
+async def test_an_engine_started_again_after_its_process_exited_keeps_one_temp_folder(
+    tmp_path: Path,
+) -> None:
+    python = fake_python(tmp_path, "exit 3")
+    engine = VllmEngine(SPEC, log_dir=tmp_path / "logs", python=python, hardware=CPU)
+    await engine.start()
+    first = engine.scratch
+    assert first is not None
+    await eventually(lambda: not engine.running, timeout_s=10)
+    await engine.start()  # no stop in between: the first run's folder goes, not leaked
+    assert not first.exists() and engine.scratch is not None and engine.scratch.is_dir()
+    await engine.stop(timeout_s=5)
+    assert engine.scratch is None
+
+
 async def test_a_hung_start_times_out_and_nothing_of_the_group_is_left(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "echo starting\nsleep 300 &\nsleep 300")
     engine = VllmEngine(SPEC, log_dir=tmp_path, python=python, hardware=CPU)
