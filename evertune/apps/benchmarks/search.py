@@ -605,16 +605,27 @@ def search_plan(setup: Setup, *, start: EngineSpec, hardware: HardwareProfile, n
     representatives are measured in round 0. (Without `unpriced`, both quick runs of 2026-12-06 on
     the real model spent round 0 on the two fp32 cells and never tried bf16 with 32-token blocks.)"""
     space = eager_space(base=start, hardware=hardware, limits=setup.limits)
+    return p50_plan(space, search_id=f"bench-search-{name}", budget=setup.budget)
+
+
+def p50_plan(
+    space: Sequence[Candidate], *, search_id: str, budget: int, reference_trial_id: str = ""
+) -> SearchPlan:
+    """A p50-TTFT search over `space` (its first candidate the start) with the benchmarks' noise
+    rule: what the model cannot price measured by representatives in round 0, and ranked only once
+    a trial of its class has priced it. `reference_trial_id`: a fixed correctness reference ("" =
+    the start's own answers)."""
     return SearchPlan(
-        search_id=f"bench-search-{name}",
+        search_id=search_id,
         baseline=space[0],
         baseline_class=HARDWARE_CLASS,
         candidates=[(c, HARDWARE_CLASS) for c in space],
-        budget=setup.budget,
+        budget=budget,
         objective=Objective.P50_TTFT,
         noise=NOISE,
         must_try=tuple(unpriced_representatives(space, base=space[0])),
         unpriced=tuple(unpriced_keys(space, base=space[0])),
+        reference_trial_id=reference_trial_id,
     )
 
 
@@ -683,24 +694,47 @@ async def _grid(
     # Grid trials answer no golden prompts: the SLO gate alone, and not a baseline (whose golden
     # answers would become a reference nobody reads here).
     template = dataclasses.replace(trials.template, gates=("slo",), search_id="bench-grid")
-    # An unmeasured trial first: the first trial of a process measured low (the defaults, measured
-    # first, reached 70% of the goodput they reached later in the same run, twice). A few seconds
-    # of traffic after the engine start are enough to warm the process.
-    warmup = dataclasses.replace(template, ladder=(1.0,), duration_s=5.0, search_id="bench-warmup")
-    await trials.run([trial_order(space[0], trial_id="warmup", baseline=False)], template=warmup)
-    results: dict[str, list[TrialResult]] = {c.key: [] for c in space}
-    for round_index in range(repeats):
-        for candidate in rotated(space, round_index):
-            measured = sum(len(r) for r in results.values())
-            trials.stage = f"grid cell {measured + 1} of {repeats * len(space)}"
-            order = trial_order(candidate, trial_id=f"grid-{candidate.key}-{round_index}", baseline=False)
-            [result] = await trials.run([order], template=template)
-            results[candidate.key].append(result)
+    results = await measure_interleaved(trials, space, template=template, repeats=repeats)
     points = {grid_key(c.spec): grid_point(c, results[c.key], base=base, gate_rps=gate_rps) for c in space}
     measured_s = time.monotonic() - started
     if all(p.ok for p in points.values()):  # a failed trial is measured again next time
         write_grid(cache, points, measured_s=measured_s)
     return points, False, measured_s
+
+
+async def measure_interleaved(
+    trials: LocalTrials,
+    cells: Sequence[Candidate],
+    *,
+    template: JobTemplate,
+    repeats: int,
+    reference_trial_id: str = "",
+) -> dict[str, list[TrialResult]]:
+    """Every cell `repeats` times as jobs of `template`, round r in an order rotated by r, after
+    one unmeasured warm-up trial of the first cell (SLO gate only): each cell's results by key, in
+    round order. `reference_trial_id`: whose golden answers judge correctness, when the template
+    asks for that gate."""
+    # The first trial of a process measured low (the defaults, measured first, reached 70% of the
+    # goodput they reached later in the same run, twice). A few seconds of traffic after the engine
+    # start are enough to warm the process.
+    warmup = dataclasses.replace(
+        template, gates=("slo",), ladder=(1.0,), duration_s=5.0, search_id="bench-warmup"
+    )
+    await trials.run([trial_order(cells[0], trial_id="warmup", baseline=False)], template=warmup)
+    results: dict[str, list[TrialResult]] = {c.key: [] for c in cells}
+    for round_index in range(repeats):
+        for candidate in rotated(cells, round_index):
+            measured = sum(len(r) for r in results.values())
+            trials.stage = f"grid cell {measured + 1} of {repeats * len(cells)}"
+            order = trial_order(
+                candidate,
+                trial_id=f"grid-{candidate.key}-{round_index}",
+                baseline=False,
+                reference_trial_id=reference_trial_id,
+            )
+            [result] = await trials.run([order], template=template)
+            results[candidate.key].append(result)
+    return results
 
 
 def write_voice_trace(folder: Path, model_dir: Path) -> tuple[Path, str, list[Any]]:

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,21 +53,21 @@ class GridPoint:
     @property
     def p50(self) -> float:
         """Median p50 TTFT over the repeats, ms."""
-        return _median(self.p50_ms)
+        return finite_median(self.p50_ms)
 
     @property
     def p99(self) -> float:
         """Median p99 TTFT over the repeats, ms."""
-        return _median(self.p99_ms)
+        return finite_median(self.p99_ms)
 
     @property
     def goodput(self) -> float:
         """Median goodput over the repeats, requests/s."""
-        return _median(self.goodput_rps)
+        return finite_median(self.goodput_rps)
 
     def meets_slo(self, slo: Slo) -> bool:
         """The median attainment reaches the SLO's share, and the median p50 its median target."""
-        return _median(self.attainment) >= slo.share and slo.median_met(self.p50)
+        return finite_median(self.attainment) >= slo.share and slo.median_met(self.p50)
 
 
 def compare_cells(start: GridPoint, other: GridPoint, *, min_floor: float) -> Comparison:
@@ -85,6 +85,7 @@ def start_figures(
     winner_key: str | None,
     slo: Slo,
     min_floor: float,
+    contenders: Mapping[str, GridPoint] | None = None,
 ) -> Figures:
     """A search from `start_key` that chose `winner_key` (None: no winner), scored on the grid.
 
@@ -95,16 +96,22 @@ def start_figures(
     - `false_winner`: a winner that the grid does not find better than the start beyond the noise;
     - `missed_winner`: no winner although the grid holds a cell better than the start beyond the
       noise and meeting the SLO.
+
+    `contenders`: the cells that count as the best and as missed (default: every cell; `bench
+    stack` leaves out those whose answers failed the gate).
     """
     start = grid[start_key]
     chosen = grid[winner_key or start_key]
-    feasible = [p for p in grid.values() if p.ok and p.meets_slo(slo)]
-    best = min(feasible or [p for p in grid.values() if p.ok], key=lambda p: p.p50)
+    pool = grid if contenders is None else contenders
+    best = best_point(pool, slo=slo)
     versus = compare_cells(start, chosen, min_floor=min_floor)
     beyond = [
         p
-        for p in feasible
-        if p.key != start_key and compare_cells(start, p, min_floor=min_floor).verdict is Verdict.BETTER
+        for p in pool.values()
+        if p.ok
+        and p.meets_slo(slo)
+        and p.key != start_key
+        and compare_cells(start, p, min_floor=min_floor).verdict is Verdict.BETTER
     ]
     return {
         "outcome_winner": winner_key is not None,
@@ -126,6 +133,12 @@ def start_figures(
         "false_winner": winner_key is not None and versus.verdict is not Verdict.BETTER,
         "missed_winner": winner_key is None and bool(beyond),
     }
+
+
+def best_point(grid: Mapping[str, GridPoint], *, slo: Slo) -> GridPoint:
+    """The fastest cell by median p50 among those meeting the SLO (among those that ran, when none does)."""
+    feasible = [p for p in grid.values() if p.ok and p.meets_slo(slo)]
+    return min(feasible or [p for p in grid.values() if p.ok], key=lambda p: p.p50)
 
 
 def grid_summary(grid: Mapping[str, GridPoint], *, defaults_key: str, min_floor: float) -> Figures:
@@ -219,11 +232,17 @@ def point_of(stored: Mapping[str, Any]) -> GridPoint:
 
 def write_grid(cache: Path, points: Mapping[str, GridPoint], *, measured_s: float) -> None:
     """Store a grid (atomically)."""
+    write_cache(cache, field="points", records=points.values(), measured_s=measured_s)
+
+
+def write_cache(cache: Path, *, field: str, records: Iterable[Any], measured_s: float) -> None:
+    """Store a benchmark's measured records (dataclasses) under `field`, with when and how long
+    they took, atomically (NaN as JSON's NaN, which `json` reads back)."""
     cache.parent.mkdir(parents=True, exist_ok=True)
     body = {
         "measured_at": datetime.now(UTC).isoformat(),
         "measured_s": round(measured_s, 1),
-        "points": [dataclasses.asdict(p) for p in points.values()],
+        field: [dataclasses.asdict(r) for r in records],
     }
     tmp = cache.with_suffix(".tmp")
     tmp.write_text(json.dumps(body, indent=1))
@@ -247,7 +266,8 @@ def grid_rows(grid: Mapping[str, GridPoint], *, slo: Slo) -> list[dict[str, Any]
     ]
 
 
-def _median(values: Sequence[float]) -> float:
+def finite_median(values: Sequence[float]) -> float:
+    """Median of the finite values; NaN when none is."""
     finite = [v for v in values if math.isfinite(v)]
     return statistics.median(finite) if finite else math.nan
 

@@ -38,21 +38,21 @@ import math
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from evertune.apps.benchmarks import Figures, step
-from evertune.apps.benchmarks.interleave import rotated
 from evertune.apps.benchmarks.search import (
     HARDWARE_CLASS,
-    NOISE,
     Knees,
     LocalTrials,
     Setup,
     grid_point,
     job_template,
+    measure_interleaved,
     mistuned_start,
+    p50_plan,
     search_prior,
     setup_of,
     sized,
@@ -86,16 +86,13 @@ from evertune.infra.settings import load_settings
 from evertune.runner.settings import RunnerSettings
 from evertune.searcher.model import SearchModel, ThreadedModel
 from evertune.searcher.noise import DEFAULT_MIN_FLOOR
-from evertune.searcher.orchestrate import SearchPlan, SearchResult, TrialExecutor, TrialResult, run_search
+from evertune.searcher.orchestrate import SearchResult, TrialExecutor, TrialResult, run_search
 from evertune.searcher.space import (
     Candidate,
     config_key,
     is_lossy,
     unpriced_class,
-    unpriced_keys,
-    unpriced_representatives,
 )
-from evertune.searcher.strategy import Objective
 from evertune.searcher.summary import knob_changes
 
 #: Changes when the way the grid is measured changes (a cached grid of another procedure is not reused).
@@ -256,25 +253,11 @@ async def _grid(
     template = dataclasses.replace(
         trials.template, gates=("correctness", "slo"), search_id="bench-stack-grid"
     )
-    warmup = dataclasses.replace(
-        template, gates=("slo",), ladder=(1.0,), duration_s=5.0, search_id="bench-warmup"
-    )
     candidates = space_of(cells, start=base)
     assert [c.spec for c in candidates] == [c.spec for c in cells]  # the base is the first cell
-    await trials.run([trial_order(candidates[0], trial_id="warmup", baseline=False)], template=warmup)
-    results: dict[str, list[TrialResult]] = {c.key: [] for c in candidates}
-    for round_index in range(repeats):
-        for candidate in rotated(candidates, round_index):
-            measured = sum(len(r) for r in results.values())
-            trials.stage = f"grid cell {measured + 1} of {repeats * len(cells)}"
-            order = trial_order(
-                candidate,
-                trial_id=f"grid-{candidate.key}-{round_index}",
-                baseline=False,
-                reference_trial_id=REFERENCE_TRIAL,
-            )
-            [result] = await trials.run([order], template=template)
-            results[candidate.key].append(result)
+    results = await measure_interleaved(
+        trials, candidates, template=template, repeats=repeats, reference_trial_id=REFERENCE_TRIAL
+    )
     grid = {
         grid_key(cell.spec): cell_result(
             cell,
@@ -302,12 +285,9 @@ def cell_result(
     gates = [next((g for g in r.gates if g.name == "correctness"), None) for r in results]
     engine = [work.get(r.trial_id) or [] for r in results]
 
-    def figure(name: str) -> tuple[float, ...]:
-        values = []
-        for found in engine:
-            value = getattr(found[0], name) if len(found) == 1 else None
-            values.append(math.nan if value is None else float(value))
-        return tuple(values)
+    def figure(of: Callable[[MetricsDelta], float | None]) -> tuple[float, ...]:
+        values = (of(found[0]) if len(found) == 1 else None for found in engine)
+        return tuple(math.nan if value is None else value for value in values)
 
     return CellResult(
         name=cell.name,
@@ -315,9 +295,9 @@ def cell_result(
         agreement=tuple(g.value if g else math.nan for g in gates),
         gate_passed=tuple(bool(g and g.passed) for g in gates),
         gate_detail=next((g.detail for g in gates if g), ""),
-        prefill_ms_per_1k=figure("prefill_ms_per_1k_tokens"),
-        decode_ms_per_token=figure("decode_ms_per_token"),
-        cache_hit_share=figure("prefix_hit_rate"),
+        prefill_ms_per_1k=figure(lambda work: work.prefill_ms_per_1k_tokens),
+        decode_ms_per_token=figure(lambda work: work.decode_ms_per_token),
+        cache_hit_share=figure(lambda work: work.prefix_hit_rate),
     )
 
 
@@ -335,17 +315,8 @@ async def whole_stack_search(
     model = dataclasses.replace(
         prior, efficiency=dict(prior.efficiency), live_class=unpriced_class(start), class_speed={}
     )
-    plan = SearchPlan(
-        search_id=f"bench-stack-{name}",
-        baseline=space[0],
-        baseline_class=HARDWARE_CLASS,
-        candidates=[(c, HARDWARE_CLASS) for c in space],
-        budget=setup.budget,
-        objective=Objective.P50_TTFT,
-        noise=NOISE,
-        must_try=tuple(unpriced_representatives(space, base=space[0])),
-        unpriced=tuple(unpriced_keys(space, base=space[0])),
-        reference_trial_id=REFERENCE_TRIAL,
+    plan = p50_plan(
+        space, search_id=f"bench-stack-{name}", budget=setup.budget, reference_trial_id=REFERENCE_TRIAL
     )
     return await run_search(plan, model=ThreadedModel(model), execute=execute)
 

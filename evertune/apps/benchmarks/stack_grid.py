@@ -12,18 +12,24 @@ share), so that whatever wins, the figures say why.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from evertune.apps.benchmarks import Figures
-from evertune.apps.benchmarks.search_grid import GridPoint, compare_cells, point_of, rounded, start_figures
+from evertune.apps.benchmarks.search_grid import (
+    GridPoint,
+    best_point,
+    compare_cells,
+    finite_median,
+    point_of,
+    rounded,
+    start_figures,
+    write_cache,
+)
 from evertune.domain.engines import EngineSpec
 from evertune.domain.slo import Slo
 
@@ -130,7 +136,7 @@ class CellResult:
     @property
     def agreement_median(self) -> float:
         """Median gate share over the judged repeats (NaN: none judged)."""
-        return _median(self.agreement)
+        return finite_median(self.agreement)
 
 
 def eligible(cells: Mapping[str, CellResult], *, start_key: str) -> dict[str, GridPoint]:
@@ -175,8 +181,7 @@ def search_score(
     - `winner_passes_gate`: the chosen cell's answers passed against the reference in every repeat.
     """
     points = eligible(cells, start_key=start_key)
-    feasible = [p for p in points.values() if p.ok and p.meets_slo(slo)]
-    best = min(feasible or [p for p in points.values() if p.ok], key=lambda p: p.p50)
+    best = best_point(points, slo=slo)
     chosen = cells[winner_key or start_key].point
     # A winner whose own trial passed the gate but whose grid repeats did not is scored still.
     figures = start_figures(
@@ -185,13 +190,11 @@ def search_score(
         winner_key=winner_key,
         slo=slo,
         min_floor=min_floor,
+        contenders=points,
     )
     versus = compare_cells(best, chosen, min_floor=min_floor)
     return {
         **figures,
-        "gap_to_best": rounded(1 - best.p50 / chosen.p50),
-        "grid_best_p50_ms": rounded(best.p50),
-        "grid_best_knobs": best.knobs,
         "grid_best": cells[best.key].name,
         "winner": cells[chosen.key].name if winner_key else "",
         "winner_vs_best_ratio": rounded(chosen.p50 / best.p50),
@@ -208,14 +211,14 @@ def cell_rows(cells: Mapping[str, CellResult], *, slo: Slo) -> list[dict[str, An
             "cell": c.name,
             "p50_ms": rounded(c.point.p50),
             "p99_ms": rounded(c.point.p99),
-            "attainment": rounded(_median(c.point.attainment)),
+            "attainment": rounded(finite_median(c.point.attainment)),
             "meets_slo": c.point.meets_slo(slo),
             "agreement": rounded(c.agreement_median),
             "passes_gate": c.passes_gate,
             "gate": c.gate_detail,
-            "prefill_ms_per_1k_tokens": rounded(_median(c.prefill_ms_per_1k)),
-            "decode_ms_per_token": rounded(_median(c.decode_ms_per_token)),
-            "cache_hit_share": rounded(_median(c.cache_hit_share)),
+            "prefill_ms_per_1k_tokens": rounded(finite_median(c.prefill_ms_per_1k)),
+            "decode_ms_per_token": rounded(finite_median(c.decode_ms_per_token)),
+            "cache_hit_share": rounded(finite_median(c.cache_hit_share)),
             "p50_ms_repeats": [rounded(x) for x in c.point.p50_ms],
             "errors": list(c.point.errors),
         }
@@ -245,22 +248,9 @@ def read_cells(cache: Path, *, keys: set[str]) -> tuple[dict[str, CellResult], f
 
 
 def write_cells(cache: Path, cells: Mapping[str, CellResult], *, measured_s: float) -> None:
-    """Store a measured grid (atomically; NaN as JSON's NaN, which `json` reads back)."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    body = {
-        "measured_at": datetime.now(UTC).isoformat(),
-        "measured_s": round(measured_s, 1),
-        "cells": [dataclasses.asdict(c) for c in cells.values()],
-    }
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=1))
-    tmp.replace(cache)
+    """Store a measured grid (atomically)."""
+    write_cache(cache, field="cells", records=cells.values(), measured_s=measured_s)
 
 
 def _floats(values: Sequence[Any]) -> tuple[float, ...]:
     return tuple(float(x) for x in values)
-
-
-def _median(values: Sequence[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return statistics.median(finite) if finite else math.nan

@@ -28,6 +28,7 @@ from evertune.apps.benchmarks.stack_grid import Cell, reference_spec, stack_cell
 from evertune.domain.engines import EngineSpec
 from evertune.domain.gate_result import GateResult
 from evertune.domain.model import make_model
+from evertune.domain.slo import Slo
 
 GRID = Path(__file__).parent / "data" / "stack-grid-zen5-2026-12-07.json"
 
@@ -35,10 +36,11 @@ GRID = Path(__file__).parent / "data" / "stack-grid-zen5-2026-12-07.json"
 class MeasuredGrid:
     """Trials answered from the measured grid, by cell name, repeats in turn."""
 
-    def __init__(self, cells: Sequence[Cell], *, rate_rps: float) -> None:
+    def __init__(self, cells: Sequence[Cell], *, rate_rps: float, slo: Slo) -> None:
         stored = {c["name"]: c for c in json.loads(GRID.read_text())["cells"]}
         self.by_key = {grid_key(c.spec): stored[c.name] for c in cells}
         self.rate_rps = rate_rps
+        self.slo = slo
         self.served: dict[str, int] = {}
         self.names: list[str] = []  #: the cells trialled, in order
 
@@ -53,8 +55,8 @@ class MeasuredGrid:
         self.names.append(cell["name"])
         p50, p99 = cell["point"]["p50_ms"][i], cell["point"]["p99_ms"][i]
         attainment = cell["point"]["attainment"][i]
-        meets = attainment >= 0.9 and p50 <= 550.0
-        gates = [GateResult("slo", meets, attainment, 0.9)]
+        meets = attainment >= self.slo.share and self.slo.median_met(p50)
+        gates = [GateResult("slo", meets, attainment, self.slo.share)]
         if not (order.request.baseline or order.request.confirming):
             gates.append(GateResult("correctness", cell["gate_passed"][i], cell["agreement"][i], 0.95))
         passed = all(g.passed for g in gates)
@@ -95,7 +97,7 @@ async def test_both_searches_find_the_32_token_blocks_on_the_measured_grid(
     prior = await search_prior(
         setup, plan=plan, model_dir=model_dir, data_dir=tmp_path, space=space, base=base
     )
-    grid = MeasuredGrid(cells, rate_rps=setup.peak_rps)
+    grid = MeasuredGrid(cells, rate_rps=setup.peak_rps, slo=setup.slo)
     from_spec = base if start == "defaults" else reference_spec(base)
     result = await whole_stack_search(grid, prior, setup, cells=cells, start=from_spec, name=start)
     assert result.winner is not None, grid.names
