@@ -6,6 +6,7 @@ terminal only; stdout holds the figures alone (with `--json`, one JSON object on
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from evertune.apps.benchmarks import BENCHMARKS, Figures, get_benchmark, showing_steps
-from evertune.apps.cli.common import shared_settings
+from evertune.apps.cli.common import Commands, shared_settings
 from evertune.apps.cli.console import err_console, out_console, table
 
 
@@ -42,6 +43,21 @@ def run_showing_steps(name: str, quick: bool, *, console: Console) -> Figures:
 
         with showing_steps(show):
             return asyncio.run(benchmark(quick))
+
+
+def add_commands(commands: Commands) -> None:
+    """`evertune bench <name>`."""
+    parser = commands.add_parser(
+        "bench", help="run a benchmark; with --json the last line is one JSON object"
+    )
+    parser.add_argument("name", help="benchmark name (`evertune bench list` lists them)")
+    parser.add_argument("--quick", action="store_true", help="a short run, for smoke checks")
+    parser.add_argument("--json", action="store_true", help="end with one line of JSON figures")
+    parser.set_defaults(func=bench_command)
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    return bench(args.name, quick=args.quick, as_json=args.json)
 
 
 def bench(name: str, *, quick: bool, as_json: bool) -> int:

@@ -9,7 +9,7 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal, TypeAlias, cast
 
 import grpc
 
@@ -25,6 +25,19 @@ OBJECTIVES: dict[str, endpoint_pb2.SearchObjective] = {
     for name, number in endpoint_pb2.SearchObjective.items()
     if number != endpoint_pb2.SEARCH_OBJECTIVE_UNSPECIFIED
 }
+
+#: The `evertune` parser's sub-commands: each command module adds its own with `add_commands`.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_data_dir_flag(parser: argparse.ArgumentParser) -> None:
+    """`--data-dir`: the data directory of the stack the command talks to."""
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data directory (default: $EVERTUNE_DATA_DIR or ~/.evertune)",
+    )
 
 
 def shared_settings(

@@ -24,7 +24,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from rich.console import Group, RenderableType
 from rich.table import Table
 
-from evertune.apps.cli.common import OBJECTIVES, add_tls_flags, grpc_address, grpc_channel
+from evertune.apps.cli.common import OBJECTIVES, Commands, add_tls_flags, grpc_address, grpc_channel
 from evertune.apps.cli.console import out_console, table
 from evertune.errors import EvertuneError, InvalidArgument
 from evertune.v1 import endpoint_pb2
@@ -61,7 +61,7 @@ def _rollout_flags(parser: argparse.ArgumentParser, *, new: str) -> None:
     )
 
 
-def add_commands(commands: Any) -> None:
+def add_commands(commands: Commands) -> None:
     """Register `endpoints`, `deployments` and `deploy` on the top-level subparsers."""
 
     def common(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +72,7 @@ def add_commands(commands: Any) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON")
 
     endpoints = commands.add_parser("endpoints", help="create, list, get, update, delete endpoints (gRPC)")
+    endpoints.set_defaults(func=run)
     sub = endpoints.add_subparsers(dest="endpoints_command", required=True, metavar="COMMAND")
     create = sub.add_parser("create", help="create an endpoint and its first deployment")
     create.add_argument("name")
@@ -121,6 +122,7 @@ def add_commands(commands: Any) -> None:
     common(delete)
 
     deployments = commands.add_parser("deployments", help="an endpoint's deployments (gRPC)")
+    deployments.set_defaults(func=run)
     dsub = deployments.add_subparsers(dest="deployments_command", required=True, metavar="COMMAND")
     dlist = dsub.add_parser("list", help="list an endpoint's deployments, newest first")
     dlist.add_argument("endpoint")
@@ -128,6 +130,7 @@ def add_commands(commands: Any) -> None:
     common(dlist)
 
     deploy = commands.add_parser("deploy", help="promote a configuration or roll back (gRPC)")
+    deploy.set_defaults(func=run)
     psub = deploy.add_subparsers(dest="deploy_command", required=True, metavar="COMMAND")
     promote = psub.add_parser("promote", help="roll out an engine configuration or a trial's")
     promote.add_argument("endpoint")

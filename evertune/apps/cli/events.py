@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -11,7 +12,13 @@ from pathlib import Path
 from google.protobuf.json_format import MessageToDict
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.apps.cli.common import nats_url_for, shared_settings, stop_on_signals
+from evertune.apps.cli.common import (
+    Commands,
+    add_data_dir_flag,
+    nats_url_for,
+    shared_settings,
+    stop_on_signals,
+)
 from evertune.errors import InvalidArgument
 from evertune.infra.bus import connect
 from evertune.infra.events import EventKind, decode_event, event_filter_subject
@@ -83,6 +90,33 @@ def format_event(event: events_pb2.Event) -> str:
         payload = MessageToDict(getattr(event, payload_field)) if payload_field else {}
         fields = " ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in payload.items())
     return f"{when} {event.kind:<22} {event.endpoint or '-':<16} {event.source:<12} {fields}"
+
+
+def add_commands(commands: Commands) -> None:
+    """`evertune events tail`."""
+    events = commands.add_parser("events", help="the event stream")
+    events_commands = events.add_subparsers(dest="events_command", required=True, metavar="COMMAND")
+    parser = events_commands.add_parser("tail", help="print events as they happen")
+    add_data_dir_flag(parser)
+    parser.add_argument("--nats-url", default=None, help="read this NATS instead of the data dir's")
+    parser.add_argument("--endpoint", default=None, help="only events of this endpoint")
+    parser.add_argument("--kind", default=None, help="only events of this kind, e.g. sla.breach")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--all", action="store_true", help="start from the oldest stored event, not from now")
+    parser.add_argument("--count", type=int, default=None, help="stop after this many events")
+    parser.set_defaults(func=tail_command)
+
+
+def tail_command(args: argparse.Namespace) -> int:
+    return tail(
+        data_dir=args.data_dir,
+        nats_url=args.nats_url,
+        endpoint=args.endpoint,
+        kind=args.kind,
+        as_json=args.json,
+        from_start=args.all,
+        count=args.count,
+    )
 
 
 def tail(

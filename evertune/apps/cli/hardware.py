@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
+from evertune.apps.cli.common import Commands
 from evertune.domain.engines.fingerprint import detect
+
+
+def add_commands(commands: Commands) -> None:
+    """`evertune hardware show`."""
+    hardware = commands.add_parser("hardware", help="what this machine is, as runners fingerprint it")
+    hardware_commands = hardware.add_subparsers(dest="hardware_command", required=True, metavar="COMMAND")
+    parser = hardware_commands.add_parser("show", help="print this machine's hardware fingerprint")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=show_command)
+
+
+def show_command(args: argparse.Namespace) -> int:
+    return show(as_json=args.json)
 
 
 def show(*, as_json: bool) -> int:

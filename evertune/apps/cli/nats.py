@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
+from evertune.apps.cli.common import Commands
 from evertune.infra.nats_auth import USERS, password_file, write_cluster_credentials
 
 
-def add_commands(commands: Any) -> None:
+def add_commands(commands: Commands) -> None:
     """Register `nats` on the top-level subparsers."""
     nats = commands.add_parser("nats", help="a NATS cluster's users and passwords (Kubernetes)")
+    nats.set_defaults(func=run)
     sub = nats.add_subparsers(dest="nats_command", required=True, metavar="COMMAND")
     credentials = sub.add_parser(
         "credentials",

@@ -11,6 +11,7 @@ draws the rate curve and the distributions with matplotlib (Agg backend).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -22,7 +23,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from evertune.apps.cli.common import nats_url_for, shared_settings
+from evertune.apps.cli.common import Commands, add_data_dir_flag, nats_url_for, shared_settings
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from evertune.infra.bus import connect
 from evertune.infra.settings import SharedSettings, load_settings
@@ -205,6 +206,35 @@ async def from_store(
         "ready": {},
         "profile": to_jsonable(built.profile),
     }
+
+
+def add_commands(commands: Commands) -> None:
+    """`evertune profile show`."""
+    profile = commands.add_parser("profile", help="workload profiles of endpoints")
+    profile_commands = profile.add_subparsers(dest="profile_command", required=True, metavar="COMMAND")
+    parser = profile_commands.add_parser("show", help="print an endpoint's latest profile (built if none)")
+    add_data_dir_flag(parser)
+    parser.add_argument("--endpoint", required=True, help="endpoint name")
+    parser.add_argument("--nats-url", default=None, help="ask this NATS instead of the data dir's")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--plot", type=Path, default=None, help="draw the rate curve and distributions to FILE.png"
+    )
+    parser.add_argument("--build", action="store_true", help="build a new profile instead of the latest")
+    parser.add_argument("--window", type=float, default=None, help="seconds of telemetry to build over")
+    parser.set_defaults(func=show_command)
+
+
+def show_command(args: argparse.Namespace) -> int:
+    return show(
+        endpoint=args.endpoint,
+        data_dir=args.data_dir,
+        nats_url=args.nats_url,
+        as_json=args.json,
+        plot_path=args.plot,
+        build=args.build,
+        window_s=args.window,
+    )
 
 
 def show(

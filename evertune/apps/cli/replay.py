@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from dataclasses import asdict
 from pathlib import Path
 
-from evertune.apps.cli.common import shared_settings, stop_on_signals
+from evertune.apps.cli.common import Commands, shared_settings, stop_on_signals
 from evertune.apps.cli.console import err_console, out_console
-from evertune.domain.model import ensure_model
 from evertune.domain.replay import (
     ReplayProgress,
     Summary,
@@ -20,13 +20,71 @@ from evertune.domain.replay import (
     summarize_run,
     summary_table,
 )
-from evertune.domain.slo import Slo
+from evertune.domain.slo import DEFAULT_ATTAINMENT, Slo
 from evertune.domain.workloads import PlannedRequest
-from evertune.domain.workloads.source import load_workload
 from evertune.errors import InvalidArgument
 
 
-def replay_command(
+def add_commands(commands: Commands) -> None:
+    """`evertune replay`."""
+    parser = commands.add_parser(
+        "replay", help="replay a workload open-loop against an OpenAI-compatible URL"
+    )
+    parser.add_argument("--target", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--workload", required=True, help="`voice`, or a .csv (Azure format) or .jsonl trace")
+    parser.add_argument("--model", default=None, help="model name to ask for (default: the target's first)")
+    parser.add_argument("--rate-scale", type=float, default=1.0, help="multiply the request rate (default 1)")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="play time this many times faster")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="seconds of workload (voice length, trace cut)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the workload (default 0)")
+    parser.add_argument("--slo-ttft-ms", type=float, default=None, help="TTFT target, ms")
+    parser.add_argument(
+        "--slo-itl-ms", type=float, default=None, help="inter-token target (per-request p99 gap), ms"
+    )
+    parser.add_argument(
+        "--slo-share",
+        type=float,
+        default=DEFAULT_ATTAINMENT,
+        help=f"share that must meet both (default {DEFAULT_ATTAINMENT:g})",
+    )
+    parser.add_argument(
+        "--find-goodput",
+        nargs=2,
+        type=float,
+        metavar=("LOW_RPS", "HIGH_RPS"),
+        default=None,
+        help="search the highest rate meeting the SLO between these request rates",
+    )
+    parser.add_argument(
+        "--tokenizer", type=Path, default=None, help="model folder whose tokenizer sizes trace prompts"
+    )
+    parser.add_argument("--strict", action="store_true", help="reject a trace with any bad row")
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    parser.set_defaults(func=replay_command)
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    return replay_workload(
+        target=args.target,
+        workload=args.workload,
+        model=args.model,
+        rate_scale=args.rate_scale,
+        time_scale=args.time_scale,
+        duration_s=args.duration,
+        seed=args.seed,
+        slo_ttft_ms=args.slo_ttft_ms,
+        slo_itl_ms=args.slo_itl_ms,
+        slo_share=args.slo_share,
+        find_goodput_rps=tuple(args.find_goodput) if args.find_goodput else None,
+        tokenizer=args.tokenizer,
+        strict=args.strict,
+        as_json=args.json,
+    )
+
+
+def replay_workload(
     *,
     target: str,
     workload: str,
@@ -43,6 +101,10 @@ def replay_command(
     strict: bool,
     as_json: bool,
 ) -> int:
+    # a model's tokenizer and the trace readers import torch: here, so that other commands start without it
+    from evertune.domain.model import ensure_model
+    from evertune.domain.workloads.source import load_workload
+
     shared = shared_settings(None, log_format="console")
     if (slo_ttft_ms is None) != (slo_itl_ms is None):
         raise InvalidArgument("give both --slo-ttft-ms and --slo-itl-ms, or neither")

@@ -6,12 +6,26 @@ NATS cluster and `EVERTUNE_CLICKHOUSE_URL` at a ClickHouse server.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
-from evertune.apps.cli.common import shared_settings, stop_on_signals
+from evertune.apps.cli.common import Commands, shared_settings, stop_on_signals
 from evertune.apps.services import create_service
 from evertune.errors import SettingsError
 from evertune.infra.runtime.host import host_services
+
+
+def add_commands(commands: Commands) -> None:
+    """`evertune run <service>`."""
+    parser = commands.add_parser(
+        "run", help="run one service alone against the NATS and ClickHouse in settings"
+    )
+    parser.add_argument("service", help="gateway, profiler, sla-monitor, searcher, runner or deployer")
+    parser.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    return run(args.service)
 
 
 def run(name: str) -> int:

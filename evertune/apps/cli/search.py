@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from evertune.apps.cli.common import OBJECTIVES, add_tls_flags, grpc_address, grpc_channel
+from evertune.apps.cli.common import OBJECTIVES, Commands, add_tls_flags, grpc_address, grpc_channel
 from evertune.errors import EvertuneError
 from evertune.infra.runtime.auth import BearerToken
 from evertune.v1 import events_pb2, jobs_pb2
@@ -37,7 +37,7 @@ class RemoteError(EvertuneError):
     """The searcher refused a call; the message is its status and one-line detail."""
 
 
-def add_commands(commands: Any) -> None:
+def add_commands(commands: Commands) -> None:
     """Register `search` on the top-level subparsers."""
 
     def common(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +50,7 @@ def add_commands(commands: Any) -> None:
     search = commands.add_parser(
         "search", help="start, show, list, cancel configuration searches and list their trials (gRPC)"
     )
+    search.set_defaults(func=run)
     sub = search.add_subparsers(dest="search_command", required=True, metavar="COMMAND")
     start = sub.add_parser("start", help="start a search for an endpoint and follow it")
     start.add_argument("endpoint")

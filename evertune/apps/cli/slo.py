@@ -7,6 +7,7 @@ are shown per rule as `long/short`; a `!` marks a rule with an open incident on 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -19,7 +20,13 @@ from nats.aio.client import Client
 from rich.console import Console
 from rich.table import Table
 
-from evertune.apps.cli.common import nats_url_for, shared_settings, stop_on_signals
+from evertune.apps.cli.common import (
+    Commands,
+    add_data_dir_flag,
+    nats_url_for,
+    shared_settings,
+    stop_on_signals,
+)
 from evertune.apps.cli.console import out_console, table
 from evertune.errors import InvalidArgument, NotFound, Unavailable
 from evertune.infra.bus import connect
@@ -150,6 +157,35 @@ def _print(
         what = f"endpoint {endpoint!r}" if endpoint else "any endpoint"
         out.print(f"(no traffic seen for {what} yet)")
     out.file.flush()
+
+
+def add_commands(commands: Commands) -> None:
+    """`evertune slo status`."""
+    slo = commands.add_parser("slo", help="SLO figures from the running sla-monitor")
+    slo_commands = slo.add_subparsers(dest="slo_command", required=True, metavar="COMMAND")
+    parser = slo_commands.add_parser(
+        "status", help="p50/p99 TTFT vs SLO, attainment and burn rates per endpoint and deployment"
+    )
+    add_data_dir_flag(parser)
+    parser.add_argument("--nats-url", default=None, help="ask this NATS instead of the data dir's")
+    parser.add_argument("--endpoint", default=None, help="only this endpoint")
+    parser.add_argument("--json", action="store_true", help="one JSON object (per refresh)")
+    parser.add_argument(
+        "--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C"
+    )
+    parser.add_argument("--wait", type=float, default=1.0, help="seconds to wait for answers (default 1)")
+    parser.set_defaults(func=slo_status_command)
+
+
+def slo_status_command(args: argparse.Namespace) -> int:
+    return slo_status(
+        data_dir=args.data_dir,
+        nats_url=args.nats_url,
+        endpoint=args.endpoint,
+        as_json=args.json,
+        watch_s=args.watch,
+        wait_s=args.wait,
+    )
 
 
 def slo_status(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from dataclasses import asdict
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from evertune.apps.cli.common import nats_url_for, shared_settings
+from evertune.apps.cli.common import Commands, add_data_dir_flag, nats_url_for, shared_settings
 from evertune.apps.cli.console import out_console, table
 from evertune.apps.services import SERVICE_NAMES
 from evertune.errors import Unavailable
@@ -17,6 +18,20 @@ from evertune.infra.bus import connect
 from evertune.infra.bus.connection import redact
 from evertune.infra.runtime.micro import InstanceStatus, discover
 from evertune.infra.settings import NatsAuth
+
+
+def add_commands(commands: Commands) -> None:
+    """`evertune status`."""
+    parser = commands.add_parser("status", help="list running services and their state")
+    add_data_dir_flag(parser)
+    parser.add_argument("--nats-url", default=None, help="ask this NATS instead of the data dir's")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--wait", type=float, default=1.0, help="seconds to wait for answers (default 1)")
+    parser.set_defaults(func=status_command)
+
+
+def status_command(args: argparse.Namespace) -> int:
+    return status(data_dir=args.data_dir, nats_url=args.nats_url, as_json=args.json, wait_s=args.wait)
 
 
 def status(*, data_dir: Path | None, nats_url: str | None, as_json: bool, wait_s: float) -> int:

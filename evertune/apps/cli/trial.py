@@ -33,7 +33,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from evertune.apps.cli.common import nats_url_for, shared_settings, stop_on_signals
+from evertune.apps.cli.common import Commands, nats_url_for, shared_settings, stop_on_signals
 from evertune.apps.cli.console import err_console, out_console, table
 from evertune.domain.engines import EngineSpec, InvalidEngineConfig, get_profile, knob_refusals
 from evertune.domain.slo import DEFAULT_ATTAINMENT
@@ -303,7 +303,7 @@ def trial_run(request: TrialRequest, *, data_dir: Path | None, nats_url: str | N
     return asyncio.run(main())
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(commands: Commands) -> None:
     """`evertune trial run ...`."""
     trial = commands.add_parser("trial", help="submit a trial job to a runner and wait for its result")
     trial_commands = trial.add_subparsers(dest="trial_command", required=True, metavar="COMMAND")
@@ -338,9 +338,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument("--data-dir", type=Path, default=None, help="data directory of the `evertune up`")
     run.add_argument("--nats-url", default=None, help="NATS to use instead of the data dir's")
     run.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    run.set_defaults(func=run_command)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
     """Run the parsed `evertune trial run` command."""
     request = TrialRequest(
         config=args.config,

@@ -13,6 +13,7 @@ the demo before its report.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import faulthandler
@@ -21,15 +22,13 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from rich.padding import Padding
 from rich.table import Table
 
-from evertune.apps.cli.common import shared_settings, stop_on_signals
+from evertune.apps.cli.common import Commands, add_data_dir_flag, shared_settings, stop_on_signals
 from evertune.apps.cli.console import out_console, table
-from evertune.apps.demo.driver import Engine
-from evertune.apps.demo.stack import DEFAULT_DURATION_S, ENGINE_DEFAULTS, DemoOptions, demo_environment
 from evertune.apps.services import SERVICE_NAMES, create_service
 from evertune.errors import EvertuneError, InvalidArgument
 from evertune.infra.data_dir import DataDirLock, Runtime, remove_runtime, write_runtime
@@ -39,8 +38,34 @@ from evertune.infra.runtime import Service
 from evertune.infra.runtime.host import host_services
 from evertune.infra.settings import SharedSettings
 
+if TYPE_CHECKING:
+    from evertune.apps.demo.choices import DemoOptions
+
 #: Exit status of a demo stopped by a signal before its report (the shell's 128 + SIGINT).
 INTERRUPTED = 130
+
+
+def add_commands(commands: Commands) -> None:
+    """`evertune up`."""
+    parser = commands.add_parser("up", help="start NATS, the store and every service in one process")
+    add_data_dir_flag(parser)
+    parser.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
+    parser.add_argument("--demo", action="store_true", help="run the demo (what `make demo` runs)")
+    parser.add_argument("--engine", choices=("vllm", "sim"), default="vllm", help="demo engine (sim: fast)")
+    parser.add_argument("--no-drift", action="store_true", help="demo: keep the traffic as it is (no shift)")
+    parser.add_argument("--peak-calls", type=float, default=None, help="demo: voice calls/s before the shift")
+    parser.set_defaults(func=up_command)
+
+
+def up_command(args: argparse.Namespace) -> int:
+    return up(
+        data_dir=args.data_dir,
+        duration_s=args.duration,
+        demo=args.demo,
+        engine=args.engine,
+        drift=not args.no_drift,
+        peak_calls_per_s=args.peak_calls,
+    )
 
 
 def up(
@@ -52,6 +77,10 @@ def up(
     drift: bool = True,
     peak_calls_per_s: float | None = None,
 ) -> int:
+    # the demo imports torch (its model): here, so that the other commands start without it
+    from evertune.apps.demo.choices import DEFAULT_DURATION_S, ENGINE_DEFAULTS, DemoOptions, demo_environment
+    from evertune.apps.demo.driver import Engine
+
     # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stop that hangs waits on
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     options: DemoOptions | None = None

