@@ -1,5 +1,7 @@
 """The layers inside `evertune/` hold: infra imports no layer above it, domain imports neither the
-applications nor a service, and no service imports the applications (README, Layout)."""
+applications nor a service, and no service imports the applications (README, Layout); and the
+command line lives in the applications: no module of domain/ or infra/ parses arguments, prints to
+stdout or exits the process, except the few that are a process of their own (`python -m`)."""
 
 from __future__ import annotations
 
@@ -48,3 +50,67 @@ def test_imported_modules_sees_every_form() -> None:
 def test_layer_imports_nothing_above_it(layer: str) -> None:
     assert (repository.ROOT / layer).is_dir()
     assert violations(layer) == []
+
+
+#: Modules of domain/ and infra/ that are a process of their own, started as `python -m`, not a
+#: command of `evertune` (those live in evertune/apps/cli): they may parse arguments and print.
+PROCESS_ENTRY_POINTS = {
+    "evertune/domain/perfmodel/server.py": "the sim engine's server, which `SimEngine` starts",
+    "evertune/infra/protogen.py": "`make proto`: regenerates the gRPC stubs",
+    "evertune/infra/llama_cpp_build.py": "`make engines`: builds llama.cpp",
+}
+
+
+def command_line_uses(source: str) -> set[str]:
+    """What in a Python source belongs to a command line: parsing arguments (`argparse`), printing
+    to stdout (`print` without `file=`), exiting the process (`sys.exit`, `exit`, `quit`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in node.names):
+            found.add("argparse")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "argparse":
+            found.add("argparse")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "print":
+                if not any(k.arg == "file" for k in node.keywords):
+                    found.add("print to stdout")
+            elif isinstance(func, ast.Name) and func.id in ("exit", "quit"):
+                found.add(f"{func.id}()")
+            elif (
+                isinstance(func, ast.Attribute)
+                and func.attr == "exit"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "sys"
+            ):
+                found.add("sys.exit")
+    return found
+
+
+def command_line_modules() -> list[str]:
+    out = []
+    for layer in ("evertune/domain", "evertune/infra"):
+        for path in sorted((repository.ROOT / layer).rglob("*.py")):
+            name = str(path.relative_to(repository.ROOT))
+            uses = command_line_uses(path.read_text())
+            if uses and name not in PROCESS_ENTRY_POINTS:
+                out.append(f"{name}: {', '.join(sorted(uses))} (a command belongs in evertune/apps/cli)")
+    return out
+
+
+def test_command_line_uses_sees_each_form() -> None:
+    source = "import argparse\nimport sys\nprint('x')\nprint('y', file=sys.stderr)\nsys.exit(1)\nexit(2)\n"
+    assert command_line_uses(source) == {"argparse", "print to stdout", "sys.exit", "exit()"}
+    assert command_line_uses("from argparse import ArgumentParser\n") == {"argparse"}
+    assert command_line_uses("import sys\nprint('n', file=sys.stderr)\nconsole.print('rich')\n") == set()
+
+
+def test_domain_and_infra_hold_no_command_line() -> None:
+    assert command_line_modules() == []
+
+
+def test_each_process_entry_point_is_one() -> None:
+    """The allowed ones still exist and run as `python -m` (else they leave the list)."""
+    for name in PROCESS_ENTRY_POINTS:
+        source = (repository.ROOT / name).read_text()
+        assert 'if __name__ == "__main__":' in source, name
