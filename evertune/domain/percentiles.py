@@ -39,6 +39,12 @@ def percentile(values: Iterable[float], q: float) -> float:
     return percentile_sorted(sorted(values), q)
 
 
+def percentile_or_zero(values: Iterable[float], q: float) -> float:
+    """`percentile`, but 0.0 for no values: for a wire field, where 0 stands for nothing measured."""
+    ordered = sorted(values)
+    return percentile_sorted(ordered, q) if ordered else 0.0
+
+
 @dataclass(frozen=True)
 class Percentiles:
     """p50/p90/p99 of one measure, in its unit (NaN when there was nothing to measure)."""
