@@ -28,7 +28,7 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 from evertune.deployer import decisions, plan
 from evertune.deployer.backend import EngineReport, Target
@@ -55,7 +55,7 @@ from evertune.deployer.winner_check import StoredWinners
 from evertune.deployer.workspace import Workspace, new_deployment_id
 
 from evertune.domain.engines import EngineSpec
-from evertune.domain.percentiles import percentile
+from evertune.domain.percentiles import percentile_or_zero
 from evertune.domain.slo import Slo
 from evertune.errors import (
     EvertuneError,
@@ -609,8 +609,8 @@ class Rollouts:
                 steps=len(policy.steps),
                 weight=action.weight,
                 verdict=_VERDICTS[analysis.verdict],
-                canary_ttft_p99_ms=_p99(canary.ttft_ms),
-                stable_ttft_p99_ms=_p99(stable.ttft_ms),
+                canary_ttft_p99_ms=percentile_or_zero(canary.ttft_ms, 99.0),
+                stable_ttft_p99_ms=percentile_or_zero(stable.ttft_ms, 99.0),
                 canary_attainment=canary.attainment or 0.0,
                 stable_attainment=stable.attainment or 0.0,
                 canary_error_share=canary.error_share,
@@ -889,10 +889,6 @@ def _target(endpoint: endpoint_pb2.Endpoint, deployment: endpoint_pb2.Deployment
         hardware_class=endpoint.spec.hardware_pool.hardware_class,
         tenant=endpoint.spec.tenant,
     )
-
-
-def _p99(values: list[float] | Any) -> float:
-    return percentile(values, 99.0) if values else 0.0
 
 
 def _seconds(seconds: float) -> timedelta:

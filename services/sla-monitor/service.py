@@ -567,6 +567,9 @@ class SlaMonitorService(Service):
         stats = self.monitor.latency(key.endpoint, key.deployment, now=now, window_s=rule.long_window_s)
         long = evaluation.long
         attainment = long.attainment if long.attainment is not None else 1.0
+        # 0 on the wire: nothing measured in the window
+        ttft_p99_ms = (stats.ttft_p99_ms if stats else None) or 0.0
+        itl_p99_ms = (stats.itl_p99_ms if stats else None) or 0.0
         if isinstance(decision, Breach):
             kind = EventKind.SLA_BREACH
             payload: events_pb2.SlaBreach | events_pb2.SlaResolved = events_pb2.SlaBreach(
@@ -578,9 +581,9 @@ class SlaMonitorService(Service):
                 burn_rate=long.burn_rate,
                 short_burn_rate=evaluation.short.burn_rate,
                 burn_rate_threshold=rule.burn_rate,
-                observed_ttft_p99_ms=_p99(stats, "ttft"),
+                observed_ttft_p99_ms=ttft_p99_ms,
                 target_ttft_p99_ms=targets.ttft_ms,
-                observed_itl_p99_ms=_p99(stats, "itl"),
+                observed_itl_p99_ms=itl_p99_ms,
                 target_itl_p99_ms=targets.itl_wire_ms,
                 observed_attainment=attainment,
                 attainment_target=targets.share,
@@ -598,7 +601,7 @@ class SlaMonitorService(Service):
                 since=_timestamp(incident.since),
                 duration=_duration(decision.resolved_at - incident.since),
                 burn_rate=long.burn_rate,
-                observed_ttft_p99_ms=_p99(stats, "ttft"),
+                observed_ttft_p99_ms=ttft_p99_ms,
                 observed_attainment=attainment,
             )
             severity = common_pb2.SEVERITY_INFO
@@ -726,10 +729,3 @@ class SlaMonitorService(Service):
             "receivers": self.alerts.details(),
             "metrics_url": self.metrics_url(),
         }
-
-
-def _p99(stats: WindowStats | None, which: str) -> float:
-    if stats is None:
-        return 0.0
-    value = stats.ttft_p99_ms if which == "ttft" else stats.itl_p99_ms
-    return value or 0.0
