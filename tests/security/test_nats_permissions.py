@@ -515,7 +515,10 @@ async def test_a_service_cannot_read_what_others_fetch_through_their_inboxes(bus
             "evertune.telemetry.>", durable="profiler-sink", stream="TELEMETRY"
         )
         assert [m.data for m in await sub.fetch(1, timeout=5)] == [b"a tenant's record"]
-        await asyncio.sleep(0.3)
+        # the positive signal: the server refused the sniffing subscription (so it never held one
+        # to deliver on), and a round trip after the fetch has read whatever it had sent the gateway
+        await _until(lambda: any('"_inbox.>"' in v.lower() for v in gateway.violations()), timeout_s=5.0)
+        await gateway.nc.flush()
         assert b"a tenant's record" not in seen
 
 
