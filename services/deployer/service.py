@@ -19,23 +19,20 @@ from evertune.deployer.state import State
 from evertune.deployer.stats import DeployerStats
 from evertune.deployer.telemetry import Telemetry
 from evertune.deployer.winner_check import StoredWinners
+from evertune.deployer.wiring import wiring
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
 from evertune.domain.engines import EngineFactory, make_engine
 from evertune.errors import InvalidArgument, SettingsError
-from evertune.infra.bus import ConsumerSpec, DurableConsumer, PoisonMessage
-from evertune.infra.events import EventKind, event_filter_subject
+from evertune.infra.bus import DurableConsumer, PoisonMessage
+from evertune.infra.bus.wiring import durable_consumers
 from evertune.infra.outbound import OutboundPolicy
 from evertune.infra.runtime import GrpcServer, GrpcService, ServiceContext
 from evertune.infra.runtime.auth import AuthInterceptor, TokenSource, load_tokens
 from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.infra.runtime.tls import Listener, ServerTls, check_exposure, tls_mode
 from evertune.v1 import events_pb2
-
-#: Durable consumer names (deployers sharing one share the work).
-SEARCH_DURABLE = "deployer-search-completed"
-BREACH_DURABLE = "deployer-sla-breach"
 
 
 def deployer_tokens(settings: DeployerSettings) -> TokenSource | None:
@@ -144,7 +141,7 @@ class DeployerService(GrpcService):
             backend=backend,
             ready_timeout_s=settings.ready_timeout_s,
             drain_timeout_s=settings.drain_timeout_s,
-            policy=settings.rollout,
+            policy=settings.rollout_policy(),
             telemetry=Telemetry(ctx.store) if ctx.store is not None else None,
             winners=StoredWinners(ctx.store) if ctx.store is not None else None,
             warmup_requests=settings.warmup_requests,
@@ -169,21 +166,8 @@ class DeployerService(GrpcService):
         except BaseException:
             await self.deployer.close()
             raise
-        deployer = self.deployer
-
-        async def on_search(msg: Msg) -> None:
-            await deployer.on_search_completed(_event(msg))
-
-        async def on_breach(msg: Msg) -> None:
-            await deployer.on_breach(_event(msg))
-
-        for durable, kind, handler in (
-            (SEARCH_DURABLE, EventKind.SEARCH_COMPLETED, on_search),
-            (BREACH_DURABLE, EventKind.SLA_BREACH, on_breach),
-        ):
-            spec = ConsumerSpec(stream="EVENTS", durable=durable, filter_subject=event_filter_subject(kind))
-            consumer = DurableConsumer(ctx.js, spec, handler, source=self.name)
-            self.consumers[durable] = consumer
+        self.consumers = durable_consumers(ctx.js, wiring(), self, source=self.name)
+        for durable, consumer in self.consumers.items():
             self.spawn(consumer.run(self.stopping), name=durable)
         await self.serve_metrics(
             ctx, host=settings.metrics_host, port=settings.metrics_port, refresh=self.metrics.refresh
@@ -195,6 +179,14 @@ class DeployerService(GrpcService):
             tls=tls_mode(self.tls),
             auth="tokens" if self.tokens is not None else "off",
         )
+
+    async def _on_search_completed(self, msg: Msg) -> None:
+        assert self.deployer is not None
+        await self.deployer.on_search_completed(_event(msg))
+
+    async def _on_breach(self, msg: Msg) -> None:
+        assert self.deployer is not None
+        await self.deployer.on_breach(_event(msg))
 
     async def on_stop(self) -> None:
         await self.server.stop(grace_s=self.grace_s)

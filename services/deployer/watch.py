@@ -20,7 +20,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import nats.errors
 from evertune.deployer.validation import WatchFilter
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -132,5 +131,5 @@ async def watch(
                 yield event
     finally:
         stop.cancel()
-        with contextlib.suppress(nats.errors.Error):  # closed connection: its ordered consumer is ephemeral
+        with contextlib.suppress(Exception):
             await sub.unsubscribe()

@@ -21,6 +21,7 @@ from evertune.gateway.proxy import Proxy
 from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
 from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import DEV_PREFIX_SECRET, GatewaySettings
+from evertune.gateway.wiring import wiring
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -28,6 +29,7 @@ from evertune.domain.model import ensure_model
 from evertune.domain.model.chat import ChatFormat
 from evertune.errors import EvertuneError, SettingsError, Unavailable
 from evertune.infra.bus import KvFollower, publish
+from evertune.infra.bus.wiring import Delivery, handler_of
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.auth import load_tokens
 from evertune.infra.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
@@ -179,7 +181,8 @@ class GatewayService(Service):
         """Load every route table, then keep following the bucket (`KvFollower`: a new watch and a
         full reload after each NATS reconnect, so a route change made while or after NATS was away
         is not missed)."""
-        self._routes = KvFollower(js, nc, self.settings.routes_bucket, self._apply)
+        routes = wiring(self.settings).one(Delivery.KV_WATCH)
+        self._routes = KvFollower(js, nc, routes.source, handler_of(self, routes.handler))
         await self._routes.load()
         self.spawn(self._routes.run(self.stopping), name="routes")
 

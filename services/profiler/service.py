@@ -47,6 +47,7 @@ from evertune.profiler.profile import ProfileConfig, to_jsonable
 from evertune.profiler.queries import endpoint_seen, newest_uids
 from evertune.profiler.settings import ProfilerSettings
 from evertune.profiler.sink import SinkConfig, TelemetrySink
+from evertune.profiler.wiring import wiring
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
@@ -63,7 +64,8 @@ from evertune.domain.engines.metrics import (
 )
 from evertune.domain.engines.registry import ENGINES
 from evertune.errors import EvertuneError, InvalidArgument, NotFound
-from evertune.infra.bus import Bucket, ConsumerSpec, DurableConsumer, PoisonMessage, publish_event
+from evertune.infra.bus import Bucket, DurableConsumer, PoisonMessage, publish_event
+from evertune.infra.bus.wiring import Delivery, durable_consumers, handler_of
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.metrics import FAST_BUCKETS, Distribution, FunctionCollector
@@ -158,18 +160,14 @@ class ProfilerService(Service):
             refresh=self._read_sink_pending,
         )
         self.spawn(self.sink.run(self.stopping), name="telemetry-sink")
-        spec = ConsumerSpec(
-            stream="EVENTS",
-            durable=self.settings.drift_durable,
-            filter_subject=self.settings.drift_subject,
-            ack_wait_s=60.0,
-        )
-        self.drift = DurableConsumer(ctx.js, spec, self._on_drift, source=self.name)
+        declared = wiring(self.settings)
+        (self.drift,) = durable_consumers(ctx.js, declared, self, source=self.name).values()
         self.spawn(self.drift.run(self.stopping), name="drift")
         if self.settings.schedule_interval_s > 0:
             self.spawn(self._schedule(), name="schedule")
+        requests = declared.one(Delivery.CORE)
         self._requests = await ctx.nc.subscribe(
-            self.settings.request_subject, queue="profiler", cb=self._on_request
+            requests.subject, queue=requests.queue, cb=handler_of(self, requests.handler)
         )
 
     async def on_stop(self) -> None:

@@ -49,6 +49,7 @@ from evertune.runner.records import TrialRecords
 from evertune.runner.report import completed, completed_event_id, row
 from evertune.runner.settings import RunnerSettings
 from evertune.runner.trial import TrialEngineFactory, TrialOutcome, TrialRunner, default_engine_factory
+from evertune.runner.wiring import STREAM, wiring
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
@@ -56,16 +57,13 @@ from nats.js import JetStreamContext
 from evertune.domain.engines.fingerprint import Fingerprint
 from evertune.domain.engines.fingerprint import detect as detect_hardware
 from evertune.domain.model import ensure_model
-from evertune.infra.bus import ConsumerSpec, ConsumerStats, DurableConsumer, publish_event
-from evertune.infra.events import EventKind, event_filter_subject, new_event
+from evertune.infra.bus import ConsumerStats, DurableConsumer, publish_event
+from evertune.infra.bus.wiring import Delivery, durable_consumers, handler_of
+from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.v1 import common_pb2, events_pb2, jobs_pb2
 
-#: Stream holding the work queues of every hardware class.
-STREAM = "JOBS"
-#: Nak delays (s) after the 1st, 2nd, ... failure to store or publish a result.
-RETRY_DELAYS_S: tuple[float, ...] = (2.0, 10.0, 30.0)
 #: Ended searches a runner remembers (a job of one of them is not started).
 ENDED_SEARCHES = 1000
 #: Longest wait for the jobs consumer's info before a scrape answers without its backlog, s.
@@ -149,22 +147,11 @@ class RunnerService(Service):
             references=self._records.reference,
             traces=self._records.stored_trace,
         )
-        self._ended_sub = await ctx.nc.subscribe(
-            event_filter_subject(EventKind.SEARCH_COMPLETED), cb=self._on_search_completed
-        )
         s = self.settings
-        spec = ConsumerSpec(
-            stream=STREAM,
-            durable=s.durable,
-            filter_subject=s.subject,
-            max_deliver=s.max_deliver,
-            ack_wait_s=s.ack_wait_s,
-            backoff_s=RETRY_DELAYS_S,
-            batch=1,  # one trial at a time: the next job waits on the server for any runner
-            fetch_timeout_s=s.fetch_timeout_s,
-            nak_on_stop=True,
-        )
-        self._jobs = DurableConsumer(ctx.js, spec, self._take, source=self.name)
+        declared = wiring(s)
+        ended = declared.one(Delivery.CORE)
+        self._ended_sub = await ctx.nc.subscribe(ended.subject, cb=handler_of(self, ended.handler))
+        (self._jobs,) = durable_consumers(ctx.js, declared, self, source=self.name).values()
         await self.serve_metrics(
             ctx, host=s.metrics_host, port=s.metrics_port, refresh=self._read_jobs_pending
         )

@@ -1,5 +1,5 @@
 """The searcher service: the SearchService gRPC API, searches started by `profile.ready`, trials
-over the runners' work queues. A thin shell: `SearchSupervisor` (searches.py) does the work, `run_search`
+over the runners' work queues. A thin shell: `Searches` (control.py) does the work, `run_search`
 (orchestrate.py) decides.
 
 Consumers (durable, on EVENTS):
@@ -8,11 +8,11 @@ Consumers (durable, on EVENTS):
   is auto or advisory. Skipped: policy off, unknown endpoints, empty profiles, a profile that is
   not the endpoint's newest stored one (so a consumer created on an old stream does not replay
   history). While the endpoint has a search running, the newest profile's request is queued and
-  starts when that search ends (`SearchSupervisor.start_or_queue`). The request id is
+  starts when that search ends (`Searches.start_or_queue`). The request id is
   `profile:<event id>`, so a redelivered event starts nothing new.
 - `searcher-deletions` (`endpoint.deleted`): cancels the deleted endpoint's running search (by its
   immutable id: also when the name was created again before the event arrived) and drops its
-  queued request unless the name holds a new endpoint (`SearchSupervisor.endpoint_deleted`). An event
+  queued request unless the name holds a new endpoint (`Searches.endpoint_deleted`). An event
   without an id (from before ids) cancels nothing once the name exists again.
 """
 
@@ -21,18 +21,19 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from evertune.searcher.api import SERVICE_NAME, SearchApi
+from evertune.searcher.control import Searches
 from evertune.searcher.metrics import searcher_metrics
-from evertune.searcher.searches import SearchSupervisor
 from evertune.searcher.settings import SearcherSettings
 from evertune.searcher.space import SpaceLimits
-from evertune.searcher.trial_bus import TrialBus, completed_consumer
+from evertune.searcher.trials import TrialBus
+from evertune.searcher.wiring import wiring
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
 from evertune.domain.perfmodel import Efficiency
 from evertune.errors import FailedPrecondition, NotFound
-from evertune.infra.bus import ConsumerSpec, DurableConsumer, Handler, PoisonMessage
-from evertune.infra.events import EventKind, event_filter_subject
+from evertune.infra.bus import DurableConsumer, PoisonMessage
+from evertune.infra.bus.wiring import durable_consumers
 from evertune.infra.runtime import GrpcService, ServiceContext
 from evertune.infra.runtime.auth import AuthInterceptor, load_tokens
 from evertune.infra.runtime.metrics import FunctionCollector
@@ -85,7 +86,7 @@ class SearcherService(GrpcService):
         self._limits = limits
         self._efficiency = efficiency
         self._durable_prefix = durable_prefix
-        self.searches: SearchSupervisor | None = None
+        self.searches: Searches | None = None
         self.trials: TrialBus | None = None
         self.consumers: dict[str, DurableConsumer] = {}  #: durable name -> consumer (once started)
         self.profiles_skipped = 0  #: profile.ready events that started no search
@@ -96,7 +97,7 @@ class SearcherService(GrpcService):
     async def on_start(self, ctx: ServiceContext) -> None:
         assert ctx.store is not None, "the searcher needs the store (needs_store)"
         self.trials = TrialBus(ctx.js, ctx.store)
-        self.searches = SearchSupervisor(
+        self.searches = Searches(
             self.settings,
             js=ctx.js,
             store=ctx.store,
@@ -107,24 +108,10 @@ class SearcherService(GrpcService):
         )
         await self.searches.open()
         self.api.searches = self.searches
-        trials = DurableConsumer(
-            ctx.js,
-            completed_consumer(f"{self._durable_prefix}-trials"),
-            self.trials.on_completed,
-            source=self.name,
-        )
-        profiles = self._events_consumer(ctx, EventKind.PROFILE_READY, "profiles", self._on_profile)
-        deletions = self._events_consumer(ctx, EventKind.ENDPOINT_DELETED, "deletions", self._on_deleted)
-        prefix = self._durable_prefix
-        self.consumers = {
-            f"{prefix}-trials": trials,
-            f"{prefix}-profiles": profiles,
-            f"{prefix}-deletions": deletions,
-        }
+        self.consumers = durable_consumers(ctx.js, wiring(self._durable_prefix), self, source=self.name)
         await self.serve_metrics(ctx, host=self.settings.metrics_host, port=self.settings.metrics_port)
-        self.spawn(trials.run(self.stopping), name="trials")
-        self.spawn(profiles.run(self.stopping), name="profiles")
-        self.spawn(deletions.run(self.stopping), name="deletions")
+        for durable, consumer in self.consumers.items():
+            self.spawn(consumer.run(self.stopping), name=durable)
         await super().on_start(ctx)
         self.log.info("searcher serving", address=self.grpc.address, tls=tls_mode(self.tls))
 
@@ -143,18 +130,6 @@ class SearcherService(GrpcService):
             "profiles_skipped": self.profiles_skipped,
             "profiles_queued": self.profiles_queued,
         }
-
-    def _events_consumer(
-        self, ctx: ServiceContext, kind: EventKind, name: str, handler: Handler
-    ) -> DurableConsumer:
-        """A durable consumer of one kind of event on EVENTS, named `<prefix>-<name>`."""
-        spec = ConsumerSpec(
-            stream="EVENTS",
-            durable=f"{self._durable_prefix}-{name}",
-            filter_subject=event_filter_subject(kind),
-            ack_wait_s=60.0,
-        )
-        return DurableConsumer(ctx.js, spec, handler, source=self.name)
 
     async def _on_deleted(self, msg: Msg) -> None:
         """Stop searching for an endpoint that was deleted (see the module doc)."""

@@ -7,10 +7,9 @@ import dataclasses
 import random
 
 import pytest
-from evertune.deployer.canary import ArmWindow, Verdict, analyse, mann_whitney_greater_p
-from evertune.deployer.rollout_policy import RolloutPolicy
+from evertune.deployer.canary import ArmWindow, CanaryPolicy, Verdict, analyse, mann_whitney_greater_p
 
-POLICY = RolloutPolicy()
+POLICY = CanaryPolicy()
 
 
 def _arm(

@@ -10,9 +10,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from evertune.sla_monitor.drift import DriftConfig, DriftDetector, DriftFinding
-from evertune.sla_monitor.drift_reference import DriftReference, DriftSample
-from evertune.sla_monitor.drift_statistics import (
+from evertune.sla_monitor.drift import (
+    DriftConfig,
+    DriftDetector,
+    DriftFinding,
+    DriftReference,
+    DriftReport,
+    DriftSample,
+    EndpointDrift,
     ks_2samp,
     ks_critical,
     rate_ratio_z,
@@ -20,7 +25,6 @@ from evertune.sla_monitor.drift_statistics import (
     two_proportion_z,
     z_critical,
 )
-from evertune.sla_monitor.endpoint_drift import DriftReport, EndpointDrift
 from scipy.special import kolmogorov
 
 T0 = 1_700_000_000.0

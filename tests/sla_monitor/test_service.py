@@ -88,6 +88,7 @@ async def test_ttft_jump_gives_one_breach_then_resolved_with_the_same_id(
         r = end.sla_resolved
         assert r.breach_id == b.breach_id and r.since == b.since and r.duration.ToMilliseconds() > 1000
         assert r.deployment == "" and r.observed_ttft_p99_ms > 0 and r.observed_attainment > 0
+        assert breach.cause_id == "" and end.cause_id == breach.id  # a root, and its resolution
 
         status = service.status()
         assert status["endpoints"][endpoint]["deployments"]["dep-a"]["requests"] > 0

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
@@ -92,6 +93,27 @@ def format_event(event: events_pb2.Event) -> str:
     return f"{when} {event.kind:<22} {event.endpoint or '-':<16} {event.source:<12} {fields}"
 
 
+@dataclass
+class CauseChain:
+    """An event and every later event it caused, directly or through others (`Event.cause_id`):
+    a drift, the profile built for it, the search on that profile, the rollout of its winner."""
+
+    ids: set[str]  #: ids of the events in the chain so far (the first one's to start)
+
+    @classmethod
+    def of(cls, event_id: str) -> CauseChain:
+        """The chain that starts at event `event_id`."""
+        return cls(ids={event_id})
+
+    def take(self, event: events_pb2.Event) -> bool:
+        """Whether `event` belongs to the chain (its first event, or caused by one in it); taken
+        events extend it. Events arrive in stream order, causes before their effects."""
+        if event.id in self.ids or event.cause_id in self.ids:
+            self.ids.add(event.id)
+            return True
+        return False
+
+
 def add_commands(commands: Commands) -> None:
     """`evertune events tail`."""
     events = commands.add_parser("events", help="the event stream")
@@ -104,6 +126,13 @@ def add_commands(commands: Commands) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--all", action="store_true", help="start from the oldest stored event, not from now")
     parser.add_argument("--count", type=int, default=None, help="stop after this many events")
+    parser.add_argument(
+        "--chain",
+        default=None,
+        metavar="EVENT_ID",
+        help="only this event and every later one its cause chain reaches (drift -> profile.ready -> "
+        "search.* -> deploy.*), from the oldest stored",
+    )
     parser.set_defaults(func=tail_command)
 
 
@@ -116,6 +145,7 @@ def tail_command(args: argparse.Namespace) -> int:
         as_json=args.json,
         from_start=args.all,
         count=args.count,
+        chain=args.chain,
     )
 
 
@@ -128,9 +158,16 @@ def tail(
     as_json: bool,
     from_start: bool,
     count: int | None,
+    chain: str | None = None,
 ) -> int:
+    """Print events as they come (from the oldest stored with `from_start`). `chain`: only the
+    event of that id and the later events its cause chain reaches, read from the oldest stored
+    (`kind` then filters what is printed, not what is followed)."""
     shared = shared_settings(data_dir, log_format="console")
-    subject = tail_subject(endpoint=endpoint, kind=kind)
+    subject = tail_subject(endpoint=endpoint, kind=kind)  # (a bad kind stops here)
+    follow = CauseChain.of(chain) if chain else None
+    if follow is not None:
+        subject = tail_subject(endpoint=endpoint, kind=None)
     url = nats_url_for(shared, nats_url)
 
     async def main() -> int:
@@ -144,7 +181,7 @@ def tail(
         )
         try:
             js = nc.jetstream()
-            policy = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW
+            policy = DeliverPolicy.ALL if from_start or follow is not None else DeliverPolicy.NEW
             sub = await js.subscribe(
                 subject, stream="EVENTS", ordered_consumer=True, config=ConsumerConfig(deliver_policy=policy)
             )
@@ -155,6 +192,8 @@ def tail(
                     event = decode_event(msg.data, subject=msg.subject)
                     if event is None:
                         print(f"skipped an undecodable message on {msg.subject}", file=sys.stderr)
+                        continue
+                    if follow is not None and (not follow.take(event) or (kind and event.kind != kind)):
                         continue
                     line = json.dumps(MessageToDict(event)) if as_json else format_event(event)
                     print(line, flush=True)
