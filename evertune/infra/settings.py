@@ -193,5 +193,7 @@ def load_settings(cls: type[SettingsT], **overrides: Any) -> SettingsT:
         if not field:  # a check across settings: its message names them
             raise SettingsError(f"invalid settings: {first['msg']}") from None
         prefix = str(cls.model_config.get("env_prefix", ""))
-        name = field if field in overrides else f"{prefix}{field}".upper()
+        nested = str(cls.model_config.get("env_nested_delimiter") or ".")  # rollout.steps: ROLLOUT__STEPS
+        variable = nested.join(str(part) for part in first["loc"])
+        name = field if field in overrides else f"{prefix}{variable}".upper()
         raise SettingsError(f"invalid setting {name}: {first['msg']}") from None

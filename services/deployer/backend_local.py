@@ -13,7 +13,6 @@ cores, and a rollout always runs two).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -245,8 +244,16 @@ class LocalBackend:
             url = replica.engine.base_url
             allowed = replica.budget.allow(self._now())
             await self._send(target, replica, "exited", f"engine replica {replica.index} on {url} exited")
-            with contextlib.suppress(Exception):
-                await replica.engine.stop()
+            try:
+                await replica.engine.stop()  # exited: closes its log, removes its temp folder
+            except Exception as err:
+                log.warning(
+                    "could not clean up an exited engine replica",
+                    deployment=target.deployment_id,
+                    replica=replica.index,
+                    error=str(err) or repr(err),
+                    exc_info=True,
+                )
             if not allowed:
                 await self._send(
                     target,

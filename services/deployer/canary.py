@@ -18,8 +18,8 @@ At each step of a rollout the deployer gathers, from telemetry, what each arm se
   - SLO: the canary's attainment is below the target while the stable one meets it.
 - PROCEED otherwise.
 
-The checks and their thresholds are those of `CanaryPolicy` (the endpoint's rollout settings), in the
-spirit of Argo Rollouts' analysis and Flagger's metric checks.
+The thresholds are the rollout policy's (`rollout_policy.RolloutPolicy`, the endpoint's rollout
+settings over the deployer's), in the spirit of Argo Rollouts' analysis and Flagger's metric checks.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from evertune.deployer.rollout_policy import RolloutPolicy
 from scipy.stats import mannwhitneyu
 
 from evertune.domain.percentiles import percentile
@@ -40,29 +40,6 @@ class Verdict(Enum):
     PROCEED = "proceed"  #: no worse: go to the next step
     HOLD = "hold"  #: not enough requests yet: stay at this weight
     ROLL_BACK = "roll_back"  #: worse: take the canary out
-
-
-class CanaryPolicy(BaseModel):
-    """Thresholds of the canary checks; every field can be set per endpoint."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: requests each arm must have served in the step before it is judged
-    min_requests: int = Field(default=30, ge=1)
-    #: canary requests from which the tail check uses p99 (below: p90)
-    tail_min_requests: int = Field(default=200, ge=1)
-    #: allowed relative TTFT regression of p50 and of the tail (0.10 = 10% slower)
-    max_ttft_regression: float = Field(default=0.10, ge=0)
-    #: and allowed absolute TTFT regression, in ms (a regression must exceed both to fail)
-    ttft_slack_ms: float = Field(default=5.0, ge=0)
-    #: allowed relative regression of the p99 inter-token gap
-    max_itl_regression: float = Field(default=0.20, ge=0)
-    #: and allowed absolute inter-token regression, in ms
-    itl_slack_ms: float = Field(default=2.0, ge=0)
-    #: allowed increase of the error share (absolute, 0.01 = one point)
-    max_error_share_increase: float = Field(default=0.01, ge=0, le=1)
-    #: significance of the one-sided Mann-Whitney U test on TTFT
-    p_value: float = Field(default=0.01, gt=0, lt=1)
 
 
 @dataclass(frozen=True)
@@ -119,7 +96,7 @@ def _regressed(canary: float, stable: float, *, relative: float, slack: float) -
     return canary > stable * (1 + relative) and canary - stable > slack
 
 
-def _ttft_checks(canary: ArmWindow, stable: ArmWindow, policy: CanaryPolicy) -> list[Check]:
+def _ttft_checks(canary: ArmWindow, stable: ArmWindow, policy: RolloutPolicy) -> list[Check]:
     p = mann_whitney_greater_p(canary.ttft_ms, stable.ttft_ms)
     shifted = p < policy.p_value
     tail_q = 99.0 if len(canary.ttft_ms) >= policy.tail_min_requests else 90.0
@@ -143,7 +120,7 @@ def _ttft_checks(canary: ArmWindow, stable: ArmWindow, policy: CanaryPolicy) -> 
 
 
 def analyse(
-    *, canary: ArmWindow, stable: ArmWindow, policy: CanaryPolicy, attainment_target: float
+    *, canary: ArmWindow, stable: ArmWindow, policy: RolloutPolicy, attainment_target: float
 ) -> Analysis:
     """The verdict of one canary step (see the module docstring for the checks)."""
     for arm, window in (("canary", canary), ("stable", stable)):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from evertune.deployer.backend import EngineReport, ServingBackend
 from evertune.deployer.lifecycle import Lifecycle
-from evertune.deployer.rollout import RolloutPolicy
+from evertune.deployer.rollout_policy import RolloutPolicy
 from evertune.deployer.rollouts import Rollouts
 from evertune.deployer.state import State
 from evertune.deployer.telemetry import Telemetry

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
-from evertune.deployer.rollout import RolloutPolicy
+from evertune.deployer.rollout_policy import RolloutPolicy
 from evertune.deployer.state import RolloutRecord
 from evertune.deployer.stats import enum_label
 from prometheus_client.core import Metric
@@ -92,7 +92,7 @@ FAILURE_KINDS = ("event_unpublished", "state_unreadable", "engine_scrape")
 def step_limit_s(policy: RolloutPolicy, *, telemetry_lag_s: float) -> float:
     """The longest one canary step may last under `policy`: an analysis after each step duration
     (and the telemetry lag), every HOLD it may take and every failed analysis it tolerates."""
-    analyses = 1 + policy.max_holds + policy.failure_limit
+    analyses = 1 + policy.max_holds + policy.failures_tolerated
     return analyses * (policy.step_duration_s + telemetry_lag_s)
 
 

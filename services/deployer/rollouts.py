@@ -34,14 +34,8 @@ from evertune.deployer import decisions, plan
 from evertune.deployer.backend import EngineReport, Target
 from evertune.deployer.breach import SeenBreach, why_not_the_canary
 from evertune.deployer.canary import Analysis, ArmWindow, Verdict, analyse
-from evertune.deployer.rollout import (
-    Action,
-    ActionKind,
-    Rollout,
-    RolloutPolicy,
-    Trigger,
-    effective_policy,
-)
+from evertune.deployer.rollout import Action, ActionKind, Rollout, Trigger
+from evertune.deployer.rollout_policy import RolloutPolicy, effective_policy
 from evertune.deployer.state import RequestRecord, RolloutRecord, request_key
 from evertune.deployer.telemetry import Telemetry, Windows
 from evertune.deployer.trials import find_trial
@@ -475,9 +469,19 @@ class Rollouts:
             raise
         except Exception as err:
             log.error("canary failed", endpoint=name, error=str(err) or repr(err), exc_info=True)
-            with contextlib.suppress(Exception):
+            try:
                 failed = run.rollout.on_failure(f"rollout error: {err}"[:300])
                 await self._roll_back_canary(name, deployment.id, stable_id, failed, "")
+            except Exception as rollback_err:
+                # the endpoint may be left split between canary and stable: a person must look
+                log.error(
+                    "canary roll back failed; the endpoint's routes and rollout record need a look",
+                    endpoint=name,
+                    canary=deployment.id,
+                    stable=stable_id,
+                    error=str(rollback_err) or repr(rollback_err),
+                    exc_info=True,
+                )
         finally:
             if self._canaries.get(name) is run.signal:
                 del self._canaries[name]
@@ -582,7 +586,7 @@ class Rollouts:
             return Analysis(verdict=Verdict.HOLD, reason=f"telemetry unavailable: {err}")
         self._last_windows[canary_id] = windows
         return analyse(
-            canary=windows.canary, stable=windows.stable, policy=policy.canary, attainment_target=slo.share
+            canary=windows.canary, stable=windows.stable, policy=policy, attainment_target=slo.share
         )
 
     async def _emit_canary_step(

@@ -141,7 +141,7 @@ class DeployerService(GrpcService):
             backend=backend,
             ready_timeout_s=settings.ready_timeout_s,
             drain_timeout_s=settings.drain_timeout_s,
-            policy=settings.rollout_policy(),
+            policy=settings.rollout,
             telemetry=Telemetry(ctx.store) if ctx.store is not None else None,
             winners=StoredWinners(ctx.store) if ctx.store is not None else None,
             warmup_requests=settings.warmup_requests,

@@ -2,23 +2,79 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Final, Literal, Self
 
-from evertune.deployer.canary import CanaryPolicy
+import structlog
 from evertune.deployer.kubernetes import DEFAULT_CALLER_LABELS, KubernetesTarget
-from evertune.deployer.rollout import RolloutPolicy
+from evertune.deployer.rollout_policy import RolloutPolicy
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from evertune.infra.runtime.auth import LOOPBACK_HOSTS
 from evertune.infra.runtime.tls import check_tls_settings
+
+log = structlog.get_logger("evertune.deployer.settings")
+
+
+ENV_PREFIX: Final = "EVERTUNE_DEPLOYER_"
+#: Settings of the previous release renamed into the nested `rollout` (old flat name -> field of
+#: `RolloutPolicy`): the old environment variables and keywords work, with a warning, for one
+#: release more.
+RENAMED_ROLLOUT: Final = {
+    "rollout_steps": "steps",
+    "rollout_step_duration_s": "step_duration_s",
+    "rollout_max_holds": "max_holds",
+    "rollout_failure_limit": "failures_tolerated",
+    "canary_min_requests": "min_requests",
+    "canary_tail_min_requests": "tail_min_requests",
+    "canary_max_ttft_regression": "max_ttft_regression",
+    "canary_ttft_slack_ms": "ttft_slack_ms",
+    "canary_max_itl_regression": "max_itl_regression",
+    "canary_itl_slack_ms": "itl_slack_ms",
+    "canary_max_error_share_increase": "max_error_share_increase",
+    "canary_p_value": "p_value",
+}
+
+
+def renamed_variable(old: str) -> str:
+    """The environment variable that replaces the previous release's `EVERTUNE_DEPLOYER_<OLD>`."""
+    return f"{ENV_PREFIX}ROLLOUT__{RENAMED_ROLLOUT[old].upper()}"
+
+
+def _warn_renamed(old: str, new: str) -> None:
+    log.warning("deprecated setting: renamed, the old name goes in the next release", old=old, new=new)
+
+
+class RenamedRolloutVariables(PydanticBaseSettingsSource):
+    """The previous release's `EVERTUNE_DEPLOYER_ROLLOUT_*` / `_CANARY_*` variables, read into
+    `rollout` under the new ones (a new variable set too wins), each with a warning."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the variables itself
+
+    def __call__(self) -> dict[str, Any]:
+        env = {k.upper(): v for k, v in os.environ.items()}
+        nested: dict[str, Any] = {}
+        for old, new in RENAMED_ROLLOUT.items():
+            raw = env.get(f"{ENV_PREFIX}{old.upper()}")
+            if raw is None:
+                continue
+            _warn_renamed(f"{ENV_PREFIX}{old.upper()}", renamed_variable(old))
+            try:
+                nested[new] = json.loads(raw)  # "[1000, 10000]", "30", "0.01"
+            except ValueError:
+                nested[new] = raw  # left for the field's own check to refuse, by name
+        return {"rollout": nested} if nested else {}
 
 
 class DeployerSettings(BaseSettings):
     """Settings of the deployer service; loaded once at start and passed down."""
 
-    model_config = SettingsConfigDict(env_prefix="EVERTUNE_DEPLOYER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", env_nested_delimiter="__")
 
     #: Address of the EndpointService gRPC server.
     grpc_host: str = "127.0.0.1"
@@ -72,31 +128,10 @@ class DeployerSettings(BaseSettings):
     #: Window of `max_restarts`, in seconds.
     restart_window_s: float = Field(default=600.0, gt=0)
 
-    # -- progressive rollout (defaults of every endpoint; see docs/services/deployer.md) ----------
-    #: Canary weights in basis points, increasing, the last 10000 (JSON list).
-    rollout_steps: list[int] = Field(default_factory=lambda: [1000, 5000, 10000])
-    #: Seconds of traffic at a step before it is analysed.
-    rollout_step_duration_s: float = Field(default=60.0, gt=0)
-    #: Analyses that may HOLD (too few requests) at one step before the rollout rolls back.
-    rollout_max_holds: int = Field(default=5, ge=0)
-    #: Failed analyses tolerated (analysed again at the same weight) before rolling back.
-    rollout_failure_limit: int = Field(default=0, ge=0)
-    #: Requests each arm must have served in a window before it is judged.
-    canary_min_requests: int = Field(default=30, ge=1)
-    #: Canary requests from which the TTFT tail check uses p99 (p90 below).
-    canary_tail_min_requests: int = Field(default=200, ge=1)
-    #: Allowed relative TTFT regression (p50 and tail) of the canary.
-    canary_max_ttft_regression: float = Field(default=0.10, ge=0)
-    #: And allowed absolute TTFT regression, ms (a regression must exceed both).
-    canary_ttft_slack_ms: float = Field(default=5.0, ge=0)
-    #: Allowed relative regression of the p99 inter-token gap.
-    canary_max_itl_regression: float = Field(default=0.20, ge=0)
-    #: And allowed absolute inter-token regression, ms.
-    canary_itl_slack_ms: float = Field(default=2.0, ge=0)
-    #: Allowed increase of the error share (absolute: 0.01 = one point).
-    canary_max_error_share_increase: float = Field(default=0.01, ge=0, le=1)
-    #: Significance of the one-sided Mann-Whitney test on TTFT.
-    canary_p_value: float = Field(default=0.01, gt=0, lt=1)
+    # -- progressive rollout -----------------------------------------------------------------
+    #: Every endpoint's rollout defaults, field by field `EVERTUNE_DEPLOYER_ROLLOUT__<FIELD>`
+    #: (`rollout_policy.RolloutPolicy`; an endpoint's `spec.rollout` overrides them).
+    rollout: RolloutPolicy = RolloutPolicy()
     #: Requests sent straight to a new deployment once ready, before it takes traffic.
     warmup_requests: int = Field(default=3, ge=0)
     #: Seconds telemetry takes from the gateway to the store (waited before each analysis).
@@ -157,14 +192,21 @@ class DeployerSettings(BaseSettings):
     #: Networks engine pods may connect to, JSON list of CIDRs (none: no egress at all).
     kubernetes_egress_cidrs: list[str] = Field(default_factory=list)
 
-    @field_validator("rollout_steps")
+    @model_validator(mode="before")
     @classmethod
-    def _steps(cls, steps: list[int]) -> list[int]:
-        try:
-            RolloutPolicy(steps=tuple(steps))
-        except ValidationError as err:
-            raise ValueError(str(err.errors()[0]["msg"]).removeprefix("Value error, ")) from None
-        return steps
+    def _renamed_keywords(cls, data: Any) -> Any:
+        """The previous release's flat keywords (`rollout_steps=`, `canary_p_value=`...) go to
+        `rollout`, with a warning naming the new form."""
+        if not isinstance(data, dict) or not RENAMED_ROLLOUT.keys() & data.keys():
+            return data
+        rollout = data.get("rollout") or {}
+        nested = dict(rollout.model_dump() if isinstance(rollout, RolloutPolicy) else rollout)
+        flat = dict(data)
+        for old, new in RENAMED_ROLLOUT.items():
+            if old in flat:
+                _warn_renamed(old, f"rollout={{{new!r}: ...}}")
+                nested[new] = flat.pop(old)
+        return {**flat, "rollout": nested}
 
     @field_validator(
         "kubernetes_caller_labels",
@@ -183,26 +225,6 @@ class DeployerSettings(BaseSettings):
         except ValidationError as err:
             raise ValueError(str(err.errors()[0]["msg"]).removeprefix("Value error, ")) from None
         return value
-
-    def rollout_policy(self) -> RolloutPolicy:
-        """The deployer's default rollout policy; an endpoint's `spec.rollout` overrides it field by
-        field (`rollout.effective_policy`)."""
-        return RolloutPolicy(
-            steps=tuple(self.rollout_steps),
-            step_duration_s=self.rollout_step_duration_s,
-            max_holds=self.rollout_max_holds,
-            failure_limit=self.rollout_failure_limit,
-            canary=CanaryPolicy(
-                min_requests=self.canary_min_requests,
-                tail_min_requests=self.canary_tail_min_requests,
-                max_ttft_regression=self.canary_max_ttft_regression,
-                ttft_slack_ms=self.canary_ttft_slack_ms,
-                max_itl_regression=self.canary_max_itl_regression,
-                itl_slack_ms=self.canary_itl_slack_ms,
-                max_error_share_increase=self.canary_max_error_share_increase,
-                p_value=self.canary_p_value,
-            ),
-        )
 
     def kubernetes_target(self) -> KubernetesTarget:
         """Where the kubernetes backend puts deployments."""
@@ -227,6 +249,24 @@ class DeployerSettings(BaseSettings):
             ingress_peers=tuple(self.kubernetes_ingress_peers),
             allow_dns=self.kubernetes_allow_dns,
             egress_cidrs=tuple(self.kubernetes_egress_cidrs),
+        )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The environment as usual, then the renamed variables of the previous release below it."""
+        return (
+            init_settings,
+            env_settings,
+            RenamedRolloutVariables(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
         )
 
     @model_validator(mode="after")

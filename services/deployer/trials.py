@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -49,7 +50,7 @@ async def find_trial(js: JetStreamContext, *, endpoint: str, trial_id: str) -> T
                     found = event.trial_completed
                 pending -= 1
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(nats.errors.Error):  # the server drops it after inactive_threshold
             await sub.unsubscribe()
     if found is None:
         raise NotFound(f"trial_id: no completed trial {trial_id} of endpoint {endpoint}")

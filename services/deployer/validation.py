@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
+from annotated_types import Ge, Gt, Le, Lt
 from evertune.deployer.model_roots import ModelRoots
-from evertune.deployer.rollout import FULL_WEIGHT, RolloutOverrides
+from evertune.deployer.rollout_policy import RolloutOverrides
+from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from evertune.domain.engines import EngineSpec, InvalidEngineConfig
 from evertune.domain.gate_result import DEFAULT_AGREEMENT
@@ -52,57 +54,36 @@ MAX_ID: Final = 128
 DEFAULT_PAGE: Final = 100
 MAX_PAGE: Final = 1000
 
-#: Longest canary step an endpoint may ask for, in seconds, and most failed analyses it may allow.
-MAX_STEP_DURATION_S: Final = 86_400.0
-MAX_FAILURE_LIMIT: Final = 100
-#: Most requests a canary check may ask each arm for.
-MAX_CANARY_REQUESTS: Final = 10_000_000
+#: The wire RolloutPolicy's fields named otherwise in the domain's (rollout_policy.RolloutPolicy),
+#: and what the wire adds to the domain's figure: failure_limit N rolls back at the Nth failed
+#: analysis, N - 1 failures tolerated.
+_ROLLOUT_WIRE_NAME: Final = {"failures_tolerated": "failure_limit"}
+_ROLLOUT_DOMAIN_NAME: Final = {wire: name for name, wire in _ROLLOUT_WIRE_NAME.items()}
+_ROLLOUT_WIRE_OFFSET: Final = {"failures_tolerated": 1}
 #: The wire RolloutPolicy's leaves (UpdateEndpoint paths `rollout.<leaf>`).
-ROLLOUT_LEAVES: Final = (
-    "steps",
-    "step_duration_s",
-    "min_requests",
-    "tail_min_requests",
-    "max_ttft_regression",
-    "ttft_slack_ms",
-    "max_itl_regression",
-    "itl_slack_ms",
-    "max_error_share_increase",
-    "p_value",
-    "failure_limit",
-)
-#: Its `optional` leaves: unset = the deployer's default, 0 = no tolerance.
-_ROLLOUT_OPTIONAL: Final = (
-    "max_ttft_regression",
-    "ttft_slack_ms",
-    "max_itl_regression",
-    "itl_slack_ms",
-    "max_error_share_increase",
-)
+ROLLOUT_LEAVES: Final = tuple(f.name for f in endpoint_pb2.RolloutPolicy.DESCRIPTOR.fields)
 
 SearchPolicyName = Literal["auto", "advisory", "off"]
-_POLICY_FROM_WIRE: Final[dict[int, SearchPolicyName]] = {
-    endpoint_pb2.SEARCH_POLICY_UNSPECIFIED: "auto",
-    endpoint_pb2.SEARCH_POLICY_AUTO: "auto",
-    endpoint_pb2.SEARCH_POLICY_ADVISORY: "advisory",
-    endpoint_pb2.SEARCH_POLICY_OFF: "off",
-}
 _POLICY_TO_WIRE: Final[dict[SearchPolicyName, int]] = {
     "auto": endpoint_pb2.SEARCH_POLICY_AUTO,
     "advisory": endpoint_pb2.SEARCH_POLICY_ADVISORY,
     "off": endpoint_pb2.SEARCH_POLICY_OFF,
 }
-ObjectiveName = Literal["goodput", "p50_ttft", "cost"]
-_OBJECTIVE_FROM_WIRE: Final[dict[int, ObjectiveName]] = {
-    endpoint_pb2.SEARCH_OBJECTIVE_UNSPECIFIED: "goodput",
-    endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT: "goodput",
-    endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT: "p50_ttft",
-    endpoint_pb2.SEARCH_OBJECTIVE_COST: "cost",
+#: ... and back; unset is AUTO.
+_POLICY_FROM_WIRE: Final[dict[int, SearchPolicyName]] = {
+    endpoint_pb2.SEARCH_POLICY_UNSPECIFIED: "auto",
+    **{wire: name for name, wire in _POLICY_TO_WIRE.items()},
 }
+ObjectiveName = Literal["goodput", "p50_ttft", "cost"]
 _OBJECTIVE_TO_WIRE: Final[dict[ObjectiveName, int]] = {
     "goodput": endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT,
     "p50_ttft": endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT,
     "cost": endpoint_pb2.SEARCH_OBJECTIVE_COST,
+}
+#: ... and back; unset is GOODPUT.
+_OBJECTIVE_FROM_WIRE: Final[dict[int, ObjectiveName]] = {
+    endpoint_pb2.SEARCH_OBJECTIVE_UNSPECIFIED: "goodput",
+    **{wire: name for name, wire in _OBJECTIVE_TO_WIRE.items()},
 }
 _SEVERITIES: Final = frozenset(common_pb2.Severity.values())
 _KINDS: Final = frozenset(k.value for k in EventKind)
@@ -318,12 +299,66 @@ class WatchFilter:
 # --------------------------------------------------------------------------------------------
 
 
-def _one_line(err: ValidationError, prefix: str) -> InvalidArgument:
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _range(info: Any, *, offset: int = 0) -> str:
+    """A field's bounds as one phrase ("must be in (0, 1)", "must be >= 0"), from its declaration."""
+    metadata = list(getattr(info, "metadata", ()))
+    low = next((m for m in metadata if isinstance(m, Gt | Ge)), None)
+    high = next((m for m in metadata if isinstance(m, Lt | Le)), None)
+    lo = None if low is None else _number((low.gt if isinstance(low, Gt) else low.ge) + offset)
+    hi = None if high is None else _number((high.lt if isinstance(high, Lt) else high.le) + offset)
+    if lo is not None and hi is not None:
+        opening, closing = "(" if isinstance(low, Gt) else "[", ")" if isinstance(high, Lt) else "]"
+        return f"must be in {opening}{lo}, {hi}{closing}"
+    if lo is not None:
+        return f"must be {'>' if isinstance(low, Gt) else '>='} {lo}"
+    return f"must be {'<' if isinstance(high, Lt) else '<='} {hi}"
+
+
+def _field_info(model: type[BaseModel], loc: tuple[int | str, ...]) -> Any:
+    """The declaration of the field at `loc` under `model` (nested models followed), or None."""
+    info: Any = None
+    for part in loc:
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return None
+        info = fields[part]
+        model = info.annotation
+    return info
+
+
+_BOUND_ERRORS: Final = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+
+
+def pydantic_reason(error: ErrorDetails, model: type[BaseModel], *, offset: int = 0, note: str = "") -> str:
+    """One error of `model`'s validation as a phrase for a person: a bound as the field's whole
+    range (`offset` added, `note` after it) and the value given, a missing field as "required", a
+    check's own message as it is."""
+    if error["type"] == "missing":
+        return "required"
+    if error["type"] == "finite_number":
+        return "must be a finite number"
+    info = _field_info(model, error["loc"])
+    if error["type"] in _BOUND_ERRORS and info is not None:
+        given = error["input"] + offset if isinstance(error["input"], int | float) else error["input"]
+        return f"{_range(info, offset=offset)}{note}, got {_number(given)}"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+def _one_line(err: ValidationError, prefix: str, model: type[BaseModel]) -> InvalidArgument:
+    """The first error of validating `model` as INVALID_ARGUMENT naming its field under `prefix`."""
     first = err.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
-    reason = str(first["msg"]).removeprefix("Value error, ")
     path = f"{prefix}.{where}" if where else prefix
-    return InvalidArgument(f"{path}: {reason}")
+    return InvalidArgument(f"{path}: {pydantic_reason(first, model)}")
+
+
+def _given(message: Message, *names: str) -> dict[str, Any]:
+    """The fields of `message` that are set: 0, empty and unset stand for "the default" on the wire."""
+    return {name: getattr(message, name) for name in names if getattr(message, name)}
 
 
 def endpoint_name(value: str, field: str) -> str:
@@ -395,8 +430,6 @@ def endpoint_def(spec: endpoint_pb2.EndpointSpec, *, field: str = "spec") -> End
         raise InvalidArgument(f"{field}.model: required (the model served)")
     if not spec.HasField("slo"):
         raise InvalidArgument(f"{field}.slo: required (at least slo.ttft_p99_ms)")
-    if spec.slo.ttft_p99_ms <= 0:
-        raise InvalidArgument(f"{field}.slo.ttft_p99_ms: required, must be > 0")
     if not spec.HasField("hardware_pool") or not spec.hardware_pool.hardware_class:
         raise InvalidArgument(f"{field}.hardware_pool.hardware_class: required (e.g. 'cpu')")
     if spec.search_policy not in _POLICY_FROM_WIRE:
@@ -416,23 +449,15 @@ def endpoint_def(spec: endpoint_pb2.EndpointSpec, *, field: str = "spec") -> End
         spec.initial_engine_config, default_model=spec.model, field=f"{field}.initial_engine_config"
     )
     try:
-        slo = SloSpec(
-            ttft_p50_ms=spec.slo.ttft_p50_ms,
-            ttft_p99_ms=spec.slo.ttft_p99_ms,
-            itl_p99_ms=spec.slo.itl_p99_ms,
-            attainment_target=spec.slo.attainment_target or DEFAULT_ATTAINMENT,
-        )
+        slo = SloSpec(**_given(spec.slo, *SloSpec.model_fields))
     except ValidationError as err:
-        raise _one_line(err, f"{field}.slo") from None
+        raise _one_line(err, f"{field}.slo", SloSpec) from None
     if slo.ttft_p50_ms and slo.ttft_p50_ms > slo.ttft_p99_ms:
         raise InvalidArgument(f"{field}.slo.ttft_p50_ms: must not exceed slo.ttft_p99_ms")
     try:
-        pool = HardwarePoolSpec(
-            hardware_class=spec.hardware_pool.hardware_class,
-            max_replicas=spec.hardware_pool.max_replicas or 1,
-        )
+        pool = HardwarePoolSpec(**_given(spec.hardware_pool, *HardwarePoolSpec.model_fields))
     except ValidationError as err:
-        raise _one_line(err, f"{field}.hardware_pool") from None
+        raise _one_line(err, f"{field}.hardware_pool", HardwarePoolSpec) from None
     rollout = rollout_overrides(spec.rollout, field=f"{field}.rollout")
     if initial.replica_count > pool.max_replicas:
         raise InvalidArgument(
@@ -450,74 +475,47 @@ def endpoint_def(spec: endpoint_pb2.EndpointSpec, *, field: str = "spec") -> End
             search_policy=_POLICY_FROM_WIRE[spec.search_policy],
             objective=_OBJECTIVE_FROM_WIRE[spec.objective],
             alert_routes=tuple(routes),
-            correctness_agreement_threshold=spec.correctness_agreement_threshold or DEFAULT_AGREEMENT,
             rollout=rollout,
+            **_given(spec, "correctness_agreement_threshold"),
         )
     except ValidationError as err:
-        raise _one_line(err, field) from None
+        raise _one_line(err, field, EndpointDef) from None
 
 
 def rollout_overrides(policy: endpoint_pb2.RolloutPolicy, *, field: str) -> RolloutOverrides:
-    """An endpoint's wire RolloutPolicy as overrides of the deployer's defaults: 0 / unset fields
-    are None; `failure_limit` N (roll back at the Nth failed analysis) is N - 1 failures tolerated.
-    Errors name the field under `field` (`spec.rollout.p_value: must be in (0, 1), got 1.5`)."""
-    for leaf in ROLLOUT_LEAVES:
-        value = getattr(policy, leaf)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InvalidArgument(f"{field}.{leaf}: must be a finite number")
-    for leaf in _ROLLOUT_OPTIONAL:
-        if getattr(policy, leaf) < 0:
-            raise InvalidArgument(f"{field}.{leaf}: must be >= 0, got {getattr(policy, leaf):g}")
-    if policy.step_duration_s < 0 or policy.step_duration_s > MAX_STEP_DURATION_S:
-        raise InvalidArgument(
-            f"{field}.step_duration_s: must be in 0..{MAX_STEP_DURATION_S:g} seconds (0 = the "
-            f"deployer's default), got {policy.step_duration_s:g}"
-        )
-    if not 0 <= policy.p_value < 1:
-        raise InvalidArgument(
-            f"{field}.p_value: must be in (0, 1) (0 = the deployer's default), got {policy.p_value:g}"
-        )
-    if policy.failure_limit > MAX_FAILURE_LIMIT:
-        raise InvalidArgument(
-            f"{field}.failure_limit: at most {MAX_FAILURE_LIMIT}, got {policy.failure_limit}"
-        )
-    for leaf in ("min_requests", "tail_min_requests"):
-        if getattr(policy, leaf) > MAX_CANARY_REQUESTS:
-            raise InvalidArgument(
-                f"{field}.{leaf}: at most {MAX_CANARY_REQUESTS}, got {getattr(policy, leaf)}"
-            )
-    if policy.steps and (policy.steps[-1] != FULL_WEIGHT or list(policy.steps) != sorted(set(policy.steps))):
-        raise InvalidArgument(
-            f"{field}.steps: must increase and end at {FULL_WEIGHT} (basis points), got {list(policy.steps)}"
-        )
+    """An endpoint's wire RolloutPolicy as overrides of the deployer's defaults: 0, empty and unset
+    fields are None (an `optional` field set to 0 is 0); `failure_limit` N is N - 1 failures
+    tolerated. Errors name the wire's field under `field` (`spec.rollout.p_value: must be in
+    (0, 1), got 1.5`)."""
+    values: dict[str, Any] = {}
+    for leaf in policy.DESCRIPTOR.fields:
+        value = getattr(policy, leaf.name)
+        if not (policy.HasField(leaf.name) if leaf.has_presence else value):
+            continue
+        name = _ROLLOUT_DOMAIN_NAME.get(leaf.name, leaf.name)
+        is_list = leaf.is_repeated
+        values[name] = tuple(value) if is_list else value - _ROLLOUT_WIRE_OFFSET.get(name, 0)
     try:
-        return RolloutOverrides(
-            steps=tuple(policy.steps) or None,
-            step_duration_s=policy.step_duration_s or None,
-            failures_tolerated=policy.failure_limit - 1 if policy.failure_limit else None,
-            min_requests=policy.min_requests or None,
-            tail_min_requests=policy.tail_min_requests or None,
-            **{leaf: getattr(policy, leaf) for leaf in _ROLLOUT_OPTIONAL if policy.HasField(leaf)},
-            p_value=policy.p_value or None,
-        )
+        return RolloutOverrides(**values)
     except ValidationError as err:
-        raise _one_line(err, field) from None
+        first = err.errors()[0]
+        name = str(first["loc"][0])
+        leaf = policy.DESCRIPTOR.fields_by_name[_ROLLOUT_WIRE_NAME.get(name, name)]
+        offset = _ROLLOUT_WIRE_OFFSET.get(name, 0)
+        note = "" if leaf.has_presence else " (0 = the deployer's default)"
+        reason = pydantic_reason(first, RolloutOverrides, offset=offset, note=note)
+        raise InvalidArgument(f"{field}.{leaf.name}: {reason}") from None
 
 
 def rollout_policy_proto(rollout: RolloutOverrides) -> endpoint_pb2.RolloutPolicy:
     """The wire form of an endpoint's rollout overrides (unset where the deployer decides)."""
-    out = endpoint_pb2.RolloutPolicy(
-        steps=list(rollout.steps or ()),
-        step_duration_s=rollout.step_duration_s or 0.0,
-        min_requests=rollout.min_requests or 0,
-        tail_min_requests=rollout.tail_min_requests or 0,
-        p_value=rollout.p_value or 0.0,
-        failure_limit=rollout.failures_tolerated + 1 if rollout.failures_tolerated is not None else 0,
-    )
-    for leaf in _ROLLOUT_OPTIONAL:
-        value = getattr(rollout, leaf)
-        if value is not None:
-            setattr(out, leaf, value)
+    out = endpoint_pb2.RolloutPolicy()
+    for name, value in rollout.set_fields().items():
+        leaf = _ROLLOUT_WIRE_NAME.get(name, name)
+        if isinstance(value, tuple):
+            getattr(out, leaf).extend(value)
+        else:
+            setattr(out, leaf, value + _ROLLOUT_WIRE_OFFSET.get(name, 0))
     return out
 
 
@@ -550,11 +548,11 @@ def _alert_route(route: endpoint_pb2.AlertRoute, field: str) -> AlertRouteSpec:
             kind=kind,
             url=route.url,
             routing_key=route.routing_key,
-            min_severity=route.min_severity or common_pb2.SEVERITY_WARNING,
             event_kinds=tuple(route.event_kinds),
+            **_given(route, "min_severity"),
         )
     except ValidationError as err:
-        raise _one_line(err, field) from None
+        raise _one_line(err, field, AlertRouteSpec) from None
 
 
 def check_models(spec: EndpointDef, roots: ModelRoots | None, *, field: str = "spec") -> None:
@@ -676,6 +674,21 @@ def _normalize_paths(paths: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _copy_path(to: Message, source: Message, path: str) -> None:
+    """Set the field at dotted `path` of `to` as it is in `source` (unset there: unset here)."""
+    *parents, leaf = path.split(".")
+    for part in parents:
+        to, source = getattr(to, part), getattr(source, part)
+    field = source.DESCRIPTOR.fields_by_name[leaf]
+    to.ClearField(leaf)
+    if field.is_repeated:
+        getattr(to, leaf).extend(getattr(source, leaf))
+    elif field.message_type is not None:
+        getattr(to, leaf).CopyFrom(getattr(source, leaf))
+    elif not field.has_presence or source.HasField(leaf):
+        setattr(to, leaf, getattr(source, leaf))
+
+
 def update_command(
     request: endpoint_service_pb2.UpdateEndpointRequest, *, current: endpoint_pb2.EndpointSpec
 ) -> UpdateCommand:
@@ -685,38 +698,8 @@ def update_command(
     revision = expected_revision(request.expected_revision)
     merged = endpoint_pb2.EndpointSpec()
     merged.CopyFrom(current)
-    new = request.spec
     for path in paths:
-        if path == "slo":
-            merged.slo.CopyFrom(new.slo)
-        elif path.startswith("slo."):
-            leaf = path.removeprefix("slo.")
-            setattr(merged.slo, leaf, getattr(new.slo, leaf))
-        elif path == "search_policy":
-            merged.search_policy = new.search_policy
-        elif path == "objective":
-            merged.objective = new.objective
-        elif path == "alert_routes":
-            del merged.alert_routes[:]
-            merged.alert_routes.extend(new.alert_routes)
-        elif path == "hardware_pool.max_replicas":
-            merged.hardware_pool.max_replicas = new.hardware_pool.max_replicas
-        elif path == "correctness_agreement_threshold":
-            merged.correctness_agreement_threshold = new.correctness_agreement_threshold
-        elif path == "rollout":
-            merged.rollout.CopyFrom(new.rollout)
-        elif path == "rollout.steps":
-            del merged.rollout.steps[:]
-            merged.rollout.steps.extend(new.rollout.steps)
-        elif path.removeprefix("rollout.") in _ROLLOUT_OPTIONAL:
-            leaf = path.removeprefix("rollout.")
-            if new.rollout.HasField(leaf):
-                setattr(merged.rollout, leaf, getattr(new.rollout, leaf))
-            else:
-                merged.rollout.ClearField(leaf)
-        elif path.startswith("rollout."):
-            leaf = path.removeprefix("rollout.")
-            setattr(merged.rollout, leaf, getattr(new.rollout, leaf))
+        _copy_path(merged, request.spec, path)
     spec = endpoint_def(merged)
     return UpdateCommand(
         name=name, spec=spec, changed_fields=paths, expected_revision=revision, request=request

@@ -20,6 +20,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import nats.errors
 from evertune.deployer.validation import WatchFilter
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -131,5 +132,5 @@ async def watch(
                 yield event
     finally:
         stop.cancel()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(nats.errors.Error):  # closed connection: its ordered consumer is ephemeral
             await sub.unsubscribe()

@@ -1,6 +1,6 @@
-"""The SearchService servicer: validate, scope to the caller, call `Searches`, answer. Errors become
-gRPC statuses in one place (`evertune.infra.runtime.run_unary`): INVALID_ARGUMENT, NOT_FOUND and
-FAILED_PRECONDITION with one-line details naming the field.
+"""The SearchService servicer: validate, scope to the caller, call `SearchSupervisor`, answer.
+Errors become gRPC statuses in one place (`evertune.infra.runtime.run_unary`): INVALID_ARGUMENT,
+NOT_FOUND and FAILED_PRECONDITION with one-line details naming the field.
 
 Callers authenticate as the deployer's do (`evertune.infra.runtime.auth`: bearer tokens scoped to a
 tenant). A tenant's token reaches only searches of its own endpoints: another tenant's endpoint or
@@ -17,8 +17,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
-from evertune.searcher.control import Searches
 from evertune.searcher.records import Incarnation, SearchRecord
+from evertune.searcher.searches import SearchSupervisor
 
 from evertune.errors import EvertuneError, InvalidArgument, NotFound
 from evertune.infra.runtime import run_unary
@@ -43,17 +43,17 @@ def page_offset(token: str) -> int:
 
 
 class SearchApi(pb_grpc.SearchServiceServicer):
-    """gRPC face of `Searches`. `searches` is set once the service has started."""
+    """gRPC face of `SearchSupervisor`. `searches` is set once the service has started."""
 
     def __init__(self) -> None:
-        self.searches: Searches | None = None
+        self.searches: SearchSupervisor | None = None
         #: Set when the service stops: open WatchSearch streams end (the service sets it).
         self.stopping = asyncio.Event()
 
     def add_to(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_SearchServiceServicer_to_server(self, server)  # type: ignore[no-untyped-call]
 
-    def _require(self) -> Searches:
+    def _require(self) -> SearchSupervisor:
         if self.searches is None:
             raise EvertuneError("the searcher is still starting")
         return self.searches
@@ -159,8 +159,8 @@ class SearchApi(pb_grpc.SearchServiceServicer):
         async for event in searches.watch(request.search_id, replay=request.replay, stopping=self.stopping):
             yield event
 
-    def _check_watch(self, request: pb.WatchSearchRequest) -> Callable[[], Awaitable[Searches]]:
-        async def check() -> Searches:
+    def _check_watch(self, request: pb.WatchSearchRequest) -> Callable[[], Awaitable[SearchSupervisor]]:
+        async def check() -> SearchSupervisor:
             await self._visible_search(request.search_id)
             return self._require()
 

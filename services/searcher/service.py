@@ -1,5 +1,5 @@
 """The searcher service: the SearchService gRPC API, searches started by `profile.ready`, trials
-over the runners' work queues. A thin shell: `Searches` (control.py) does the work, `run_search`
+over the runners' work queues. A thin shell: `SearchSupervisor` (searches.py) does the work, `run_search`
 (orchestrate.py) decides.
 
 Consumers (durable, on EVENTS):
@@ -8,11 +8,11 @@ Consumers (durable, on EVENTS):
   is auto or advisory. Skipped: policy off, unknown endpoints, empty profiles, a profile that is
   not the endpoint's newest stored one (so a consumer created on an old stream does not replay
   history). While the endpoint has a search running, the newest profile's request is queued and
-  starts when that search ends (`Searches.start_or_queue`). The request id is
+  starts when that search ends (`SearchSupervisor.start_or_queue`). The request id is
   `profile:<event id>`, so a redelivered event starts nothing new.
 - `searcher-deletions` (`endpoint.deleted`): cancels the deleted endpoint's running search (by its
   immutable id: also when the name was created again before the event arrived) and drops its
-  queued request unless the name holds a new endpoint (`Searches.endpoint_deleted`). An event
+  queued request unless the name holds a new endpoint (`SearchSupervisor.endpoint_deleted`). An event
   without an id (from before ids) cancels nothing once the name exists again.
 """
 
@@ -21,11 +21,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from evertune.searcher.api import SERVICE_NAME, SearchApi
-from evertune.searcher.control import Searches
 from evertune.searcher.metrics import searcher_metrics
+from evertune.searcher.searches import SearchSupervisor
 from evertune.searcher.settings import SearcherSettings
 from evertune.searcher.space import SpaceLimits
-from evertune.searcher.trials import TrialBus
+from evertune.searcher.trial_bus import TrialBus
 from evertune.searcher.wiring import wiring
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
@@ -86,7 +86,7 @@ class SearcherService(GrpcService):
         self._limits = limits
         self._efficiency = efficiency
         self._durable_prefix = durable_prefix
-        self.searches: Searches | None = None
+        self.searches: SearchSupervisor | None = None
         self.trials: TrialBus | None = None
         self.consumers: dict[str, DurableConsumer] = {}  #: durable name -> consumer (once started)
         self.profiles_skipped = 0  #: profile.ready events that started no search
@@ -97,7 +97,7 @@ class SearcherService(GrpcService):
     async def on_start(self, ctx: ServiceContext) -> None:
         assert ctx.store is not None, "the searcher needs the store (needs_store)"
         self.trials = TrialBus(ctx.js, ctx.store)
-        self.searches = Searches(
+        self.searches = SearchSupervisor(
             self.settings,
             js=ctx.js,
             store=ctx.store,

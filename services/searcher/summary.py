@@ -9,13 +9,20 @@
 - no improvement: the best candidate measured and by how much it fell short of the margin;
 - infeasible: the SLO no trial met, the closest candidate and what it misses by;
 - failed / cancelled: the reason.
+
+`evidence(result, ctx)` is the same ending as JSON, stored on the search's record: the winner's and
+the baseline's figures, every trial's, the knobs changed, the re-calibrations and the noise rule's
+judgement.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
+from evertune.searcher.noise import Comparison
 from evertune.searcher.orchestrate import Outcome, SearchResult, TrialResult
 from evertune.searcher.strategy import Objective
 
@@ -189,3 +196,58 @@ def _explain(result: SearchResult, ctx: Context, *, spec_of: dict[str, EngineSpe
     if result.outcome is Outcome.CANCELLED:
         return f"Cancelled: {result.error or 'by request'}."
     return f"Failed: {result.error}."
+
+
+def _figures(trial: TrialResult | None) -> dict[str, Any] | None:
+    if trial is None:
+        return None
+
+    def num(x: float) -> float | None:
+        return round(x, 4) if math.isfinite(x) else None
+
+    f = trial.figures
+    return {
+        "trial_id": trial.trial_id,
+        "candidate": trial.candidate_key,
+        "hardware_class": trial.hardware_class,
+        "fidelity": trial.fidelity,
+        "ok": trial.ok,
+        "passed": trial.passed,
+        "simulated": trial.simulated,
+        "goodput_rps": num(f.goodput_rps),
+        "ttft_p50_ms": num(f.ttft_p50_ms),
+        "ttft_p99_ms_at_gate": num(f.ttft_p99_ms),
+        "attainment_at_gate": num(f.attainment),
+        "meets_slo": f.meets_slo,
+        "gates": [dataclasses.asdict(g) for g in trial.gates],
+        "error": trial.error,
+    }
+
+
+def _comparison(found: Comparison | None) -> dict[str, Any] | None:
+    """The noise rule's judgement as JSON (None: the search had no confirmation)."""
+    if found is None:
+        return None
+    return {**dataclasses.asdict(found), "verdict": found.verdict.value, "line": found.describe()}
+
+
+def evidence(result: SearchResult, ctx: Context) -> dict[str, Any]:
+    """What the search measured and decided, as JSON (see the module doc)."""
+    p = result.progress
+    winner = result.winner
+    return {
+        "outcome": result.outcome.value,
+        "objective": ctx.objective.value,
+        "winner": _figures(result.winner_trial),
+        "baseline": _figures(result.baseline_trial),
+        "knobs_changed": knob_changes(ctx.base, winner.spec) if winner else [],
+        "closest": knob_changes(ctx.base, result.closest.spec) if result.closest else None,
+        "ranking_s": round(p.ranking_s, 3),
+        "modeled_candidates": p.modeled,
+        "feasible_predicted": p.feasible_predicted,
+        "recalibrations": [dataclasses.asdict(r) for r in p.recalibrations],
+        "trials": [_figures(t) for t in p.trials],
+        "target_rps": ctx.target_rps,
+        "gate_rps": ctx.target_rps * ctx.headroom,
+        "noise_rule": _comparison(result.comparison),
+    }

@@ -28,137 +28,138 @@
 over the status window, as `evertune slo status` shows them), so they are gauges named per
 percentile: a `quantile` label is reserved for summaries, and a histogram of TTFT is the
 gateway's (`evertune_gateway_ttft_seconds`).
+
+All of it is rendered from the service's `SlaMonitorStats` (stats.py) at scrape time, the same
+figures `details()` shows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from evertune.sla_monitor.stats import ALL, SlaMonitorStats
+from prometheus_client.core import Metric
 
-from evertune.infra.runtime.metrics import consumer_metrics
+from evertune.infra.runtime.metrics import Series, consumer_metrics, counter, gauge
 
-if TYPE_CHECKING:
-    from evertune.sla_monitor.service import SlaMonitorService
-
-#: `deployment` label of the endpoint as a whole.
-ALL = "all"
+#: Labels of a watched scope.
+SCOPE = ["endpoint", "deployment"]
+#: Labels of an alert receiver's series.
+RECEIVER = ["receiver", "kind"]
 
 
-class SlaMonitorCollector(Collector):
-    """Exports a running `SlaMonitorService`'s figures."""
+def sla_metrics(stats: SlaMonitorStats) -> Iterator[Metric]:
+    """The families of the sla-monitor's stats (see the module doc)."""
+    ttft: dict[str, dict[tuple[str, ...], float]] = {"p50": {}, "p90": {}, "p99": {}}
+    itl: dict[tuple[str, ...], float] = {}
+    requests: dict[tuple[str, ...], float] = {}
+    attainment: dict[tuple[str, ...], float] = {}
+    ttft_target: dict[tuple[str, ...], float] = {}
+    attainment_target: dict[tuple[str, ...], float] = {}
+    burn: dict[tuple[str, ...], float] = {}
+    for row in stats.rows:
+        scope = (row.endpoint, row.deployment or ALL)
+        window = row.stats
+        if window is not None:
+            for q, value in (
+                ("p50", window.ttft_p50_ms),
+                ("p90", window.ttft_p90_ms),
+                ("p99", window.ttft_p99_ms),
+            ):
+                if value is not None:
+                    ttft[q][scope] = value / 1e3
+            if window.itl_p99_ms is not None:
+                itl[scope] = window.itl_p99_ms / 1e3
+            requests[scope] = window.requests
+            if window.attainment is not None:
+                attainment[scope] = window.attainment
+        if not row.deployment:
+            ttft_target[(row.endpoint,)] = row.targets.ttft_ms / 1e3
+            attainment_target[(row.endpoint,)] = row.targets.share
+        for ev in row.burn:
+            burn[(*scope, ev.rule.name, "long")] = ev.long.burn_rate
+            burn[(*scope, ev.rule.name, "short")] = ev.short.burn_rate
+    for q, series in ttft.items():
+        yield gauge(
+            f"evertune_sla_ttft_{q}_seconds", f"Client TTFT {q} over the status window", series, SCOPE
+        )
+    yield gauge(
+        "evertune_sla_itl_p99_seconds", "p99 of per-request p99 inter-token gaps (status window)", itl, SCOPE
+    )
+    yield gauge("evertune_sla_window_requests", "Requests in the status window", requests, SCOPE)
+    yield gauge(
+        "evertune_sla_attainment_ratio", "Share of good requests in the status window", attainment, SCOPE
+    )
+    yield gauge(
+        "evertune_sla_ttft_target_seconds", "TTFT target of the endpoint's SLO", ttft_target, ["endpoint"]
+    )
+    yield gauge(
+        "evertune_sla_attainment_target_ratio",
+        "Attainment target of the endpoint's SLO",
+        attainment_target,
+        ["endpoint"],
+    )
+    yield gauge("evertune_sla_burn_rate", "Error-budget burn rate now", burn, [*SCOPE, "rule", "window"])
+    yield gauge(
+        "evertune_sla_burn_rate_threshold",
+        "Rule threshold",
+        {(rule.name, rule.severity): rule.burn_rate for rule in stats.rules},
+        ["rule", "severity"],
+    )
+    yield gauge(
+        "evertune_sla_open_incidents",
+        "Open SLO incidents",
+        {(key.endpoint, key.deployment or ALL, key.rule): 1 for key in stats.open_incidents},
+        [*SCOPE, "rule"],
+    )
+    yield counter("evertune_sla_events_published_total", "Events published", stats.events_published)
+    yield counter(
+        "evertune_sla_requests_total",
+        "Requests observed",
+        {scope: counts.requests for scope, counts in stats.judged.items()},
+        SCOPE,
+    )
+    yield counter(
+        "evertune_sla_good_requests_total",
+        "Good requests observed: not failed, TTFT and ITL within the endpoint's targets",
+        {scope: counts.good for scope, counts in stats.judged.items()},
+        SCOPE,
+    )
+    yield from consumer_metrics("evertune_sla", dict([stats.consumer]) if stats.consumer else {})
+    counters = stats.counters
+    yield counter("evertune_sla_breaches_total", "sla.breach decisions made", counters.breaches)
+    yield counter("evertune_sla_resolved_total", "sla.resolved decisions made", counters.resolved)
+    yield counter("evertune_sla_records_total", "Telemetry records observed", counters.records)
+    yield gauge("evertune_sla_events_pending", "Events waiting to be published", stats.events_pending)
+    yield counter(
+        "evertune_sla_drift_findings_total",
+        "Drift findings reported",
+        {key: count for key, count in stats.drift_findings.items()},
+        ["endpoint", "feature"],
+    )
+    yield counter(
+        "evertune_sla_alert_deliveries_total",
+        "Alerts delivered (2xx)",
+        _receivers(stats, "delivered"),
+        RECEIVER,
+    )
+    yield counter(
+        "evertune_sla_alert_delivery_failures_total",
+        "Failed delivery attempts (retried)",
+        _receivers(stats, "retried"),
+        RECEIVER,
+    )
+    yield counter(
+        "evertune_sla_alerts_dropped_total", "Alerts given up on", _receivers(stats, "dropped"), RECEIVER
+    )
+    yield gauge(
+        "evertune_sla_alerts_pending", "Alerts waiting for delivery", _receivers(stats, "pending"), RECEIVER
+    )
 
-    def __init__(self, service: SlaMonitorService) -> None:
-        self.service = service
 
-    def collect(self) -> Iterator[Metric]:
-        svc = self.service
-        scope = ["endpoint", "deployment"]
-        ttft = {
-            q: GaugeMetricFamily(
-                f"evertune_sla_ttft_{q}_seconds",
-                f"Client TTFT {q} over the status window",
-                labels=scope,
-            )
-            for q in ("p50", "p90", "p99")
-        }
-        itl = GaugeMetricFamily(
-            "evertune_sla_itl_p99_seconds",
-            "p99 of per-request p99 inter-token gaps (status window)",
-            labels=scope,
-        )
-        requests = GaugeMetricFamily(
-            "evertune_sla_window_requests", "Requests in the status window", labels=scope
-        )
-        attainment = GaugeMetricFamily(
-            "evertune_sla_attainment_ratio", "Share of good requests in the status window", labels=scope
-        )
-        ttft_target = GaugeMetricFamily(
-            "evertune_sla_ttft_target_seconds", "TTFT target of the endpoint's SLO", labels=["endpoint"]
-        )
-        att_target = GaugeMetricFamily(
-            "evertune_sla_attainment_target_ratio",
-            "Attainment target of the endpoint's SLO",
-            labels=["endpoint"],
-        )
-        burn = GaugeMetricFamily(
-            "evertune_sla_burn_rate", "Error-budget burn rate now", labels=[*scope, "rule", "window"]
-        )
-        threshold = GaugeMetricFamily(
-            "evertune_sla_burn_rate_threshold", "Rule threshold", labels=["rule", "severity"]
-        )
-        for rule in svc.monitor.config.rules:
-            threshold.add_metric([rule.name, rule.severity], rule.burn_rate)
-        judged = CounterMetricFamily("evertune_sla_requests", "Requests observed", labels=scope)
-        good = CounterMetricFamily(
-            "evertune_sla_good_requests",
-            "Good requests observed: not failed, TTFT and ITL within the endpoint's targets",
-            labels=scope,
-        )
-        for (endpoint, deployment), counts in sorted(svc.judged.items()):
-            judged.add_metric([endpoint, deployment], counts.requests)
-            good.add_metric([endpoint, deployment], counts.good)
-        for row in svc.slo_rows():
-            labels = [row.endpoint, row.deployment or ALL]
-            stats = row.stats
-            if stats is not None:
-                for q, value in (
-                    ("p50", stats.ttft_p50_ms),
-                    ("p90", stats.ttft_p90_ms),
-                    ("p99", stats.ttft_p99_ms),
-                ):
-                    if value is not None:
-                        ttft[q].add_metric(labels, value / 1e3)
-                if stats.itl_p99_ms is not None:
-                    itl.add_metric(labels, stats.itl_p99_ms / 1e3)
-                requests.add_metric(labels, stats.requests)
-                if stats.attainment is not None:
-                    attainment.add_metric(labels, stats.attainment)
-            if not row.deployment:
-                ttft_target.add_metric([row.endpoint], row.targets.ttft_ms / 1e3)
-                att_target.add_metric([row.endpoint], row.targets.share)
-            for ev in row.burn:
-                burn.add_metric([*labels, ev.rule.name, "long"], ev.long.burn_rate)
-                burn.add_metric([*labels, ev.rule.name, "short"], ev.short.burn_rate)
-        incidents = GaugeMetricFamily(
-            "evertune_sla_open_incidents", "Open SLO incidents", labels=[*scope, "rule"]
-        )
-        for key in svc.monitor.open_incidents():
-            incidents.add_metric([key.endpoint, key.deployment or ALL, key.rule], 1)
-        counters = svc.monitor.counters
-        breaches = CounterMetricFamily("evertune_sla_breaches", "sla.breach decisions made")
-        breaches.add_metric([], counters.breaches)
-        resolved = CounterMetricFamily("evertune_sla_resolved", "sla.resolved decisions made")
-        resolved.add_metric([], counters.resolved)
-        records = CounterMetricFamily("evertune_sla_records", "Telemetry records observed")
-        records.add_metric([], counters.records)
-        pending_events = GaugeMetricFamily("evertune_sla_events_pending", "Events waiting to be published")
-        pending_events.add_metric([], len(svc.outbox))
-        published = CounterMetricFamily("evertune_sla_events_published", "Events published")
-        published.add_metric([], svc.published)
-        drift = CounterMetricFamily(
-            "evertune_sla_drift_findings", "Drift findings reported", labels=["endpoint", "feature"]
-        )
-        for (endpoint, feature), count in sorted(svc.drift_findings.items()):
-            drift.add_metric([endpoint, feature], count)
-        rx = ["receiver", "kind"]
-        delivered = CounterMetricFamily("evertune_sla_alert_deliveries", "Alerts delivered (2xx)", labels=rx)
-        failed = CounterMetricFamily(
-            "evertune_sla_alert_delivery_failures", "Failed delivery attempts (retried)", labels=rx
-        )
-        dropped = CounterMetricFamily("evertune_sla_alerts_dropped", "Alerts given up on", labels=rx)
-        pending = GaugeMetricFamily("evertune_sla_alerts_pending", "Alerts waiting for delivery", labels=rx)
-        for name, figures in sorted(svc.alerts.details().items()):
-            labels = [name, str(figures["kind"])]
-            delivered.add_metric(labels, figures.get("delivered", 0))
-            failed.add_metric(labels, figures.get("retried", 0))
-            dropped.add_metric(labels, figures.get("dropped", 0))
-            pending.add_metric(labels, figures.get("pending", 0))
-        yield from ttft.values()
-        yield from (itl, requests, attainment, ttft_target, att_target, burn, threshold, incidents)
-        yield from (published, judged, good)
-        consumer = svc.telemetry_consumer
-        yield from consumer_metrics("evertune_sla", {consumer[0]: consumer[1]} if consumer else {})
-        yield from (breaches, resolved, records, pending_events, drift, delivered, failed, dropped, pending)
+def _receivers(stats: SlaMonitorStats, figure: str) -> Series:
+    """One figure of every alert receiver, by (receiver, kind); 0 where it has not counted it."""
+    return {
+        (name, str(figures["kind"])): float(figures.get(figure, 0))
+        for name, figures in stats.receivers.items()
+    }

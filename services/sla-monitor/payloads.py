@@ -1,4 +1,13 @@
-"""Alert integrations, pure part: receiver configs, payload builders and the retry policy (no I/O).
+"""What the sla-monitor sends and reads, pure (no I/O): alert bodies, and the wire conversions.
+
+Wire conversions (one place per type): a telemetry `RequestRecord` becomes an `Observation`
+(`observation`) and a `DriftSample` (`drift_sample`); a `profile.ready` a drift reference
+(`profile_from_ready`); a decision the `SlaBreach` / `SlaResolved` of its event
+(`incident_payload`, id `incident_event_id`); a drift report its `DriftDetected`
+(`drift_payload`, id `drift_event_id`, one line `drift_summary`, receivers' body
+`drift_alert_body`).
+
+Alert integrations: receiver configs, payload builders and the retry policy.
 
 A `Breach` / `Resolved` decision becomes an `AlertFacts` (what every integration says about it);
 each receiver kind turns the facts into its own JSON body:
@@ -19,9 +28,18 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from evertune.sla_monitor.alerts import Breach, Decision
+from evertune.sla_monitor.alerts import Breach, Decision, Resolved
+from evertune.sla_monitor.drift_reference import DriftReference, DriftSample
+from evertune.sla_monitor.endpoint_drift import DriftReport
+from evertune.sla_monitor.window import Observation, WindowStats, p99_gap
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.timestamp_pb2 import Timestamp
 
+from evertune.domain.slo import Slo
+from evertune.infra.events import EventKind
 from evertune.infra.retry import ExponentialBackoff
+from evertune.v1 import common_pb2, events_pb2, telemetry_pb2
 
 #: Integration kinds (EVERTUNE_SLA_MONITOR_RECEIVERS `kind`); "log" writes a structured log line.
 ReceiverKind = Literal["alertmanager", "pagerduty", "webhook", "log"]
@@ -288,3 +306,202 @@ def signature(secret: bytes, *, timestamp: int, body: bytes) -> str:
     replay)."""
     digest = hmac.new(secret, str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
     return f"sha256={digest}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Wire conversions: telemetry records in, events out (one place per type)
+
+
+#: Event severity of an incident by the severity of its burn-rate rule.
+EVENT_SEVERITY: dict[str, common_pb2.Severity] = {
+    "page": common_pb2.SEVERITY_CRITICAL,
+    "ticket": common_pb2.SEVERITY_WARNING,
+}
+
+
+def observation(record: telemetry_pb2.RequestRecord) -> Observation | None:
+    """A RequestRecord as the core sees it; None for a request that says nothing about latency
+    (the client went away before any token, without an error)."""
+    failed = bool(record.error_class) or record.status_code >= 400
+    if not failed and record.ttft_ms <= 0 and record.client_disconnected:
+        return None
+    return Observation(
+        endpoint=record.endpoint,
+        deployment=record.deployment,
+        time_s=record.start_time_unix_ns / 1e9 + record.e2e_ms / 1e3,
+        ttft_ms=record.ttft_ms,
+        itl_p99_ms=p99_gap(record.itl_ms),
+        failed=failed,
+    )
+
+
+def drift_sample(record: telemetry_pb2.RequestRecord) -> DriftSample | None:
+    """A RequestRecord as drift detection sees it; None for a request that was not served (an
+    error, or no prompt length reported): drift watches the workload that was served."""
+    if record.error_class or record.status_code >= 400 or record.prompt_tokens <= 0:
+        return None
+    return DriftSample(
+        time_s=record.start_time_unix_ns / 1e9,
+        prompt_tokens=record.prompt_tokens,
+        output_tokens=record.completion_tokens,
+        prefix_hashes=tuple(record.prefix_hashes),
+        prefix_block_tokens=record.prefix_block_tokens,
+        ttft_ms=record.ttft_ms,
+    )
+
+
+def profile_from_ready(
+    ready: events_pb2.ProfileReady, *, min_requests: int, prefix_horizon_s: float
+) -> DriftReference | None:
+    """The drift reference a `profile.ready` carries, or None when it carries too little: fewer than
+    `min_requests` requests, no summary, or neither a rate nor a prompt median.
+
+    Its prefix reuse share is used only when it was measured with our cache horizon (within 1%, or
+    the profile does not say): a share over another horizon is a different quantity."""
+    summary = ready.summary
+    if ready.request_count < min_requests or not ready.HasField("summary"):
+        return None
+    if summary.rate_rps <= 0 and summary.prompt_tokens_p50 <= 0:
+        return None
+    start = ready.window_start.ToNanoseconds() / 1e9
+    span = max(0.0, ready.window_end.ToNanoseconds() / 1e9 - start)
+    horizon = summary.prefix_horizon_s
+    # 0 reuse is read as "not measured" (a profile without prefix hashes reports 0 as well)
+    same_horizon = horizon <= 0 or abs(horizon - prefix_horizon_s) <= 0.01 * prefix_horizon_s
+    return DriftReference.from_summary(
+        requests=int(ready.request_count),
+        span_s=span,
+        rate_rps=summary.rate_rps,
+        prompt_p50=summary.prompt_tokens_p50,
+        output_p50=summary.completion_tokens_p50,
+        prefix_reuse_share=summary.prefix_reuse_share
+        if same_horizon and summary.prefix_reuse_share > 0
+        else None,
+        profile_id=ready.profile_id,
+        start_s=start,
+    )
+
+
+def drift_event_id(report: DriftReport) -> str:
+    """Stable id of the drift.detected of `report` (endpoint, check time, features)."""
+    features = ",".join(sorted(f.feature for f in report.findings))
+    text = f"{report.endpoint}:drift:{round(report.time_s * 1000)}:{features}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def drift_payload(report: DriftReport) -> events_pb2.DriftDetected:
+    """The DriftDetected of a report: one DriftSignal per finding, saying exactly what was measured."""
+    signals = []
+    for f in report.findings:
+        signal = events_pb2.DriftSignal(
+            feature=f.feature,
+            statistic=f.test,
+            score=f.statistic,
+            threshold=f.critical_value,
+            reference_value=f.reference_value,
+            current_value=f.live_value,
+            measure=f.measure,
+            relative_change=f.relative_change,
+            min_change=f.min_change,
+            current_requests=f.live_requests,
+            reference_requests=f.reference_requests,
+            current_window=_duration(f.live_window_s),
+        )
+        if f.p_value is not None:
+            signal.p_value = f.p_value
+        if f.p_value_threshold is not None:
+            signal.p_value_threshold = f.p_value_threshold
+        signals.append(signal)
+    return events_pb2.DriftDetected(
+        reference_profile_id=report.reference_profile_id,
+        reference_window=_duration(report.reference_span_s),
+        current_window=_duration(max(f.live_window_s for f in report.findings)),
+        signals=signals,
+    )
+
+
+def drift_summary(report: DriftReport) -> str:
+    """One line for a person: what moved, by how much, and the test."""
+    parts = [
+        f"{f.feature} {f.measure} {f.reference_value:.4g} -> {f.live_value:.4g} "
+        f"({f.relative_change:+.0%}, {f.test})"
+        for f in report.findings
+    ]
+    return f"workload drift on {report.endpoint}: " + "; ".join(parts)
+
+
+def drift_alert_body(
+    report: DriftReport, *, event_id: str, summary: str, payload: events_pb2.DriftDetected
+) -> dict[str, Any]:
+    """The JSON a webhook or log receiver gets for a drift.detected."""
+    return {
+        "kind": EventKind.DRIFT_DETECTED.value,
+        "id": event_id,
+        "endpoint": report.endpoint,
+        "summary": summary,
+        "reference_source": report.reference_source,
+        **MessageToDict(payload),
+    }
+
+
+def incident_event_id(breach_id: str, kind: EventKind) -> str:
+    """Stable id of an incident's sla.breach or sla.resolved (a republish is dropped by JetStream)."""
+    return hashlib.sha256(f"{breach_id}:{kind.value}".encode()).hexdigest()[:32]
+
+
+def incident_payload(
+    decision: Decision, *, latency: WindowStats | None, targets: Slo
+) -> events_pb2.SlaBreach | events_pb2.SlaResolved:
+    """The SlaBreach of a `Breach`, the SlaResolved of a `Resolved`; `latency` is the scope's
+    percentiles over the rule's long window, `targets` the SLO judged."""
+    incident, evaluation = decision.incident, decision.evaluation
+    rule, long = evaluation.rule, evaluation.long
+    attainment = long.attainment if long.attainment is not None else 1.0
+    ttft_p99 = _or_zero(latency.ttft_p99_ms if latency is not None else None)
+    if isinstance(decision, Breach):
+        return events_pb2.SlaBreach(
+            breach_id=incident.breach_id,
+            deployment=decision.key.deployment,
+            metric=events_pb2.SLO_METRIC_ATTAINMENT,
+            window=_duration(rule.long_window_s),
+            short_window=_duration(rule.short_window_s),
+            burn_rate=long.burn_rate,
+            short_burn_rate=evaluation.short.burn_rate,
+            burn_rate_threshold=rule.burn_rate,
+            observed_ttft_p99_ms=ttft_p99,
+            target_ttft_p99_ms=targets.ttft_ms,
+            observed_itl_p99_ms=_or_zero(latency.itl_p99_ms if latency is not None else None),
+            target_itl_p99_ms=targets.itl_wire_ms,
+            observed_attainment=attainment,
+            attainment_target=targets.share,
+            request_count=long.requests,
+            since=_timestamp(incident.since),
+        )
+    assert isinstance(decision, Resolved)
+    return events_pb2.SlaResolved(
+        breach_id=incident.breach_id,
+        deployment=decision.key.deployment,
+        metric=events_pb2.SLO_METRIC_ATTAINMENT,
+        since=_timestamp(incident.since),
+        duration=_duration(decision.resolved_at - incident.since),
+        burn_rate=long.burn_rate,
+        observed_ttft_p99_ms=ttft_p99,
+        observed_attainment=attainment,
+    )
+
+
+def _or_zero(value: float | None) -> float:
+    """A percentile as the wire carries it: 0 when there were no requests to take it over."""
+    return value or 0.0
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(round(seconds * 1e9))
+    return ts
+
+
+def _duration(seconds: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(round(seconds * 1e9))
+    return d

@@ -1,7 +1,8 @@
 """The sla-monitor service: live percentiles, burn-rate SLO alerts (`sla.breach`, `sla.resolved`)
 and workload drift (`drift.detected`).
 
-A thin shell around the pure cores (`monitor.py`, `drift.py`, `registry.py`): a durable consumer on
+A thin shell around the pure cores (`monitor.py`, `endpoint_drift.py`, `registry.py`; records and
+events converted in `payloads.py`): a durable consumer on
 `evertune.telemetry.>` feeds finished requests into the windows and each endpoint's drift detector;
 an evaluation loop runs every rule each `evaluate_interval_s` (and the drift checks each
 `drift_check_interval_s`) and publishes the decisions. Events wait in an outbox until published;
@@ -9,34 +10,44 @@ their ids are derived from what they report, so a republished event is stored on
 Each decision is also queued for the alert receivers (`receivers.py`: Alertmanager, PagerDuty,
 plain webhooks, log lines), delivered by tasks of their own. The deployer's `endpoints` KV bucket is
 watched for each endpoint's SLO, alert routes and stable deployment; `profile.ready` events give
-drift its reference. Prometheus metrics are served on `metrics_port` (`metrics.py`).
+drift its reference. Its state is read into one `SlaMonitorStats` (`stats.py`, `read_stats`),
+which both `details()` and the Prometheus metrics (`metrics.py`, on `metrics_port`) render.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from evertune.sla_monitor.alerts import Breach, Decision, Resolved
-from evertune.sla_monitor.burn_rate import RuleEvaluation, unreachable_rules
-from evertune.sla_monitor.drift import DriftReference, DriftReport, DriftSample, EndpointDrift
-from evertune.sla_monitor.metrics import ALL, SlaMonitorCollector
+from evertune.sla_monitor.alerts import Breach, Decision
+from evertune.sla_monitor.burn_rate import unreachable_rules
+from evertune.sla_monitor.drift_reference import DriftReference
+from evertune.sla_monitor.endpoint_drift import DriftReport, EndpointDrift
+from evertune.sla_monitor.metrics import sla_metrics
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
-from evertune.sla_monitor.payloads import ReceiverConfig
+from evertune.sla_monitor.payloads import (
+    EVENT_SEVERITY,
+    ReceiverConfig,
+    drift_alert_body,
+    drift_event_id,
+    drift_payload,
+    drift_sample,
+    drift_summary,
+    incident_event_id,
+    incident_payload,
+    observation,
+    profile_from_ready,
+)
 from evertune.sla_monitor.receivers import AlertDispatcher
 from evertune.sla_monitor.registry import EndpointRegistry
 from evertune.sla_monitor.settings import SlaMonitorSettings
-from evertune.sla_monitor.window import Observation, WindowStats, p99_gap
+from evertune.sla_monitor.stats import ALL, DriftStatus, JudgedCounts, SlaMonitorStats, SloRow
+from evertune.sla_monitor.window import Observation
 from evertune.sla_monitor.wiring import wiring
-from google.protobuf.duration_pb2 import Duration
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
-from google.protobuf.timestamp_pb2 import Timestamp
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -56,157 +67,8 @@ from evertune.infra.bus import (
 from evertune.infra.bus.wiring import Consumes, Delivery, durable_consumers, handler_of
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import Service, ServiceContext
+from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
-
-_SEVERITY = {"page": common_pb2.SEVERITY_CRITICAL, "ticket": common_pb2.SEVERITY_WARNING}
-
-
-def observation(record: telemetry_pb2.RequestRecord) -> Observation | None:
-    """A RequestRecord as the core sees it; None for a request that says nothing about latency
-    (the client went away before any token, without an error)."""
-    failed = bool(record.error_class) or record.status_code >= 400
-    if not failed and record.ttft_ms <= 0 and record.client_disconnected:
-        return None
-    return Observation(
-        endpoint=record.endpoint,
-        deployment=record.deployment,
-        time_s=record.start_time_unix_ns / 1e9 + record.e2e_ms / 1e3,
-        ttft_ms=record.ttft_ms,
-        itl_p99_ms=p99_gap(record.itl_ms),
-        failed=failed,
-    )
-
-
-def drift_sample(record: telemetry_pb2.RequestRecord) -> DriftSample | None:
-    """A RequestRecord as drift detection sees it; None for a request that was not served (an
-    error, or no prompt length reported): drift watches the workload that was served."""
-    if record.error_class or record.status_code >= 400 or record.prompt_tokens <= 0:
-        return None
-    return DriftSample(
-        time_s=record.start_time_unix_ns / 1e9,
-        prompt_tokens=record.prompt_tokens,
-        output_tokens=record.completion_tokens,
-        prefix_hashes=tuple(record.prefix_hashes),
-        prefix_block_tokens=record.prefix_block_tokens,
-        ttft_ms=record.ttft_ms,
-    )
-
-
-def profile_from_ready(
-    ready: events_pb2.ProfileReady, *, min_requests: int, prefix_horizon_s: float
-) -> DriftReference | None:
-    """The drift reference a `profile.ready` carries, or None when it carries too little: fewer than
-    `min_requests` requests, no summary, or neither a rate nor a prompt median.
-
-    Its prefix reuse share is used only when it was measured with our cache horizon (within 1%, or
-    the profile does not say): a share over another horizon is a different quantity."""
-    summary = ready.summary
-    if ready.request_count < min_requests or not ready.HasField("summary"):
-        return None
-    if summary.rate_rps <= 0 and summary.prompt_tokens_p50 <= 0:
-        return None
-    start = ready.window_start.ToNanoseconds() / 1e9
-    span = max(0.0, ready.window_end.ToNanoseconds() / 1e9 - start)
-    horizon = summary.prefix_horizon_s
-    # 0 reuse is read as "not measured" (a profile without prefix hashes reports 0 as well)
-    same_horizon = horizon <= 0 or abs(horizon - prefix_horizon_s) <= 0.01 * prefix_horizon_s
-    return DriftReference.from_summary(
-        requests=int(ready.request_count),
-        span_s=span,
-        rate_rps=summary.rate_rps,
-        prompt_p50=summary.prompt_tokens_p50,
-        output_p50=summary.completion_tokens_p50,
-        prefix_reuse_share=summary.prefix_reuse_share
-        if same_horizon and summary.prefix_reuse_share > 0
-        else None,
-        profile_id=ready.profile_id,
-        start_s=start,
-    )
-
-
-def drift_event_id(report: DriftReport) -> str:
-    """Stable id of the drift.detected of `report` (endpoint, check time, features)."""
-    features = ",".join(sorted(f.feature for f in report.findings))
-    text = f"{report.endpoint}:drift:{round(report.time_s * 1000)}:{features}"
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def drift_payload(report: DriftReport) -> events_pb2.DriftDetected:
-    """The DriftDetected of a report: one DriftSignal per finding, saying exactly what was measured."""
-    signals = []
-    for f in report.findings:
-        signal = events_pb2.DriftSignal(
-            feature=f.feature,
-            statistic=f.test,
-            score=f.statistic,
-            threshold=f.critical_value,
-            reference_value=f.reference_value,
-            current_value=f.live_value,
-            measure=f.measure,
-            relative_change=f.relative_change,
-            min_change=f.min_change,
-            current_requests=f.live_requests,
-            reference_requests=f.reference_requests,
-            current_window=_duration(f.live_window_s),
-        )
-        if f.p_value is not None:
-            signal.p_value = f.p_value
-        if f.p_value_threshold is not None:
-            signal.p_value_threshold = f.p_value_threshold
-        signals.append(signal)
-    return events_pb2.DriftDetected(
-        reference_profile_id=report.reference_profile_id,
-        reference_window=_duration(report.reference_span_s),
-        current_window=_duration(max(f.live_window_s for f in report.findings)),
-        signals=signals,
-    )
-
-
-def drift_summary(report: DriftReport) -> str:
-    """One line for a person: what moved, by how much, and the test."""
-    parts = [
-        f"{f.feature} {f.measure} {f.reference_value:.4g} -> {f.live_value:.4g} "
-        f"({f.relative_change:+.0%}, {f.test})"
-        for f in report.findings
-    ]
-    return f"workload drift on {report.endpoint}: " + "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class SloRow:
-    """One (endpoint, deployment) of `evertune slo status` and the metrics."""
-
-    endpoint: str  #: endpoint name
-    deployment: str  #: deployment id; "" for the endpoint as a whole
-    stats: WindowStats | None  #: percentiles and counts over the status window
-    targets: Slo  #: the SLO applied
-    slo_source: str  #: "endpoints" (the deployer's bucket) or "default" (settings)
-    burn: list[RuleEvaluation] = field(default_factory=list)  #: every rule evaluated now
-
-
-def _timestamp(seconds: float) -> Timestamp:
-    ts = Timestamp()
-    ts.FromNanoseconds(round(seconds * 1e9))
-    return ts
-
-
-def _duration(seconds: float) -> Duration:
-    d = Duration()
-    d.FromNanoseconds(round(seconds * 1e9))
-    return d
-
-
-def _event_id(breach_id: str, kind: EventKind) -> str:
-    return hashlib.sha256(f"{breach_id}:{kind.value}".encode()).hexdigest()[:32]
-
-
-@dataclass
-class JudgedCounts:
-    """Requests the monitor observed in one scope, and the good ones among them (cumulative)."""
-
-    requests: int = 0
-    good: int = 0
-
 
 class SlaMonitorService(Service):
     name: ClassVar[str] = "sla-monitor"
@@ -256,7 +118,7 @@ class SlaMonitorService(Service):
         self.registry_loaded = asyncio.Event()  #: set once the endpoints bucket's values are in
         #: requests observed and good ones, cumulative, per (endpoint, deployment or "all")
         self.judged: dict[tuple[str, str], JudgedCounts] = {}
-        self.metrics_registry.register(SlaMonitorCollector(self))
+        self.metrics_registry.register(FunctionCollector(lambda: sla_metrics(self.read_stats())))
 
     @property
     def telemetry_consumer(self) -> tuple[str, ConsumerStats] | None:
@@ -435,14 +297,7 @@ class SlaMonitorService(Service):
             EventKind.DRIFT_DETECTED.value,
             severity="warning",
             ident=event.id,
-            body={
-                "kind": EventKind.DRIFT_DETECTED.value,
-                "id": event.id,
-                "endpoint": report.endpoint,
-                "summary": summary,
-                "reference_source": report.reference_source,
-                **MessageToDict(payload),
-            },
+            body=drift_alert_body(report, event_id=event.id, summary=summary, payload=payload),
             summary=summary,
             receivers=self.receivers_for(report.endpoint),
         )
@@ -560,47 +415,12 @@ class SlaMonitorService(Service):
         rule = evaluation.rule
         now = evaluation.now
         targets = self.monitor.targets(key.endpoint) or self.slo_for(key.endpoint)
-        stats = self.monitor.latency(key.endpoint, key.deployment, now=now, window_s=rule.long_window_s)
-        long = evaluation.long
-        attainment = long.attainment if long.attainment is not None else 1.0
-        # 0 on the wire: nothing measured in the window
-        ttft_p99_ms = (stats.ttft_p99_ms if stats else None) or 0.0
-        itl_p99_ms = (stats.itl_p99_ms if stats else None) or 0.0
+        latency = self.monitor.latency(key.endpoint, key.deployment, now=now, window_s=rule.long_window_s)
+        payload = incident_payload(decision, latency=latency, targets=targets)
         if isinstance(decision, Breach):
-            kind = EventKind.SLA_BREACH
-            payload: events_pb2.SlaBreach | events_pb2.SlaResolved = events_pb2.SlaBreach(
-                breach_id=incident.breach_id,
-                deployment=key.deployment,
-                metric=events_pb2.SLO_METRIC_ATTAINMENT,
-                window=_duration(rule.long_window_s),
-                short_window=_duration(rule.short_window_s),
-                burn_rate=long.burn_rate,
-                short_burn_rate=evaluation.short.burn_rate,
-                burn_rate_threshold=rule.burn_rate,
-                observed_ttft_p99_ms=ttft_p99_ms,
-                target_ttft_p99_ms=targets.ttft_ms,
-                observed_itl_p99_ms=itl_p99_ms,
-                target_itl_p99_ms=targets.itl_wire_ms,
-                observed_attainment=attainment,
-                attainment_target=targets.share,
-                request_count=long.requests,
-                since=_timestamp(incident.since),
-            )
-            severity = _SEVERITY[rule.severity]
+            kind, severity = EventKind.SLA_BREACH, EVENT_SEVERITY[rule.severity]
         else:
-            assert isinstance(decision, Resolved)
-            kind = EventKind.SLA_RESOLVED
-            payload = events_pb2.SlaResolved(
-                breach_id=incident.breach_id,
-                deployment=key.deployment,
-                metric=events_pb2.SLO_METRIC_ATTAINMENT,
-                since=_timestamp(incident.since),
-                duration=_duration(decision.resolved_at - incident.since),
-                burn_rate=long.burn_rate,
-                observed_ttft_p99_ms=ttft_p99_ms,
-                observed_attainment=attainment,
-            )
-            severity = common_pb2.SEVERITY_INFO
+            kind, severity = EventKind.SLA_RESOLVED, common_pb2.SEVERITY_INFO
         # a breach is a root; its resolution names it as its cause
         cause = _event_id(incident.breach_id, EventKind.SLA_BREACH) if kind == EventKind.SLA_RESOLVED else ""
         event = new_event(
@@ -612,14 +432,14 @@ class SlaMonitorService(Service):
             cause_id=cause,
             endpoint_uid=self.registry.uid_of(key.endpoint),
         )
-        event.id = _event_id(incident.breach_id, kind)  # stable: a republish is dropped by JetStream
+        event.id = incident_event_id(incident.breach_id, kind)  # stable: a republish is dropped by JetStream
         self.log.info(
             f"{kind.value}",
             endpoint=key.endpoint,
             deployment=key.deployment,
             rule=rule.name,
             breach_id=incident.breach_id,
-            burn_rate=round(long.burn_rate, 3),
+            burn_rate=round(evaluation.long.burn_rate, 3),
             short_burn_rate=round(evaluation.short.burn_rate, 3),
         )
         return event
@@ -645,86 +465,35 @@ class SlaMonitorService(Service):
             )
         return rows
 
+    def read_stats(self, now: float | None = None) -> SlaMonitorStats:
+        """The state and counts now (`stats.py`): what `details()` and the metrics render."""
+        now = time.time() if now is None else now
+        return SlaMonitorStats(
+            window_s=self.settings.status_window_s * self.settings.time_scale,
+            rows=self.slo_rows(now),
+            rules=self.monitor.config.rules,
+            open_incidents=self.monitor.open_incidents(),
+            judged=dict(sorted(self.judged.items())),
+            drift={
+                endpoint: DriftStatus(
+                    state=tracker.state,
+                    reference=tracker.source,
+                    reference_requests=tracker.detector.reference.requests or tracker.learnt_requests,
+                    findings=tracker.findings,
+                )
+                for endpoint, tracker in self.drift.items()
+            },
+            drift_findings=dict(self.drift_findings),
+            drift_events=self.drift_events,
+            counters=self.monitor.counters,
+            duplicate_batches=self.duplicate_batches,
+            consumer=self.telemetry_consumer,
+            events_published=self.published,
+            events_pending=len(self.outbox),
+            endpoints_in_registry=len(self.registry),
+            receivers=self.alerts.details(),
+            metrics_url=self.metrics_url(),
+        )
+
     def details(self) -> dict[str, Any]:
-        now = time.time()
-        window_s = self.settings.status_window_s * self.settings.time_scale
-        endpoints: dict[str, Any] = {}
-        open_keys = self.monitor.open_incidents()
-        for row in self.slo_rows(now):
-            stats = row.stats
-            if stats is None:
-                continue
-            entry = endpoints.setdefault(row.endpoint, {"deployments": {}})
-            figures: dict[str, Any] = {
-                "requests": stats.requests,
-                "attainment": stats.attainment,
-                "ttft_p50_ms": stats.ttft_p50_ms,
-                "ttft_p90_ms": stats.ttft_p90_ms,
-                "ttft_p99_ms": stats.ttft_p99_ms,
-                "itl_p99_ms": stats.itl_p99_ms,
-                "burn_rates": {
-                    ev.rule.name: {
-                        "long": ev.long.burn_rate,
-                        "short": ev.short.burn_rate,
-                        "threshold": ev.rule.burn_rate,
-                        "long_window_s": ev.rule.long_window_s,
-                        "short_window_s": ev.rule.short_window_s,
-                        "open": any(
-                            k.endpoint == row.endpoint
-                            and k.deployment == row.deployment
-                            and k.rule == ev.rule.name
-                            for k in open_keys
-                        ),
-                    }
-                    for ev in row.burn
-                },
-            }
-            if row.deployment:
-                entry["deployments"][row.deployment] = figures
-            else:
-                entry.update(figures)
-                entry["slo"] = {
-                    "ttft_p99_ms": row.targets.ttft_ms,
-                    "itl_p99_ms": row.targets.itl_wire_ms,
-                    "attainment_target": row.targets.share,
-                    "source": row.slo_source,
-                }
-                tracker = self.drift.get(row.endpoint)
-                if tracker is not None:
-                    entry["drift"] = {
-                        "state": tracker.state,
-                        "reference": tracker.source,
-                        "reference_requests": tracker.detector.reference.requests or tracker.learnt_requests,
-                        "findings": tracker.findings,
-                    }
-        incidents = [
-            {
-                "endpoint": key.endpoint,
-                "deployment": key.deployment,
-                "rule": key.rule,
-                "breach_id": incident.breach_id,
-                "since": incident.since,
-            }
-            for key, incident in open_keys.items()
-        ]
-        counters = self.monitor.counters
-        consumer = self._consumer.stats if self._consumer else None
-        return {
-            "window_s": window_s,
-            "endpoints_watched": len(endpoints),
-            "endpoints": endpoints,
-            "endpoints_in_registry": len(self.registry),
-            "records_seen": counters.records,
-            "records_dropped": counters.dropped,
-            "duplicate_batches": self.duplicate_batches,
-            "batches_acked": consumer.acked if consumer else 0,
-            "batches_poisoned": consumer.poisoned if consumer else 0,
-            "active_incidents": incidents,
-            "breaches": counters.breaches,
-            "resolved": counters.resolved,
-            "drift_events": self.drift_events,
-            "events_published": self.published,
-            "events_pending": len(self.outbox),
-            "receivers": self.alerts.details(),
-            "metrics_url": self.metrics_url(),
-        }
+        return self.read_stats().details()

@@ -72,11 +72,11 @@ def deployer_settings(tmp_path: Path, **overrides: object) -> DeployerSettings:
         "ready_timeout_s": 20.0,
         "restart_window_s": 60.0,
         "max_restarts": 2,
-        "rollout_step_duration_s": 0.3,
         "telemetry_lag_s": 0.0,
         "warmup_requests": 1,
     }
-    values.update(overrides)
+    rollout = {"step_duration_s": 0.3, **overrides.pop("rollout", {})}  # type: ignore[dict-item]
+    values.update(overrides, rollout=rollout)
     return DeployerSettings(**values)  # type: ignore[arg-type]
 
 
@@ -139,7 +139,7 @@ async def stack(nc: Client, tmp_path: Path) -> AsyncIterator[Stack]:
 
 
 #: Short canary steps on few requests (the progressive-rollout tests).
-FAST: dict[str, Any] = {"rollout_step_duration_s": 0.6, "canary_min_requests": 20}
+FAST: dict[str, Any] = {"rollout": {"step_duration_s": 0.6, "min_requests": 20}}
 
 
 @pytest.fixture

@@ -7,9 +7,10 @@ import dataclasses
 import random
 
 import pytest
-from evertune.deployer.canary import ArmWindow, CanaryPolicy, Verdict, analyse, mann_whitney_greater_p
+from evertune.deployer.canary import ArmWindow, Verdict, analyse, mann_whitney_greater_p
+from evertune.deployer.rollout_policy import RolloutPolicy
 
-POLICY = CanaryPolicy()
+POLICY = RolloutPolicy()
 
 
 def _arm(

@@ -189,7 +189,7 @@ async def _breach(js: JetStreamContext, name: str, deployment: str) -> str:
 
 async def test_an_sla_breach_of_the_canary_rolls_it_back(nc: Client, tmp_path: Path, store: Store) -> None:
     # long steps: only the breach can end this rollout
-    stack = await start_stack(nc, tmp_path, store=store, rollout_step_duration_s=30.0)
+    stack = await start_stack(nc, tmp_path, store=store, rollout={"step_duration_s": 30.0})
     try:
         name, first = await _ready_endpoint(stack)
         canary = await _promote(stack, name, max_num_seqs=2)
@@ -313,7 +313,7 @@ async def test_a_deployer_restarted_mid_canary_carries_it_on(
     # the first deployer holds each step for 3 s, so the test cannot miss the 50% step (at 0.6 s a
     # busy CI machine did); the second one resumes at FAST pace
     first_stack = await start_stack(
-        nc, tmp_path / "one", store=store, **{**FAST, "rollout_step_duration_s": 3.0}
+        nc, tmp_path / "one", store=store, rollout={**FAST["rollout"], "step_duration_s": 3.0}
     )
     second_stack: Stack | None = None
     first_stopped = False
@@ -362,7 +362,7 @@ async def test_a_deployer_restarted_mid_canary_carries_it_on(
 async def test_rollback_during_a_canary_gives_the_stable_its_full_weight(
     nc: Client, tmp_path: Path, store: Store
 ) -> None:
-    stack = await start_stack(nc, tmp_path, store=store, rollout_step_duration_s=30.0)
+    stack = await start_stack(nc, tmp_path, store=store, rollout={"step_duration_s": 30.0})
     try:
         name, first = await _ready_endpoint(stack)
         canary = await _promote(stack, name, max_num_seqs=2)
@@ -388,7 +388,7 @@ async def test_rollback_during_a_canary_gives_the_stable_its_full_weight(
 
 
 async def test_a_canary_whose_engine_fails_is_rolled_back(nc: Client, tmp_path: Path, store: Store) -> None:
-    stack = await start_stack(nc, tmp_path, store=store, rollout_step_duration_s=30.0, max_restarts=0)
+    stack = await start_stack(nc, tmp_path, store=store, rollout={"step_duration_s": 30.0}, max_restarts=0)
     try:
         name, first = await _ready_endpoint(stack)
         canary = await _promote(stack, name, max_num_seqs=2)

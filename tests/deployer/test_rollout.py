@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from evertune.deployer.canary import Analysis, Verdict
-from evertune.deployer.rollout import FULL_WEIGHT, ActionKind, Phase, Rollout, RolloutPolicy, Trigger
+from evertune.deployer.rollout import ActionKind, Phase, Rollout, Trigger
+from evertune.deployer.rollout_policy import FULL_WEIGHT, RolloutPolicy
 from pydantic import ValidationError
 
 PROCEED = Analysis(verdict=Verdict.PROCEED, reason="ok")
@@ -44,7 +45,7 @@ def test_holds_are_counted_per_step() -> None:
 
 
 def test_failure_limit_allows_a_reanalysis_at_the_same_weight() -> None:
-    rollout = Rollout(RolloutPolicy(failure_limit=1))
+    rollout = Rollout(RolloutPolicy(failures_tolerated=1))
     rollout.ready()
     again = rollout.on_analysis(FAIL)
     assert (again.kind, again.weight) == (ActionKind.HOLD, 1000)
@@ -91,7 +92,7 @@ def test_finished_rollouts_ignore_later_events() -> None:
     [
         ((), "at least one"),
         ((5000, 1000, 10000), "strictly increase"),
-        ((1000, 5000), "last step"),
+        ((1000, 5000), "end at 10000"),
         ((0, 10000), "1..10000"),
     ],
 )
@@ -101,7 +102,7 @@ def test_bad_step_plans_are_refused(steps: tuple[int, ...], message: str) -> Non
 
 
 def test_a_resumed_rollout_returns_to_its_step_with_its_failures() -> None:
-    rollout = Rollout(RolloutPolicy(failure_limit=1))
+    rollout = Rollout(RolloutPolicy(failures_tolerated=1))
     action = rollout.resume(step=1, failures=1)
     assert (action.kind, action.weight, action.step) == (ActionKind.SET_WEIGHT, 5000, 1)
     assert rollout.on_analysis(FAIL).kind is ActionKind.ROLL_BACK  # the earlier failure counts

@@ -6,17 +6,9 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from evertune.deployer.canary import Analysis, CanaryPolicy, Verdict
-from evertune.deployer.rollout import (
-    FULL_WEIGHT,
-    ActionKind,
-    Phase,
-    Rollout,
-    RolloutOverrides,
-    RolloutPolicy,
-    Trigger,
-    effective_policy,
-)
+from evertune.deployer.canary import Analysis, Verdict
+from evertune.deployer.rollout import ActionKind, Phase, Rollout, Trigger
+from evertune.deployer.rollout_policy import FULL_WEIGHT, RolloutOverrides, RolloutPolicy, effective_policy
 from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.validation import rollout_overrides
 from pydantic import ValidationError
@@ -33,8 +25,10 @@ DEFAULTS = RolloutPolicy(
     steps=(2000, 6000, FULL_WEIGHT),
     step_duration_s=45.0,
     max_holds=3,
-    failure_limit=0,
-    canary=CanaryPolicy(min_requests=40, ttft_slack_ms=7.0, p_value=0.02),
+    failures_tolerated=0,
+    min_requests=40,
+    ttft_slack_ms=7.0,
+    p_value=0.02,
 )
 
 
@@ -49,18 +43,18 @@ def test_overrides_win_field_by_field_and_the_rest_is_the_deployers() -> None:
     )
     policy = effective_policy(DEFAULTS, overrides)
     assert policy.steps == (5000, FULL_WEIGHT) and policy.step_duration_s == 10.0
-    assert policy.failure_limit == 1 and policy.max_holds == 3  # max_holds: the deployer's alone
-    assert policy.canary.ttft_slack_ms == 0.0  # an explicit 0 is kept, not taken for "unset"
-    assert policy.canary.p_value == 0.05
-    assert policy.canary.min_requests == 40  # from the defaults
-    assert policy.canary.max_ttft_regression == DEFAULTS.canary.max_ttft_regression
+    assert policy.failures_tolerated == 1 and policy.max_holds == 3  # max_holds: from the defaults
+    assert policy.ttft_slack_ms == 0.0  # an explicit 0 is kept, not taken for "unset"
+    assert policy.p_value == 0.05
+    assert policy.min_requests == 40  # from the defaults
+    assert policy.max_ttft_regression == DEFAULTS.max_ttft_regression
 
 
 def test_the_merge_starts_from_the_settings() -> None:
-    settings = DeployerSettings(rollout_steps=[500, 10000], canary_min_requests=12, rollout_failure_limit=2)
-    policy = effective_policy(settings.rollout_policy(), RolloutOverrides(min_requests=99))
-    assert policy.steps == (500, FULL_WEIGHT) and policy.failure_limit == 2
-    assert policy.canary.min_requests == 99
+    settings = DeployerSettings(rollout={"steps": [500, 10000], "min_requests": 12, "failures_tolerated": 2})
+    policy = effective_policy(settings.rollout, RolloutOverrides(min_requests=99))
+    assert policy.steps == (500, FULL_WEIGHT) and policy.failures_tolerated == 2
+    assert policy.min_requests == 99
 
 
 def test_overrides_refuse_what_a_policy_refuses() -> None:
@@ -97,7 +91,7 @@ def test_failures_count_over_the_whole_rollout() -> None:
 
 @pytest.mark.parametrize("limit", [0, 1])
 def test_failure_limit_0_or_1_rolls_back_at_the_first_failure(limit: int) -> None:
-    # 0 takes the deployer's default, whose failure_limit (tolerated failures) is 0 here
+    # 0 takes the deployer's default, whose failures_tolerated is 0 here
     rollout = _rollout(endpoint_pb2.RolloutPolicy(failure_limit=limit))
     rollout.ready()
     assert rollout.on_analysis(FAIL).kind is ActionKind.ROLL_BACK
@@ -140,3 +134,23 @@ def test_the_policy_line() -> None:
     )
     line = rollout_line(endpoint_pb2.RolloutPolicy(steps=[1000, FULL_WEIGHT], failure_limit=2, p_value=0.05))
     assert line == "rollout: steps 10%,100%; step deployer default; failure limit 2; canary p_value=0.05"
+
+
+def test_the_overrides_are_the_policys_fields_each_optional_with_the_same_bounds() -> None:
+    assert RolloutOverrides.model_fields.keys() == RolloutPolicy.model_fields.keys()
+    for name, info in RolloutPolicy.model_fields.items():
+        assert RolloutOverrides.model_fields[name].metadata == info.metadata, name
+        assert RolloutOverrides.model_fields[name].default is None
+
+
+def test_a_rollout_record_of_the_previous_release_still_loads() -> None:
+    stored = {
+        "steps": [2000, 10000],
+        "step_duration_s": 30.0,
+        "max_holds": 4,
+        "failure_limit": 1,
+        "canary": {"min_requests": 12, "p_value": 0.05},
+    }
+    policy = RolloutPolicy.model_validate(stored)
+    assert policy.failures_tolerated == 1 and policy.min_requests == 12 and policy.p_value == 0.05
+    assert RolloutPolicy.model_validate(policy.model_dump(mode="json")) == policy

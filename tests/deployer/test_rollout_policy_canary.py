@@ -143,5 +143,5 @@ async def test_the_cli_sets_changes_and_shows_the_policy(
     assert (
         await asyncio.to_thread(main, ["endpoints", "update", name, "--canary-steps", "50,20", *common]) == 1
     )
-    assert "evertune: INVALID_ARGUMENT: spec.rollout.steps: must increase" in capsys.readouterr().err
+    assert "evertune: INVALID_ARGUMENT: spec.rollout.steps: must strictly increase" in capsys.readouterr().err
     await endpoint_in(stack, name, D.ENDPOINT_STATE_READY)

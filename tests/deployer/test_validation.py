@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from evertune.deployer import validation as v
-from evertune.deployer.rollout import RolloutOverrides
+from evertune.deployer.rollout_policy import RolloutOverrides
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -265,17 +265,23 @@ def test_watch_filter() -> None:
 @pytest.mark.parametrize(
     ("policy", "message"),
     [
-        ({"steps": [5000, 1000, 10000]}, "spec.rollout.steps: must increase and end at 10000"),
-        ({"steps": [1000, 5000]}, "spec.rollout.steps: must increase and end at 10000"),
+        ({"steps": [5000, 1000, 10000]}, "spec.rollout.steps: must strictly increase and end at 10000"),
+        ({"steps": [1000, 5000]}, "spec.rollout.steps: must strictly increase and end at 10000"),
         ({"steps": [0, 10000]}, "spec.rollout.steps: each weight must be in 1..10000"),
         ({"p_value": 1.5}, "spec.rollout.p_value: must be in (0, 1)"),
         ({"p_value": -0.01}, "spec.rollout.p_value: must be in (0, 1)"),
         ({"max_ttft_regression": -0.1}, "spec.rollout.max_ttft_regression: must be >= 0"),
         ({"itl_slack_ms": -2.0}, "spec.rollout.itl_slack_ms: must be >= 0"),
         ({"max_error_share_increase": 1.5}, "spec.rollout.max_error_share_increase:"),
-        ({"step_duration_s": -1.0}, "spec.rollout.step_duration_s: must be in 0..86400"),
+        (
+            {"step_duration_s": -1.0},
+            "spec.rollout.step_duration_s: must be in (0, 86400] (0 = the deployer's default), got -1",
+        ),
         ({"step_duration_s": float("nan")}, "spec.rollout.step_duration_s: must be a finite number"),
-        ({"failure_limit": 101}, "spec.rollout.failure_limit: at most 100"),
+        (
+            {"failure_limit": 101},
+            "spec.rollout.failure_limit: must be in [1, 100] (0 = the deployer's default)",
+        ),
     ],
 )
 def test_create_refuses_a_bad_rollout_policy_naming_the_field(
@@ -304,4 +310,4 @@ def test_a_rollout_policy_reads_back_and_changes_by_path() -> None:
     assert update(wire, new, "rollout.ttft_slack_ms").spec.rollout.ttft_slack_ms is None  # unset: default
     assert update(wire, new, "rollout").spec.rollout == RolloutOverrides(step_duration_s=30)
     new.rollout.steps.extend([6000, 3000])
-    refused("spec.rollout.steps: must increase", update, wire, new, "rollout.steps")
+    refused("spec.rollout.steps: must strictly increase", update, wire, new, "rollout.steps")

@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from evertune.searcher.control import Searches
+from evertune.searcher.searches import SearchSupervisor
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -30,7 +30,7 @@ def _deployment(endpoint: str, state: endpoint_pb2.DeploymentState, *, origin: s
 @contextlib.asynccontextmanager
 async def _searches(
     nc: Client, js: JetStreamContext, store: Store, tmp_path: Path, model_dir: Path
-) -> AsyncIterator[tuple[Searches, Bucket]]:
+) -> AsyncIterator[tuple[SearchSupervisor, Bucket]]:
     """A running searcher (rollouts seen within 0.5 s, waited for up to 20 s) and the deployments bucket."""
     await migrate(store)
     searcher = make_searcher(tmp_path, model_dir=model_dir, rollout_appear_s=0.5, rollout_wait_s=20.0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 from evertune.deployer.winner_check import StoredWinners
-from evertune.searcher.control import Searches
+from evertune.searcher.searches import SearchSupervisor
 from evertune.searcher.service import SearcherService
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -85,7 +85,7 @@ async def test_profile_ready_runs_a_search_on_a_sim_runner_to_a_verified_record(
     assert rows.scalar() == 3
     # A searcher started afterwards reads the same record, summary and evidence included.
     assert searcher.trials is not None
-    again = Searches(
+    again = SearchSupervisor(
         searcher.settings, js=js, store=store, data_dir=data_dir, execute=searcher.trials.execute
     )
     stored = await again.get(search_id)

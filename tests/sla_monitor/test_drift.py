@@ -10,14 +10,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from evertune.sla_monitor.drift import (
-    DriftConfig,
-    DriftDetector,
-    DriftFinding,
-    DriftReference,
-    DriftReport,
-    DriftSample,
-    EndpointDrift,
+from evertune.sla_monitor.drift import DriftConfig, DriftDetector, DriftFinding
+from evertune.sla_monitor.drift_reference import DriftReference, DriftSample
+from evertune.sla_monitor.drift_statistics import (
     ks_2samp,
     ks_critical,
     rate_ratio_z,
@@ -25,6 +20,7 @@ from evertune.sla_monitor.drift import (
     two_proportion_z,
     z_critical,
 )
+from evertune.sla_monitor.endpoint_drift import DriftReport, EndpointDrift
 from scipy.special import kolmogorov
 
 T0 = 1_700_000_000.0

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
 from evertune.sla_monitor.burn_rate import BurnRateRule
-from evertune.sla_monitor.drift import DriftFinding, DriftReport
+from evertune.sla_monitor.drift import DriftFinding
+from evertune.sla_monitor.endpoint_drift import DriftReport
+from evertune.sla_monitor.payloads import drift_event_id, drift_payload, profile_from_ready
 from evertune.sla_monitor.registry import EndpointRegistry, receivers_from_routes
-from evertune.sla_monitor.service import drift_event_id, drift_payload, profile_from_ready
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext

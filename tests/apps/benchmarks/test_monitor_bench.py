@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from evertune.sla_monitor.burn_rate import FAST_RULE, BurnRateRule
-from evertune.sla_monitor.service import observation
+from evertune.sla_monitor.payloads import observation
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 

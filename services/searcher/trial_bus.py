@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -29,7 +28,9 @@ from evertune.searcher.jobs import JobTemplate, deadline_of, missing_result, tri
 from evertune.searcher.orchestrate import TrialOrder, TrialResult
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from evertune.infra.bus import ConsumerSpec, PoisonMessage, publish
 from evertune.infra.events import EventKind, event_filter_subject
@@ -37,7 +38,7 @@ from evertune.infra.logging import get_logger
 from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
 
-log = get_logger("evertune.searcher.trials")
+log = get_logger("evertune.searcher.trial_bus")
 
 #: Stream of the work queues.
 JOBS_STREAM = "JOBS"
@@ -159,6 +160,12 @@ class TrialBus:
     async def _withdraw(self, sequences: dict[str, int]) -> None:
         """Delete jobs still waiting in the work queue (those taken are gone already)."""
         for job_id, seq in sequences.items():
-            with contextlib.suppress(Exception):
-                if await self._js.delete_msg(JOBS_STREAM, seq):
-                    log.info("job withdrawn", job=job_id)
+            try:
+                deleted = await self._js.delete_msg(JOBS_STREAM, seq)
+            except NotFoundError:
+                continue  # taken by a runner already
+            except NatsError as err:  # (the bus away): the job stays queued and a runner will run it
+                log.warning("job not withdrawn", job=job_id, error=str(err) or repr(err))
+                continue
+            if deleted:
+                log.info("job withdrawn", job=job_id)

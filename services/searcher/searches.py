@@ -1,6 +1,6 @@
 """The searcher's shell: accept searches, run each as a task, keep its record, publish its events.
 
-`Searches` is what the gRPC API and the profile.ready consumer call:
+`SearchSupervisor` is what the gRPC API and the profile.ready consumer call:
 
 - `start(request, trigger=, cause_id=)`: validates the request, reads the endpoint (`endpoints`
   KV), its live configuration (the stable deployment's, from `deployments`, else the endpoint's
@@ -11,8 +11,9 @@
   and its jobs (so the runners' trial events carry it too), and the profile must be one of that id
   (`profiles.endpoint_uid`): a name deleted and created again searches none of the earlier
   endpoint's profiles, and its running search does not hold the new one's back.
-- the task (`_run`): writes the profile's trace where runners read it (`trace_dir`), prepares it
-  for the performance model, builds the candidate space of each hardware class, and calls
+- the task (`_run`): writes the profile's trace where runners read it (`trace_dir`), has
+  `planning.plan_search` decide the candidate space of each hardware class, the plan, the jobs'
+  template and the summary's context, prepares the trace for the performance model, and calls
   `orchestrate.run_search` with the model in a worker thread and `TrialBus` as trial executor.
   `search.started` goes out once the space is ranked; the record is saved after every batch of
   trials; `search.completed` (winner, evidence, summary in the record) ends it.
@@ -33,10 +34,7 @@ running as failed ("the searcher restarted").
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import hashlib
-import math
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -47,16 +45,16 @@ from typing import Any
 from evertune.searcher.jobs import JobTemplate
 from evertune.searcher.metrics import SearcherStats
 from evertune.searcher.model import SearchModel, ThreadedModel
-from evertune.searcher.noise import Comparison
 from evertune.searcher.orchestrate import (
     Outcome,
-    SearchPlan,
     SearchProgress,
     SearchResult,
     TrialOrder,
     TrialResult,
     run_search,
 )
+from evertune.searcher.planning import PlanRequest, SearchSetup, plan_search
+from evertune.searcher.profiles import Profile, latest_profile_id, read_profile, write_trace
 from evertune.searcher.records import (
     WIRE_OBJECTIVE,
     WIRE_OUTCOME,
@@ -66,22 +64,13 @@ from evertune.searcher.records import (
     SearchTrials,
     objective_name,
 )
+from evertune.searcher.rollout_wait import wait_for_rollout
 from evertune.searcher.settings import SearcherSettings
-from evertune.searcher.space import (
-    Candidate,
-    SpaceLimits,
-    candidate_space,
-    defaults_key,
-    defaults_seat_key,
-    unpriced_class,
-    unpriced_keys,
-    unpriced_representatives,
-)
-from evertune.searcher.strategy import NO_CONFIRMATION, NoiseRule, Objective
-from evertune.searcher.summary import Context, explain, knob_changes
-from google.protobuf import json_format
+from evertune.searcher.space import SpaceLimits, unpriced_class
+from evertune.searcher.strategy import Objective
+from evertune.searcher.summary import evidence, explain
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.message import DecodeError
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -89,11 +78,10 @@ from evertune.domain.engines import EngineSpec, HardwareProfile, InvalidEngineCo
 from evertune.domain.model import ensure_model
 from evertune.domain.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
 from evertune.domain.perfmodel.simulate import block_size_of
-from evertune.domain.slo import Slo
 from evertune.domain.workloads.source import load_workload
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument, NotFound
 from evertune.infra.bus import Bucket, publish_event
-from evertune.infra.events import EventKind, endpoint_token, event_filter_subject, new_event
+from evertune.infra.events import EventKind, decode_event, endpoint_token, event_filter_subject, new_event
 from evertune.infra.logging import get_logger
 from evertune.infra.runtime.tasks import cancel_and_wait
 from evertune.infra.store import Store
@@ -105,16 +93,6 @@ log = get_logger("evertune.searcher")
 SOURCE = "searcher"
 #: Seconds a cancelled search has to record its end before it is cancelled again.
 CANCEL_GRACE_S = 10.0
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A stored profile, as a search uses it."""
-
-    profile_id: str  #: profile id
-    peak_rps: float  #: peak request rate (highest 1-minute mean)
-    trace_jsonl: str  #: the replayable trace
-    requests: int  #: requests in the profiled window
 
 
 @dataclass(frozen=True)
@@ -139,8 +117,8 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class Searches:
-    """See the module doc."""
+class SearchSupervisor:
+    """Runs searches as tasks and keeps their records (see the module doc)."""
 
     def __init__(
         self,
@@ -203,7 +181,7 @@ class Searches:
 
     async def endpoint(self, name: str) -> endpoint_pb2.Endpoint | None:
         """The endpoint as stored in the `endpoints` bucket, or None."""
-        assert self._endpoints is not None, "Searches.open() first"
+        assert self._endpoints is not None, "SearchSupervisor.open() first"
         entry = await self._endpoints.get(name)
         return endpoint_pb2.Endpoint.FromString(entry.value) if entry is not None else None
 
@@ -215,12 +193,7 @@ class Searches:
             if found is None:
                 return ""
             uid = found.uid
-        rows = await self.store.query(
-            "SELECT profile_id FROM profiles FINAL WHERE endpoint = {e:String} AND endpoint_uid = {u:String} "
-            "ORDER BY version DESC LIMIT 1",
-            {"e": endpoint, "u": uid},
-        )
-        return str(rows[0][0]) if rows else ""
+        return await latest_profile_id(self.store, endpoint, uid)
 
     @property
     def running(self) -> int:
@@ -380,54 +353,16 @@ class Searches:
         return cancelled
 
     async def wait_for_rollout(self, endpoint: str, search_id: str) -> endpoint_pb2.DeploymentState | None:
-        """Until the rollout of `search_id`'s winner on `endpoint` has ended: a deployment of that
-        origin appeared (within `rollout_appear_s`) and left pending, starting and canary; at most
-        `rollout_wait_s` in all. The state it left them for (ACTIVE: promoted), or None when no
-        rollout appeared or it did not end in time. Watches the deployments bucket; never raises."""
+        """Until the rollout of `search_id`'s winner on `endpoint` has ended, at most
+        `rollout_wait_s` (`rollout_wait.wait_for_rollout`); never raises."""
         assert self._deployments is not None
-        rolling = {
-            endpoint_pb2.DEPLOYMENT_STATE_PENDING,
-            endpoint_pb2.DEPLOYMENT_STATE_STARTING,
-            endpoint_pb2.DEPLOYMENT_STATE_CANARY,
-        }
-        loop = asyncio.get_running_loop()
-        appear_by = loop.time() + self.settings.rollout_appear_s
-        seen = False
-        try:
-            async with (
-                asyncio.timeout(self.settings.rollout_wait_s),
-                self._deployments.watch(f"{endpoint}.*") as entries,
-            ):
-                pending = asyncio.ensure_future(anext(entries))
-                try:
-                    while True:
-                        left = None if seen else max(0.0, appear_by - loop.time())
-                        done, _ = await asyncio.wait({pending}, timeout=left)
-                        if not done:
-                            log.info("no rollout of the winner; queued search goes on", endpoint=endpoint)
-                            return None
-                        entry = pending.result()
-                        pending = asyncio.ensure_future(anext(entries))
-                        # deployments are `<endpoint>.dep-*`; the bucket keeps other keys beside them
-                        # (the deployer's rollout mutex, JSON)
-                        if entry is None or not entry.value or not entry.key.startswith(f"{endpoint}.dep-"):
-                            continue
-                        try:
-                            deployment = endpoint_pb2.Deployment.FromString(entry.value)
-                        except DecodeError:
-                            continue
-                        if deployment.origin_search_id != search_id:
-                            continue
-                        seen = True
-                        if deployment.state not in rolling:
-                            return deployment.state
-                finally:
-                    pending.cancel()
-        except TimeoutError:
-            log.info("winner's rollout still running; queued search goes on", endpoint=endpoint)
-        except Exception:
-            log.exception("could not follow the winner's rollout", endpoint=endpoint)
-        return None
+        return await wait_for_rollout(
+            self._deployments,
+            endpoint,
+            search_id,
+            wait_s=self.settings.rollout_wait_s,
+            appear_s=self.settings.rollout_appear_s,
+        )
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         for search_id, running in list(self._tasks.items()):
@@ -448,7 +383,7 @@ class Searches:
             raise InvalidArgument(f"{field}: {err}") from None
 
     async def _prepare(self, request: pb.StartSearchRequest, caller_sees: Incarnation | None) -> Prepared:
-        assert self._endpoints is not None and self._deployments is not None, "Searches.open() first"
+        assert self._endpoints is not None and self._deployments is not None, "SearchSupervisor.open() first"
         entry = await self._endpoints.get(request.endpoint)
         endpoint = endpoint_pb2.Endpoint.FromString(entry.value) if entry is not None else None
         # (a name deleted and created again since the caller's check is another endpoint)
@@ -466,38 +401,13 @@ class Searches:
             stable = await self._deployments.get(f"{request.endpoint}.{endpoint.stable_deployment_id}")
             if stable is not None:
                 live = endpoint_pb2.Deployment.FromString(stable.value).engine_config
-        profile = await self._profile(
-            request.endpoint, endpoint.uid, request.profile_id if request.HasField("profile_id") else None
+        profile = await read_profile(
+            self.store,
+            request.endpoint,
+            uid=endpoint.uid,
+            profile_id=request.profile_id if request.HasField("profile_id") else None,
         )
         return Prepared(endpoint=endpoint, live=live, profile=profile, classes=classes)
-
-    async def _profile(self, endpoint: str, uid: str, profile_id: str | None) -> Profile:
-        """The profile named (else the newest) of the endpoint of id `uid`: a profile of an earlier
-        endpoint of the name is not found, as an unknown one."""
-        where = "endpoint = {e:String} AND endpoint_uid = {u:String}"
-        params = {"e": endpoint, "u": uid}
-        if profile_id is not None:
-            if not profile_id:
-                raise InvalidArgument("profile_id: empty (leave it unset for the endpoint's latest)")
-            where += " AND profile_id = {p:String}"
-            params["p"] = profile_id
-        rows = await self.store.query(
-            "SELECT profile_id, ready_json, trace_jsonl, request_count FROM profiles FINAL "
-            f"WHERE {where} ORDER BY version DESC LIMIT 1",
-            params,
-        )
-        if not rows:
-            if profile_id is not None:
-                raise NotFound(f"profile_id: {profile_id!r} not found for endpoint {endpoint!r}")
-            raise FailedPrecondition(f"endpoint {endpoint!r} has no profile yet: record traffic first")
-        pid, ready_json, trace, count = rows[0]
-        ready = json_format.Parse(ready_json, events_pb2.ProfileReady())
-        peak = ready.summary.peak_rate_rps or ready.summary.rate_rps
-        if ready.empty_reason or not trace or not peak > 0:
-            raise FailedPrecondition(
-                f"profile {pid} has no traffic to replay ({ready.empty_reason or 'no peak rate'})"
-            )
-        return Profile(profile_id=str(pid), peak_rps=float(peak), trace_jsonl=str(trace), requests=int(count))
 
     def _new_record(
         self, request: pb.StartSearchRequest, prepared: Prepared, *, trigger: str, cause_id: str
@@ -536,10 +446,10 @@ class Searches:
             record.search.state = pb.SEARCH_STATE_RUNNING
             record.touch()
             await self.records.save(record)
-            setup = await asyncio.to_thread(self._setup, record, prepared)
+            setup, model = await asyncio.to_thread(self._setup, record, prepared)
             result = await run_search(
                 setup.plan,
-                model=ThreadedModel(setup.model),
+                model=ThreadedModel(model),
                 execute=lambda orders: self.execute(
                     orders, template=setup.template, slo=prepared.endpoint.spec.slo, gate_rps=setup.gate_rps
                 ),
@@ -547,8 +457,10 @@ class Searches:
             )
         except asyncio.CancelledError:
             reason = self._cancel_reason.pop(record.search_id, "cancelled")
-            with contextlib.suppress(Exception):
+            try:
                 await asyncio.shield(self._finish(record, outcome="cancelled", error=reason, started=started))
+            except Exception:  # the end is not stored: the next start fails the search as unfinished
+                log.exception("could not record the cancelled search's end", search=record.search_id)
             raise
         except EvertuneError as err:
             await self._finish(record, outcome="failed", error=str(err), started=started)
@@ -564,67 +476,42 @@ class Searches:
             return
         await self._conclude(record, prepared, setup, result, started=started)
 
-    def _setup(self, record: SearchRecord, prepared: Prepared) -> _Setup:
-        """Trace file, model, space, plan (blocking: run in a thread)."""
+    def _setup(self, record: SearchRecord, prepared: Prepared) -> tuple[SearchSetup, SearchModel]:
+        """Trace file, plan (`planning.plan_search`) and model (blocking: run in a thread)."""
         s = self.settings
         spec = prepared.endpoint.spec
         model_dir = self._model_dir(spec.model or prepared.live.model)
         base = EngineSpec.from_proto(prepared.live, default_model=str(model_dir))
-        trace_path, sha = self._trace_file(prepared.profile)
+        trace_path, sha = write_trace(prepared.profile, s.trace_dir or self.data_dir / "searcher" / "traces")
+        hardware = {name: get_profile(name) for name in prepared.classes}
+        setup = plan_search(
+            PlanRequest(
+                search_id=record.search_id,
+                endpoint=record.search.endpoint,
+                endpoint_uid=record.search.endpoint_uid,
+                profile_id=prepared.profile.profile_id,
+                objective=Objective(record.objective),
+                budget=record.search.trial_budget,
+                base=base,
+                engine_model=prepared.live.model,
+                hardware=hardware,
+                pool_replicas=max(spec.hardware_pool.max_replicas, 1),
+                slo=spec.slo,
+                agreement_threshold=spec.correctness_agreement_threshold,
+                peak_rps=prepared.profile.peak_rps,
+                trace_uri=trace_path.resolve().as_uri(),
+                trace_sha256=sha,
+            ),
+            settings=s,
+            limits=self.limits,
+        )
         plan = load_workload(
             str(trace_path), duration_s=None, seed=0, rate_scale=1.0, tokenizer_dir=model_dir
         ).plan
-        hardware = {name: get_profile(name) for name in prepared.classes}
-        first = prepared.classes[0]
         tokens = PromptTokens.of_folder(model_dir)
-        inputs = prepare(plan, tokens, block_size=block_size_of(base, hardware[first]))
-        candidates: list[tuple[Candidate, str]] = []
-        pool_replicas = max(spec.hardware_pool.max_replicas, 1)
-        for name in prepared.classes:
-            sim = name.startswith("sim-")
-            # The performance model prices neither n-gram drafts, a dtype nor the execution mode: a
-            # simulated class would only try them for nothing. The block size it prices, but a sim
-            # engine's searches keep the space they had (half the candidates to rank).
-            limits = self.limits.model_copy(
-                update={
-                    "try_speculative_ngram": self.limits.try_speculative_ngram and not sim,
-                    "cpu_dtypes": () if sim else self.limits.cpu_dtypes,
-                    "cpu_enforce_eager": () if sim else self.limits.cpu_enforce_eager,
-                    "cpu_block_sizes": () if sim else self.limits.cpu_block_sizes,
-                }
-            )
-            space = candidate_space(
-                base=base,
-                hardware=hardware[name],
-                limits=limits,
-                max_replicas=min(pool_replicas, s.max_replicas),
-            )
-            for c in space:
-                candidates.append(
-                    (c if name == first else dataclasses.replace(c, key=f"{name}:{c.key}"), name)
-                )
+        first = prepared.classes[0]
         # The trace hashed at every block size of the space (GPU classes beside a CPU one included).
-        by_block_size = {
-            size: prepare(plan, tokens, block_size=size)
-            for size in sorted({block_size_of(c.spec, hardware[name]) for c, name in candidates})
-        }
-        if not candidates or candidates[0][0].spec != base:
-            raise FailedPrecondition(
-                f"the live configuration cannot run on {first}: the engines refuse it there"
-            )
-        space_of_first = [c for c, _ in candidates]
-        defaults = defaults_key(space_of_first, base=candidates[0][0], hardware=hardware[first])
-        # vLLM's defaults first (the figure a winner must never be worse than), then the dtypes and
-        # the execution mode the model cannot price
-        must_try = tuple(
-            dict.fromkeys(
-                [
-                    *([defaults] if defaults else []),
-                    *unpriced_representatives(space_of_first, base=candidates[0][0]),
-                ]
-            )
-        )
-        objective = Objective(record.objective)
+        by_block_size = {size: prepare(plan, tokens, block_size=size) for size in setup.block_sizes}
         efficiency = {
             name: self.efficiency.get(name)
             or load_efficiency(self.data_dir, hardware[name].name)
@@ -632,68 +519,21 @@ class Searches:
             for name in prepared.classes
         }
         model = SearchModel(
-            inputs=inputs,
+            inputs=prepare(plan, tokens, block_size=block_size_of(base, hardware[first])),
             arch=load_arch(model_dir),
             hardware=hardware,
             efficiency=efficiency,
-            slo=Slo.from_proto(spec.slo),
-            p50_target_ms=spec.slo.ttft_p50_ms,
+            slo=setup.context.slo,
+            p50_target_ms=setup.context.p50_target_ms,
             target_rps=prepared.profile.peak_rps,
             ladder=s.rate_ladder,
             headroom=s.headroom,
             horizon_s=s.model_horizon_s,
-            goodput=objective is not Objective.P50_TTFT,
-            live_class=unpriced_class(candidates[0][0].spec),
+            goodput=setup.context.objective is not Objective.P50_TTFT,
+            live_class=unpriced_class(setup.plan.baseline.spec),
             inputs_by_block_size=by_block_size,
         )
-        search_plan = SearchPlan(
-            search_id=record.search_id,
-            baseline=candidates[0][0],
-            baseline_class=first,
-            candidates=candidates,
-            budget=record.search.trial_budget,
-            objective=objective,
-            eta=s.eta,
-            min_gain=s.min_gain,
-            noise=noise_rule(s, objective=objective, simulated=first.startswith("sim-")),
-            must_try=must_try,
-            unpriced=tuple(unpriced_keys(space_of_first, base=candidates[0][0])),
-            defaults_seat=defaults_seat_key(space_of_first, base=candidates[0][0], hardware=hardware[first]),
-        )
-        template = JobTemplate(
-            search_id=record.search_id,
-            endpoint=record.search.endpoint,
-            endpoint_uid=record.search.endpoint_uid,
-            profile_id=prepared.profile.profile_id,
-            trace_uri=trace_path.resolve().as_uri(),
-            trace_sha256=sha,
-            slo=spec.slo,
-            target_rps=prepared.profile.peak_rps,
-            ladder=s.rate_ladder,
-            duration_s=s.trial_duration_s,
-            warmup_s=s.trial_warmup_s,
-            repeats=s.trial_repeats,
-            seed=int(hashlib.sha256(record.search_id.encode()).hexdigest()[:8], 16),
-            gates=tuple(s.gates),
-            agreement_threshold=spec.correctness_agreement_threshold,
-            timeout_s=s.trial_timeout_s,
-            engine_model=prepared.live.model,
-            headroom=s.headroom,
-        )
-        context = Context(
-            base=base,
-            slo=model.slo,
-            p50_target_ms=model.p50_target_ms,
-            target_rps=model.target_rps,
-            headroom=s.headroom,
-            objective=objective,
-            min_gain=s.min_gain,
-            budget=record.search.trial_budget,
-            defaults_key=defaults,
-        )
-        return _Setup(
-            plan=search_plan, model=model, template=template, context=context, gate_rps=model.gate_rps
-        )
+        return setup, model
 
     def _model_dir(self, model: str) -> Path:
         """Where the performance model reads the served model's config and tokenizer."""
@@ -703,20 +543,7 @@ class Searches:
             return self.settings.model_dir
         return ensure_model(self.data_dir)
 
-    def _trace_file(self, profile: Profile) -> tuple[Path, str]:
-        """The profile's trace written where runners read it; its path and SHA-256."""
-        data = profile.trace_jsonl.encode()
-        sha = hashlib.sha256(data).hexdigest()
-        folder = self.settings.trace_dir or self.data_dir / "searcher" / "traces"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{profile.profile_id}.jsonl"
-        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != sha:
-            tmp = path.with_suffix(".jsonl.tmp")
-            tmp.write_bytes(data)
-            tmp.replace(path)
-        return path, sha
-
-    async def _progress(self, record: SearchRecord, state: SearchProgress, setup: _Setup) -> None:
+    async def _progress(self, record: SearchRecord, state: SearchProgress, setup: SearchSetup) -> None:
         search = record.search
         first_report = search.modeled_candidates == 0 and state.phase == "trials"
         search.modeled_candidates = state.modeled
@@ -757,14 +584,14 @@ class Searches:
         self,
         record: SearchRecord,
         prepared: Prepared,
-        setup: _Setup,
+        setup: SearchSetup,
         result: SearchResult,
         *,
         started: datetime,
     ) -> None:
         spec_of = {c.key: c.spec for c, _ in setup.plan.candidates}
         record.summary = explain(result, setup.context, spec_of=spec_of)
-        record.evidence = _evidence(result, setup, spec_of)
+        record.evidence = evidence(result, setup.context)
         search = record.search
         winner_config = None
         if result.outcome is Outcome.WINNER and result.winner is not None and result.winner_trial is not None:
@@ -910,8 +737,9 @@ class Searches:
         queue: asyncio.Queue[events_pb2.Event] = asyncio.Queue()
 
         async def on_msg(msg: Any) -> None:
-            with contextlib.suppress(Exception):
-                queue.put_nowait(events_pb2.Event.FromString(msg.data))
+            event = decode_event(msg.data, subject=msg.subject)  # (one that does not decode is logged)
+            if event is not None:
+                queue.put_nowait(event)
 
         sub = await self.js.subscribe(
             event_filter_subject(endpoint=record.search.endpoint),
@@ -938,17 +766,12 @@ class Searches:
                     return
         finally:
             stop.cancel()
-            with contextlib.suppress(Exception):
+            try:
                 await sub.unsubscribe()
-
-
-@dataclass(frozen=True)
-class _Setup:
-    plan: SearchPlan
-    model: SearchModel
-    template: JobTemplate
-    context: Context
-    gate_rps: float
+            except NatsError as err:  # (the connection closed: the server dropped the consumer with it)
+                log.info(
+                    "search watch not unsubscribed", search=search_id, error=str(err) or type(err).__name__
+                )
 
 
 def _search_of(event: events_pb2.Event) -> str:
@@ -964,72 +787,4 @@ def _engine_config(spec: EngineSpec, template: JobTemplate) -> endpoint_pb2.Engi
     return config
 
 
-def _figures(trial: TrialResult | None) -> dict[str, Any] | None:
-    if trial is None:
-        return None
-
-    def num(x: float) -> float | None:
-        return round(x, 4) if math.isfinite(x) else None
-
-    f = trial.figures
-    return {
-        "trial_id": trial.trial_id,
-        "candidate": trial.candidate_key,
-        "hardware_class": trial.hardware_class,
-        "fidelity": trial.fidelity,
-        "ok": trial.ok,
-        "passed": trial.passed,
-        "simulated": trial.simulated,
-        "goodput_rps": num(f.goodput_rps),
-        "ttft_p50_ms": num(f.ttft_p50_ms),
-        "ttft_p99_ms_at_gate": num(f.ttft_p99_ms),
-        "attainment_at_gate": num(f.attainment),
-        "meets_slo": f.meets_slo,
-        "gates": [dataclasses.asdict(g) for g in trial.gates],
-        "error": trial.error,
-    }
-
-
-def _evidence(result: SearchResult, setup: _Setup, spec_of: dict[str, EngineSpec]) -> dict[str, Any]:
-    p = result.progress
-    winner = result.winner
-    return {
-        "outcome": result.outcome.value,
-        "objective": setup.plan.objective.value,
-        "winner": _figures(result.winner_trial),
-        "baseline": _figures(result.baseline_trial),
-        "knobs_changed": knob_changes(setup.context.base, winner.spec) if winner else [],
-        "closest": knob_changes(setup.context.base, result.closest.spec) if result.closest else None,
-        "ranking_s": round(p.ranking_s, 3),
-        "modeled_candidates": p.modeled,
-        "feasible_predicted": p.feasible_predicted,
-        "recalibrations": [dataclasses.asdict(r) for r in p.recalibrations],
-        "trials": [_figures(t) for t in p.trials],
-        "target_rps": setup.context.target_rps,
-        "gate_rps": setup.gate_rps,
-        "noise_rule": _comparison(result.comparison),
-    }
-
-
-def _comparison(found: Comparison | None) -> dict[str, Any] | None:
-    """The noise rule's judgement as JSON (None: the search had no confirmation)."""
-    if found is None:
-        return None
-    return {**dataclasses.asdict(found), "verdict": found.verdict.value, "line": found.describe()}
-
-
-def noise_rule(settings: SearcherSettings, *, objective: Objective, simulated: bool) -> NoiseRule:
-    """How a search confirms its leader: repeated interleaved pairs on real hardware; none on a
-    simulated class, whose trials repeat exactly."""
-    if simulated:
-        return NO_CONFIRMATION
-    return NoiseRule(
-        confirm_pairs=settings.confirm_pairs,
-        min_pairs=settings.min_pairs,
-        confidence=settings.noise_confidence,
-        min_floor=settings.noise_min_floor,
-        lower_is_better=objective is Objective.P50_TTFT,
-    )
-
-
-__all__ = ["Prepared", "Profile", "Searches", "TrialOrder"]
+__all__ = ["Prepared", "Profile", "SearchSupervisor", "TrialOrder"]
