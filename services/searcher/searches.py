@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from evertune.searcher.jobs import JobTemplate
-from evertune.searcher.metrics import SearcherStats
 from evertune.searcher.model import SearchModel, ThreadedModel
 from evertune.searcher.orchestrate import (
     Outcome,
@@ -67,6 +66,7 @@ from evertune.searcher.records import (
 from evertune.searcher.rollout_wait import wait_for_rollout
 from evertune.searcher.settings import SearcherSettings
 from evertune.searcher.space import SpaceLimits, unpriced_class
+from evertune.searcher.stats import SearcherStats
 from evertune.searcher.strategy import Objective
 from evertune.searcher.summary import evidence, explain
 from google.protobuf.duration_pb2 import Duration
@@ -156,7 +156,7 @@ class SearchSupervisor:
         self._endpoints: Bucket | None = None
         self._deployments: Bucket | None = None
         self.completed = 0  #: searches finished by this instance
-        self.stats = SearcherStats()  #: what the metrics export
+        self.stats = SearcherStats()  #: what it counts (`SearcherService.read_stats` reads the rest in)
 
     async def open(self) -> None:
         """Open the buckets and end searches a previous instance left running."""

@@ -25,6 +25,7 @@ from evertune.searcher.metrics import searcher_metrics
 from evertune.searcher.searches import SearchSupervisor
 from evertune.searcher.settings import SearcherSettings
 from evertune.searcher.space import SpaceLimits
+from evertune.searcher.stats import SearcherStats
 from evertune.searcher.trial_bus import TrialBus
 from evertune.searcher.wiring import wiring
 from google.protobuf.message import DecodeError
@@ -92,7 +93,7 @@ class SearcherService(GrpcService):
         self.profiles_skipped = 0  #: profile.ready events that started no search
         self.profiles_queued = 0  #: profile.ready events queued behind a running search
         self.profiles_started = 0  #: profile.ready events that started a search
-        self.metrics_registry.register(FunctionCollector(lambda: searcher_metrics(self)))
+        self.metrics_registry.register(FunctionCollector(lambda: searcher_metrics(self.read_stats())))
 
     async def on_start(self, ctx: ServiceContext) -> None:
         assert ctx.store is not None, "the searcher needs the store (needs_store)"
@@ -120,16 +121,28 @@ class SearcherService(GrpcService):
             await self.searches.close()
         await super().on_stop()
 
-    def details(self) -> dict[str, Any]:
+    def read_stats(self) -> SearcherStats:
+        """The stats (`stats.py`), with what other parts keep read in now: searches running and
+        queued, the trial bus's jobs and reports, profile.ready results, the consumers."""
         searches, trials = self.searches, self.trials
-        return {
-            "searches_running": searches.running if searches else 0,
-            "searches_completed": searches.completed if searches else 0,
-            "jobs_published": trials.published if trials else 0,
-            "trial_reports": trials.reports if trials else 0,
-            "profiles_skipped": self.profiles_skipped,
-            "profiles_queued": self.profiles_queued,
+        stats = searches.stats if searches is not None else SearcherStats()
+        stats.running = searches.running if searches else 0
+        stats.queued = searches.queued_count if searches else 0
+        stats.completed = searches.completed if searches else 0
+        stats.jobs_published = trials.published if trials else 0
+        stats.trial_reports = trials.reports if trials else 0
+        stats.trials_waiting = trials.waiting if trials else 0
+        stats.trials_missing = trials.missing if trials else 0
+        stats.profiles = {
+            "started": self.profiles_started,
+            "queued": self.profiles_queued,
+            "skipped": self.profiles_skipped,
         }
+        stats.consumers = {name: c.stats for name, c in self.consumers.items()}
+        return stats
+
+    def details(self) -> dict[str, Any]:
+        return self.read_stats().details()
 
     async def _on_deleted(self, msg: Msg) -> None:
         """Stop searching for an endpoint that was deleted (see the module doc)."""

@@ -70,6 +70,7 @@ from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 
+
 class SlaMonitorService(Service):
     name: ClassVar[str] = "sla-monitor"
     description: ClassVar[str] = "Live TTFT percentiles, burn-rate SLO alerts, workload drift"
@@ -418,11 +419,10 @@ class SlaMonitorService(Service):
         latency = self.monitor.latency(key.endpoint, key.deployment, now=now, window_s=rule.long_window_s)
         payload = incident_payload(decision, latency=latency, targets=targets)
         if isinstance(decision, Breach):
-            kind, severity = EventKind.SLA_BREACH, EVENT_SEVERITY[rule.severity]
-        else:
+            kind, severity, cause = EventKind.SLA_BREACH, EVENT_SEVERITY[rule.severity], ""
+        else:  # a resolution is caused by its breach
             kind, severity = EventKind.SLA_RESOLVED, common_pb2.SEVERITY_INFO
-        # a breach is a root; its resolution names it as its cause
-        cause = _event_id(incident.breach_id, EventKind.SLA_BREACH) if kind == EventKind.SLA_RESOLVED else ""
+            cause = incident_event_id(incident.breach_id, EventKind.SLA_BREACH)
         event = new_event(
             kind,
             endpoint=key.endpoint,
