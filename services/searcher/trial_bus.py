@@ -32,8 +32,7 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from evertune.infra.bus import ConsumerSpec, PoisonMessage, publish
-from evertune.infra.events import EventKind, event_filter_subject
+from evertune.infra.bus import PoisonMessage, publish
 from evertune.infra.logging import get_logger
 from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
@@ -44,16 +43,6 @@ log = get_logger("evertune.searcher.trial_bus")
 JOBS_STREAM = "JOBS"
 #: Seconds after a job's deadline the searcher still waits for its report.
 GRACE_S = 30.0
-
-
-def completed_consumer(durable: str = "searcher-trials") -> ConsumerSpec:
-    """The durable consumer of trial reports."""
-    return ConsumerSpec(
-        stream="EVENTS",
-        durable=durable,
-        filter_subject=event_filter_subject(EventKind.TRIAL_COMPLETED),
-        ack_wait_s=30.0,
-    )
 
 
 class TrialBus:

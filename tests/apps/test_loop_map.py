@@ -209,3 +209,49 @@ def test_handler_of_follows_attribute_paths() -> None:
     assert handler_of(Outer(), "inner.run")() == "ran"
     with pytest.raises(TypeError):
         handler_of(Outer(), "value")
+
+
+CONTRACTS = repository.ROOT / "docs" / "contracts.md"
+
+
+def contracts_table(header: str) -> dict[str, list[str]]:
+    """The rows of docs/contracts.md's table whose header row is `header`: first cell (without
+    backticks) -> every cell."""
+    lines = CONTRACTS.read_text().splitlines()
+    start = lines.index(header)
+    rows: dict[str, list[str]] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def services_named(cell: str) -> set[str]:
+    """The services a cell names, outside its parentheses."""
+    bare = re.sub(r"\([^)]*\)", "", cell)
+    return {s for s in SERVICE_NAMES if re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", bare)}
+
+
+def test_contracts_say_who_consumes_each_event() -> None:
+    rows = contracts_table("| kind | emitted by | consumed by | payload | default severity | figures |")
+    assert set(rows) == {k.value for k in EventKind}
+    wirings = loop_map.wirings()
+    for kind in EventKind:
+        publishers = {w.service for w in wirings if kind in w.events}
+        consumers = {w.service for w in wirings for c in w.consumes if c.kind == kind}
+        emitted_by, consumed_by = rows[kind.value][1], rows[kind.value][2]
+        if publishers:
+            assert services_named(emitted_by) == publishers, kind
+        assert services_named(consumed_by) == consumers, kind
+
+
+def test_contracts_say_who_writes_and_reads_each_table() -> None:
+    rows = contracts_table("| table | written by | read by | holds |")
+    wirings = loop_map.wirings()
+    assert set(rows) == {t for w in wirings for t in (*w.reads_tables, *w.writes_tables)}
+    for table, cells in rows.items():
+        writers = {w.service for w in wirings if table in w.writes_tables}
+        readers = {w.service for w in wirings if table in w.reads_tables} - writers
+        assert (services_named(cells[1]), services_named(cells[2])) == (writers, readers), table
