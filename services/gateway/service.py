@@ -16,11 +16,12 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 from evertune.gateway.chat_formats import ChatFormats
-from evertune.gateway.metrics import GatewayMetrics
+from evertune.gateway.metrics import gateway_metrics
 from evertune.gateway.proxy import Proxy
 from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
 from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import DEV_PREFIX_SECRET, GatewaySettings
+from evertune.gateway.stats import GatewayStats
 from evertune.gateway.wiring import wiring
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -32,7 +33,7 @@ from evertune.infra.bus import KvFollower, publish
 from evertune.infra.bus.wiring import Delivery, handler_of
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.auth import load_tokens
-from evertune.infra.runtime.metrics import METRICS_PATH, metrics_handler, new_registry
+from evertune.infra.runtime.metrics import METRICS_PATH, FunctionCollector, metrics_handler
 from evertune.infra.runtime.tls import Listener, ServerTls, check_exposure, tls_mode
 from evertune.v1 import telemetry_pb2
 
@@ -66,13 +67,8 @@ class GatewayService(Service):
         self._runner: web.AppRunner | None = None
         self._routes: KvFollower | None = None  #: follows the routes bucket
         self._http_closed = asyncio.Event()
-        self.metrics_registry = new_registry()  #: this service's Prometheus registry
-        self.metrics = GatewayMetrics(
-            self.metrics_registry,
-            in_flight=lambda: self.proxy.in_flight if self.proxy is not None else 0,
-            publisher_stats=lambda: self.publisher.stats if self.publisher is not None else None,
-            spool_files=self._spool_files,
-        )
+        self.stats = GatewayStats()  #: what `details()` shows and `/metrics` exports (`read_stats`)
+        self.metrics_registry.register(FunctionCollector(lambda: gateway_metrics(self.read_stats())))
 
     async def on_start(self, ctx: ServiceContext) -> None:
         settings = self.settings
@@ -146,8 +142,8 @@ class GatewayService(Service):
         )
 
     def _offer(self, item: Pending) -> None:
-        """Count a finished request in the metrics, then hand it to the publisher (never waits)."""
-        self.metrics.observe(item.record)
+        """Count a finished request in the stats, then hand it to the publisher (never waits)."""
+        self.stats.observe(item.record)
         assert self.publisher is not None
         self.publisher.offer(item)
 
@@ -167,6 +163,16 @@ class GatewayService(Service):
         """Why the gateway takes no requests now (`GET /ready`); None: it takes them. The proxy is
         built once the route tables are loaded, so only a shutdown makes it not ready."""
         return "the gateway is shutting down" if self.stopping.is_set() else None
+
+    def read_stats(self) -> GatewayStats:
+        """The stats, with what other parts keep read in now: route tables, requests in flight,
+        the publisher's counts and the spool's size."""
+        stats = self.stats
+        stats.endpoints = len(self.book.tables)
+        stats.in_flight = self.proxy.in_flight if self.proxy is not None else None
+        stats.publisher = self.publisher.stats if self.publisher is not None else None
+        stats.spool_bytes = sum(_size(path) for path in self._spool_files())
+        return stats
 
     def _spool_files(self) -> list[Path]:
         if self.publisher is None:
@@ -225,16 +231,12 @@ class GatewayService(Service):
         )
 
     def details(self) -> dict[str, Any]:
-        figures: dict[str, Any] = {"endpoints": len(self.book.tables)}
-        if self.proxy is not None:
-            figures["in_flight"] = self.proxy.in_flight
-        if self.publisher is not None:
-            stats = self.publisher.stats
-            figures |= {
-                "published_records": stats.published_records,
-                "spooled_records": stats.spooled_records,
-                "drained_records": stats.drained_records,
-                "dropped_records": stats.dropped_records,
-                "queue_depth": stats.queue_depth,
-            }
-        return figures
+        return self.read_stats().details()
+
+
+def _size(path: Path) -> int:
+    """Bytes in a file; 0 when it is not there."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -34,7 +34,6 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -47,6 +46,7 @@ from evertune.profiler.profile import ProfileConfig, to_jsonable
 from evertune.profiler.queries import endpoint_seen, newest_uids
 from evertune.profiler.settings import ProfilerSettings
 from evertune.profiler.sink import SinkConfig, TelemetrySink
+from evertune.profiler.stats import ProfilerStats
 from evertune.profiler.wiring import wiring
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
@@ -68,7 +68,7 @@ from evertune.infra.bus import Bucket, DurableConsumer, PoisonMessage, publish_e
 from evertune.infra.bus.wiring import Delivery, durable_consumers, handler_of
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import Service, ServiceContext
-from evertune.infra.runtime.metrics import FAST_BUCKETS, Distribution, FunctionCollector
+from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
 
@@ -137,15 +137,9 @@ class ProfilerService(Service):
         self._http: aiohttp.ClientSession | None = None
         self._build_lock = asyncio.Lock()
         self._scrapes: dict[str, EngineMetrics] = {}  # upstream URL -> last scrape
-        self.built = 0  #: profiles built
-        self.failed = 0  #: profile builds that failed
-        self.build_seconds = Distribution(FAST_BUCKETS)  #: seconds of each profile built
-        self.published = 0  #: profile.ready events published
-        #: TELEMETRY messages not yet delivered to the sink's durable, as of the last scrape (None:
-        #: unknown, JetStream did not answer)
-        self.sink_pending: int | None = None
-        self.metrics_registry.register(FunctionCollector(lambda: profiler_metrics(self)))
-        self.last_error = ""  #: most recent build or publish error
+        #: what `details()` shows and the metrics export (`read_stats`)
+        self.stats = ProfilerStats(sink_durable=settings.sink_durable, drift_durable=settings.drift_durable)
+        self.metrics_registry.register(FunctionCollector(lambda: profiler_metrics(self.read_stats())))
 
     async def on_start(self, ctx: ServiceContext) -> None:
         assert ctx.store is not None, "the host opens the store for services with needs_store"
@@ -179,7 +173,7 @@ class ProfilerService(Service):
 
     async def _read_sink_pending(self) -> None:
         """Before each scrape: the sink durable's undelivered messages, from JetStream."""
-        self.sink_pending = None
+        self.stats.sink_pending = None
         if self._js is None or self.sink is None:
             return
         with contextlib.suppress(Exception):  # no consumer yet, NATS away: the gauge is left out
@@ -187,15 +181,21 @@ class ProfilerService(Service):
                 self._js.consumer_info(self.sink.config.stream, self.sink.config.durable),
                 CONSUMER_INFO_TIMEOUT_S,
             )
-            self.sink_pending = info.num_pending or 0
+            self.stats.sink_pending = info.num_pending or 0
+
+    def read_stats(self) -> ProfilerStats:
+        """The stats, with what other parts keep read in now: the store's URL, the sink's counts
+        and inserts, the drift consumer's counts."""
+        stats = self.stats
+        stats.store = self._store_url
+        if self.sink is not None:
+            stats.sink = self.sink.stats
+            stats.insert_seconds, stats.batch_rows = self.sink.insert_seconds, self.sink.batch_rows
+        stats.drift = self.drift.stats if self.drift is not None else None
+        return stats
 
     def details(self) -> dict[str, Any]:
-        sink = asdict(self.sink.stats) if self.sink else {}
-        return {
-            "store": self._store_url,
-            "sink": sink,
-            "profiles": {"built": self.built, "published": self.published, "last_error": self.last_error},
-        }
+        return self.read_stats().details()
 
     # --- building --------------------------------------------------------------------------
     async def build(
@@ -225,10 +225,10 @@ class ProfilerService(Service):
                     endpoint_uid=endpoint_uid,
                 )
             except Exception:
-                self.failed += 1
+                self.stats.failed += 1
                 raise
-            self.built += 1
-            self.build_seconds.observe(time.monotonic() - building)
+            self.stats.built += 1
+            self.stats.build_seconds.observe(time.monotonic() - building)
         self.log.info(
             "profile built",
             endpoint=endpoint,
@@ -284,7 +284,7 @@ class ProfilerService(Service):
         )
         event.id = event_id_of(stored.profile_id)
         await publish_event(self._js, event)
-        self.published += 1
+        self.stats.published += 1
 
     async def _engine_figures(self, endpoint: str) -> tuple[EngineFigures | None, dict[str, str]]:
         """The engine's figures since the last scrape of each of the endpoint's deployments."""
@@ -372,10 +372,8 @@ class ProfilerService(Service):
             try:
                 built.append(await self.build(endpoint, trigger="schedule", now=now, endpoint_uid=uid))
             except Exception as err:  # one endpoint failing must not stop the others
-                self.last_error = f"{type(err).__name__}: {err}"
-                self.log.warning(
-                    "scheduled profile failed", endpoint=endpoint, endpoint_uid=uid, error=self.last_error
-                )
+                error = self.stats.last_error = f"{type(err).__name__}: {err}"
+                self.log.warning("scheduled profile failed", endpoint=endpoint, endpoint_uid=uid, error=error)
         return built
 
     async def _on_request(self, msg: Msg) -> None:
@@ -385,9 +383,9 @@ class ProfilerService(Service):
             code = next((c for kind, c in ERROR_CODES.items() if isinstance(err, kind)), "failed")
             reply = {"ok": False, "code": code, "error": str(err)}
         except Exception as err:  # the asker gets a line, the log the details
-            self.last_error = f"{type(err).__name__}: {err}"
-            self.log.error("profile request failed", error=self.last_error)
-            reply = {"ok": False, "code": "internal", "error": f"profile build failed: {self.last_error}"}
+            error = self.stats.last_error = f"{type(err).__name__}: {err}"
+            self.log.error("profile request failed", error=error)
+            reply = {"ok": False, "code": "internal", "error": f"profile build failed: {error}"}
         if msg.reply:
             await msg.respond(json.dumps(reply).encode())
 

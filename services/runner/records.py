@@ -10,7 +10,7 @@ from typing import Any
 
 from evertune.runner.report import COLUMNS, dedup_token
 from evertune.runner.trace import PROFILES_TABLE, StoredTrace, StoredTraceRef
-from evertune.runner.trial import Reference
+from evertune.runner.trial_runner import Reference
 from google.protobuf.message import DecodeError
 
 from evertune.domain.engines import EngineSpec

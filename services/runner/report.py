@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from evertune.runner.measure import RateFigures, at_rate, goodput_rps
-from evertune.runner.trial import TrialOutcome
+from evertune.runner.trial_runner import TrialOutcome
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 

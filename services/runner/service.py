@@ -1,6 +1,6 @@
 """The runner service: takes trial jobs for its hardware class, one at a time, and reports each.
 
-A thin shell around `TrialRunner` (trial.py) and the pure report (report.py). For each job on
+A thin shell around `TrialRunner` (trial_runner.py) and the pure report (report.py). For each job on
 `evertune.jobs.<hardware>` (JOBS work queue, durable consumer `runner-<hardware>` shared by every
 runner of the class):
 
@@ -44,11 +44,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evertune.runner.job import decode_job
-from evertune.runner.metrics import RunnerStats, runner_metrics
+from evertune.runner.metrics import runner_metrics
 from evertune.runner.records import TrialRecords
 from evertune.runner.report import completed, completed_event_id, row
 from evertune.runner.settings import RunnerSettings
-from evertune.runner.trial import TrialEngineFactory, TrialOutcome, TrialRunner, default_engine_factory
+from evertune.runner.stats import RunnerStats
+from evertune.runner.trial_runner import TrialEngineFactory, TrialOutcome, TrialRunner, default_engine_factory
 from evertune.runner.wiring import STREAM, wiring
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -57,7 +58,7 @@ from nats.js import JetStreamContext
 from evertune.domain.engines.fingerprint import Fingerprint
 from evertune.domain.engines.fingerprint import detect as detect_hardware
 from evertune.domain.model import ensure_model
-from evertune.infra.bus import ConsumerStats, DurableConsumer, publish_event
+from evertune.infra.bus import DurableConsumer, publish_event
 from evertune.infra.bus.wiring import Delivery, durable_consumers, handler_of
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import Service, ServiceContext
@@ -90,46 +91,22 @@ class RunnerService(Service):
         self._js: JetStreamContext | None = None
         self._records: TrialRecords | None = None
         self._runner: TrialRunner | None = None
-        self.trials_run = 0  #: trials run to an outcome (any status)
-        self.trials_failed = 0  #: of those, status not ok
-        self.republished = 0  #: redelivered jobs answered from the store
-        self._jobs: DurableConsumer | None = None  #: the work queue (its stats: retried, abandoned)
-        self.current_trial = ""  #: trial running now ("" = idle)
-        self.phase = ""  #: its phase
-        self.cancelled = 0  #: trials stopped or skipped because their search ended
+        self._jobs: DurableConsumer | None = None  #: the work queue
         self._current_search = ""  #: search of the trial running now
         self._search_ended = asyncio.Event()  #: set when that search ends
         self._ended: OrderedDict[str, None] = OrderedDict()  #: searches heard to end, oldest first
         self._ended_sub: Subscription | None = None
-        self.fingerprint: Fingerprint | None = None  #: the hardware of the last trial (None: none yet)
-        self.stats = RunnerStats()  #: what the metrics export
-        #: jobs of this class waiting in JOBS (not yet delivered to the class's durable), as of the
-        #: last scrape (None: unknown, JetStream did not answer)
-        self.jobs_pending: int | None = None
-        self.metrics_registry.register(FunctionCollector(lambda: runner_metrics(self)))
-
-    @property
-    def jobs_consumer(self) -> tuple[str, ConsumerStats] | None:
-        """The jobs consumer's durable name and stats (None before start)."""
-        return (self.settings.durable, self._jobs.stats) if self._jobs is not None else None
+        #: the runner's state and counts: what `details()` shows and the metrics export
+        self.stats = RunnerStats(
+            hardware=settings.hardware,
+            jobs_subject=settings.subject,
+            durable=settings.durable,
+            instance=self.instance,
+        )
+        self.metrics_registry.register(FunctionCollector(lambda: runner_metrics(self.stats)))
 
     def details(self) -> dict[str, Any]:
-        return {
-            "hardware": self.settings.hardware,
-            "fingerprint": self.fingerprint.id if self.fingerprint else "",
-            "tier": self.fingerprint.tier if self.fingerprint else "",
-            "jobs_subject": self.settings.subject,
-            "instance": self.instance,
-            "trial": self.current_trial,
-            "phase": self.phase,
-            "trials_run": self.trials_run,
-            "trials_failed": self.trials_failed,
-            "republished": self.republished,
-            "retried": self._jobs.stats.retried if self._jobs else 0,
-            "abandoned": self._jobs.stats.abandoned if self._jobs else 0,
-            "poisoned": self._jobs.stats.poisoned if self._jobs else 0,
-            "cancelled": self.cancelled,
-        }
+        return self.stats.details()
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def on_start(self, ctx: ServiceContext) -> None:
@@ -155,18 +132,19 @@ class RunnerService(Service):
         await self.serve_metrics(
             ctx, host=s.metrics_host, port=s.metrics_port, refresh=self._read_jobs_pending
         )
+        self.stats.jobs = self._jobs.stats
         self.spawn(self._jobs.run(self.stopping), name="jobs")
 
     async def _read_jobs_pending(self) -> None:
         """Before each scrape: the jobs of this class not yet delivered, from JetStream."""
-        self.jobs_pending = None
+        self.stats.jobs_pending = None
         if self._js is None:
             return
         with contextlib.suppress(Exception):  # no consumer yet, NATS away: the gauge is left out
             info = await asyncio.wait_for(
                 self._js.consumer_info(STREAM, self.settings.durable), CONSUMER_INFO_TIMEOUT_S
             )
-            self.jobs_pending = info.num_pending or 0
+            self.stats.jobs_pending = info.num_pending or 0
 
     async def on_stop(self) -> None:
         if self._ended_sub is not None:
@@ -185,7 +163,8 @@ class RunnerService(Service):
         while len(self._ended) > ENDED_SEARCHES:
             self._ended.popitem(last=False)
         if search_id == self._current_search and not self._search_ended.is_set():
-            self.log.info("search ended; stopping its trial", search=search_id, trial=self.current_trial)
+            trial = self.stats.current_trial
+            self.log.info("search ended; stopping its trial", search=search_id, trial=trial)
             self._search_ended.set()
 
     # --- one job -----------------------------------------------------------------------------
@@ -194,20 +173,19 @@ class RunnerService(Service):
         try:
             await self._run_job(msg)
         finally:
-            self.current_trial = ""
-            self.phase = ""
+            self.stats.current_trial = ""
+            self.stats.phase = ""
 
     async def _run_job(self, msg: Msg) -> None:
         job = decode_job(msg.data)
         records = self._require_records()
         stored = await records.completed(job.job_id)
         if stored is not None:
-            self.republished += 1
             self.stats.republished += 1
             self.log.info("job already finished; result republished", trial=job.trial_id, job=job.job_id)
             await self._publish_completed(job, stored)
             return
-        self.current_trial = job.trial_id
+        self.stats.current_trial = job.trial_id
         deliveries = msg.metadata.num_delivered or 1
 
         async def progress(phase: events_pb2.TrialPhase, rate: float, done: int, total: int) -> None:
@@ -225,12 +203,8 @@ class RunnerService(Service):
                 outcome = await runner.run(job, progress=progress, cancel=self._search_ended)
         finally:
             self._current_search = ""
-        self.trials_run += 1
-        self.stats.trial(outcome)
-        if outcome.status == "cancelled":
-            self.cancelled += 1
+        self.stats.trial_ended(outcome)
         if outcome.status != "ok":
-            self.trials_failed += 1
             self.log.warning("trial failed", trial=job.trial_id, status=outcome.status, error=outcome.error)
         payload = completed(
             outcome, runner=self.instance, simulated=self.settings.simulated, hardware=hardware
@@ -252,14 +226,15 @@ class RunnerService(Service):
         """This machine's fingerprint now; a change since the last trial is logged (the results
         carry their own fingerprint, so they are never compared across the change)."""
         now = await asyncio.to_thread(detect_hardware)
-        if self.fingerprint is not None and now.id != self.fingerprint.id:
+        was = self.stats.fingerprint
+        if was is not None and now.id != was.id:
             self.log.warning(
                 "hardware fingerprint changed; results are keyed by the new one",
-                was=self.fingerprint.id,
+                was=was.id,
                 now=now.id,
                 tier=now.tier,
             )
-        self.fingerprint = now
+        self.stats.fingerprint = now
         return now
 
     async def _publish_completed(self, job: jobs_pb2.TrialJob, payload: events_pb2.TrialCompleted) -> None:
@@ -287,7 +262,7 @@ class RunnerService(Service):
         total: int,
     ) -> None:
         """Publish a trial.progress event; a failure is logged (progress is news, not a result)."""
-        self.phase = events_pb2.TrialPhase.Name(phase)
+        self.stats.phase = events_pb2.TrialPhase.Name(phase)
         payload = events_pb2.TrialProgress(
             search_id=job.search_id,
             trial_id=job.trial_id,

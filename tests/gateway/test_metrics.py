@@ -6,7 +6,6 @@ import asyncio
 
 import aiohttp
 from evertune.gateway import GatewayService
-from evertune.gateway.metrics import status_class
 from nats.js import JetStreamContext
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,10 +21,6 @@ async def _scrape(gateway: GatewayService) -> dict[tuple[str, tuple[tuple[str, s
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
-
-
-def test_status_classes() -> None:
-    assert [status_class(c) for c in (200, 404, 502, 0)] == ["2xx", "4xx", "5xx", "none"]
 
 
 async def test_requests_ttft_and_publisher_figures_are_scraped(

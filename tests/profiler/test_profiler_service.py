@@ -189,9 +189,9 @@ async def test_drift_event_builds_stores_and_announces(
     assert stored.trace_jsonl.count("\n") == len(samples) and payload.trace_sha256 == stored.trace_sha256
     assert payload.trace_uri == catalog.trace_uri(db.database, payload.profile_id)
     # The same event again (a redelivery) announces the stored profile; nothing new is built.
-    published = running.service.published
+    published = running.service.stats.published
     await running.service._on_drift(Msg(nc, subject=msg.subject, data=event.SerializeToString()))
-    assert running.service.published == published + 1 and running.service.built == 1
+    assert running.service.stats.published == published + 1 and running.service.stats.built == 1
     assert await catalog.next_version(db, running.endpoint) == 2
     await ready.unsubscribe()
 
@@ -336,7 +336,7 @@ async def test_an_endpoint_id_without_rows_is_not_found(nc: Client, db: Store, r
         nc, running, endpoint=running.endpoint, endpoint_uid=stranger, build_if_missing=False
     )
     assert quiet["code"] == "not_found"
-    assert running.service.built == 0 and await catalog.latest(db, running.endpoint) is None
+    assert running.service.stats.built == 0 and await catalog.latest(db, running.endpoint) is None
     bad = await request(nc, running, endpoint=running.endpoint, endpoint_uid="x y")
     assert bad["code"] == "invalid_argument"
 

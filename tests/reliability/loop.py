@@ -28,7 +28,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from evertune.apps.harness.stack import LoopStack, loop_stack
+from evertune.apps.harness.loop_stack import LoopStack, loop_stack
 from evertune.apps.harness.waiting import eventually
 from evertune.domain.engines.sim import SIM_SERVER_MODULE
 from evertune.domain.replay import RequestResult, replay
@@ -65,7 +65,7 @@ def deployer_settings(tmp_path: Path, **overrides: object) -> DeployerSettings:
 
 @dataclass
 class Loop:
-    """A running loop (`harness.stack`) and what the tests need around it."""
+    """A running loop (`harness.loop_stack`) and what the tests need around it."""
 
     stack: LoopStack  #: NATS, the gateway, the profiler and the deployer, hosted here
     store: Store  #: this test's database on the session's engine

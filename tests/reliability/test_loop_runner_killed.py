@@ -111,7 +111,7 @@ async def test_a_runner_killed_mid_trial_hands_its_job_to_another_runner(
         print(
             f"\nloop-runner-killed: jobs={JOBS} completed={len(completed)}"
             f" rows={sum(n for n, _ in per_job.values())}"
-            f" killed_job_deliveries={per_job[killed.job_id][1]} survivor_trials={survivor.trials_run}"
+            f" killed_job_deliveries={per_job[killed.job_id][1]} survivor_trials={survivor.stats.trials_run}"
         )
     finally:
         if doomed.returncode is None:

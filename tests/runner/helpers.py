@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from evertune.runner import RunnerSettings
-from evertune.runner.trial import (
+from evertune.runner.trial_runner import (
     Reference,
     TrialEngine,
     TrialEngineFactory,

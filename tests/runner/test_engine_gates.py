@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from evertune.runner.trial import Reference, TrialOutcome, TrialRunner
+from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner
 
 from evertune.domain.model import make_model
 from evertune.domain.model.variants import BrokenScale, WeightNoise, make_variant

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from evertune.runner.trial import Reference, TrialOutcome, TrialRunner
+from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner
 
 from evertune.domain.model import make_model
 from evertune.v1 import endpoint_pb2, events_pb2

@@ -44,11 +44,7 @@ async def test_trials_phases_and_the_jobs_consumer_are_scraped(
         await seen.wait_for("trial.completed", good.job_id, timeout_s=60)
         await seen.wait_for("trial.completed", bad.job_id, timeout_s=60)
         for _ in range(100):  # the consumer acks after the handler's return; the poison after that
-            if (
-                service.jobs_consumer
-                and service.jobs_consumer[1].acked >= 2
-                and service.jobs_consumer[1].poisoned
-            ):
+            if service.stats.jobs and service.stats.jobs.acked >= 2 and service.stats.jobs.poisoned:
                 break
             await asyncio.sleep(0.05)
         text = await scrape_text(url)

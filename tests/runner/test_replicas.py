@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from evertune.runner.trial import (
+from evertune.runner.trial_runner import (
     Reference,
     TrialEngine,
     TrialRunner,
@@ -19,7 +19,7 @@ from evertune.domain.replay.priming import PRIMER_SUFFIX
 from evertune.v1 import endpoint_pb2
 
 from .helpers import FakeEngine, job, settings
-from .test_trial import Phases
+from .test_trial_runner import Phases
 
 
 def _served(engine: TrialEngine) -> list[str]:

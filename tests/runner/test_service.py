@@ -12,7 +12,7 @@ from pathlib import Path
 
 from evertune.runner import RunnerService
 from evertune.runner.report import COLUMNS
-from evertune.runner.trial import TrialEngine
+from evertune.runner.trial_runner import TrialEngine
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -167,7 +167,7 @@ async def test_a_redelivered_finished_job_is_republished_not_rerun(
         after = job(hardware=service.settings.hardware, endpoint=endpoint, gates=(), duration_s=1.0)
         await publish(js, service.settings.subject, after, msg_id=after.job_id)
         await seen.wait_for("trial.completed", after.job_id, timeout_s=60)
-    assert service.trials_run == 2 and service.republished == 1
+    assert service.stats.trials_run == 2 and service.stats.republished == 1
     assert seen.of("trial.completed", trial_job.job_id) == [first]  # same event id: stored once
     count = await store.query("SELECT count() FROM trials WHERE job_id = {j:String}", {"j": trial_job.job_id})
     assert count.scalar() == 1
@@ -221,7 +221,7 @@ async def test_an_undecodable_job_is_terminated_and_reported(
     finally:
         await sub.unsubscribe()
     assert "undecodable TrialJob" in poison[0].service_poison_message.error
-    assert service.trials_run == 0
+    assert service.stats.trials_run == 0
 
 
 async def test_a_job_whose_runner_is_killed_mid_trial_is_redelivered_and_finished_once(
@@ -264,7 +264,7 @@ async def test_a_job_whose_runner_is_killed_mid_trial_is_redelivered_and_finishe
             await first.wait()
     done = event.trial_completed
     assert done.status == jobs_pb2.TRIAL_STATUS_OK and done.runner == second.instance != first_runner
-    assert second.trials_run == 1
+    assert second.stats.trials_run == 1
     rows = await store.query(
         "SELECT deliveries, runner FROM trials WHERE job_id = {j:String}", {"j": trial_job.job_id}
     )
@@ -283,8 +283,8 @@ async def test_a_long_trial_is_kept_alive_and_not_handed_to_a_second_runner(
         [event] = await seen.wait_for("trial.completed", trial_job.job_id, timeout_s=60)
         assert event.trial_completed.duration.seconds >= 4  # several ack waits long
         await asyncio.sleep(2.0)  # a redelivery, had there been one, would show by now
-    assert first.trials_run + second.trials_run == 1
-    assert first.republished + second.republished == 0
+    assert first.stats.trials_run + second.stats.trials_run == 1
+    assert first.stats.republished + second.stats.republished == 0
     rows = await store.query(
         "SELECT deliveries FROM trials WHERE job_id = {j:String}", {"j": trial_job.job_id}
     )
@@ -341,7 +341,7 @@ async def test_a_trial_whose_search_ends_is_stopped_and_reported_cancelled(
     assert other_event.trial_completed.status == jobs_pb2.TRIAL_STATUS_OK
     assert len(engines) == 2  # the long job's and the next search's; none for the late job
     assert not any(isinstance(e, VllmEngine) and e.running for e in engines)
-    assert service.cancelled == 2
+    assert service.stats.cancelled == 2
     rows = await store.query(
         "SELECT status FROM trials WHERE job_id IN ({a:String}, {b:String})",
         {"a": long_job.job_id, "b": late.job_id},

@@ -17,14 +17,14 @@ from evertune.runner.trace import (
     open_trace,
     stored_trace_ref,
 )
-from evertune.runner.trial import Reference, TrialRunner
+from evertune.runner.trial_runner import Reference, TrialRunner
 
 from evertune.infra.store import Store, migrate
 
 from ..profiler.synthetic import voice
 from ..profiler.test_profiler_service import insert
 from .helpers import fake_factory, job, settings
-from .test_trial import Phases
+from .test_trial_runner import Phases
 
 
 def test_a_clickhouse_uri_names_a_database_and_a_profile() -> None:

@@ -54,7 +54,7 @@ from evertune.infra.settings import SharedSettings, load_settings
 from evertune.runner import RunnerSettings
 from evertune.runner.gates import Agreement, classify_change
 from evertune.runner.gates.correctness import Closeness
-from evertune.runner.trial import (
+from evertune.runner.trial_runner import (
     ProgressCallback,
     Reference,
     TrialOutcome,

@@ -1,7 +1,7 @@
 """`evertune bench loop`: does the closed loop bring the SLO back? Measured side by side, one run.
 
 One embedded stack (`evertune.apps.demo.run.embedded_stack`, a fresh data dir), vLLM-CPU, the demo's
-endpoint and traffic (`evertune.apps.demo.stack`, engine `vllm`):
+endpoint and traffic (`evertune.apps.demo.choices`, engine `vllm`):
 
 1. **The loop.** The demo endpoint (the demo's first configuration, search policy AUTO, objective
    p50 TTFT) under the demo's traffic: baseline for `warm_s`, then the shift (25% more calls, a
@@ -62,12 +62,12 @@ from rich.console import RenderableType
 
 from evertune.apps.benchmarks import step
 from evertune.apps.benchmarks.interleave import rotated
+from evertune.apps.demo.choices import DemoOptions, demo_environment, endpoint_plan, sizer
 from evertune.apps.demo.driver import Demo, DemoRun, EndpointPlan, endpoint_spec
 from evertune.apps.demo.panel import DemoEvent, config_text, stage_verdicts
 from evertune.apps.demo.report import Figures, figures
 from evertune.apps.demo.run import embedded_stack
-from evertune.apps.demo.shift import TrafficPlan, plan_traffic
-from evertune.apps.demo.stack import DemoOptions, demo_environment, endpoint_plan, sizer
+from evertune.apps.demo.traffic import TrafficPlan, plan_traffic
 from evertune.domain.replay import floor_ratio
 from evertune.searcher.settings import SearcherSettings
 from evertune.v1 import endpoint_pb2 as D

@@ -62,7 +62,7 @@ from evertune.v1 import events_pb2
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
-    from evertune.apps.harness.stack import LoopStack
+    from evertune.apps.harness.loop_stack import LoopStack
     from evertune.deployer import DeployerService
     from evertune.deployer.state import State
 
@@ -240,9 +240,9 @@ def _stack(
     folder: Path, model_dir: Path, mode: Mode, engines: Engines, store_url: str | None
 ) -> contextlib.AbstractAsyncContextManager[LoopStack]:
     """NATS and the gateway, profiler and deployer in this process, with the run's canary
-    settings (`harness.stack`). `store_url`: a store to use, with a fresh database (a process
+    settings (`harness.loop_stack`). `store_url`: a store to use, with a fresh database (a process
     holds one chDB folder at most); None: a chDB folder in `folder`."""
-    from evertune.apps.harness.stack import loop_stack
+    from evertune.apps.harness.loop_stack import loop_stack
     from evertune.deployer import DeployerSettings
     from evertune.gateway import GatewaySettings
     from evertune.profiler import ProfilerSettings

@@ -91,7 +91,7 @@ from evertune.infra.settings import load_settings
 from evertune.runner.report import completed
 from evertune.runner.settings import RunnerSettings
 from evertune.runner.trace import open_trace
-from evertune.runner.trial import (
+from evertune.runner.trial_runner import (
     ProgressCallback,
     Reference,
     TrialRunner,

@@ -35,7 +35,6 @@ from evertune.apps.cli.console import out_console
 from evertune.apps.cli.slo import SLA_MONITOR, SloRow, rows_from_status
 from evertune.apps.demo.launch_dtype import DtypeChoice, measure_launch_dtype
 from evertune.apps.demo.panel import DemoEvent, demo_event, event_line, loop_events, slo_panel
-from evertune.apps.demo.shift import BASELINE, TrafficPlan, phase_of
 from evertune.apps.demo.sizing import (
     LoadSizing,
     PromptScaling,
@@ -44,6 +43,7 @@ from evertune.apps.demo.sizing import (
     size_load,
     text_scale,
 )
+from evertune.apps.demo.traffic import BASELINE, TrafficPlan, phase_of
 from evertune.apps.demo.webhook import AlertReceiver, Delivered
 from evertune.domain.model import Size, ensure_model
 from evertune.domain.replay import RequestResult, replay, replay_alone

@@ -19,7 +19,7 @@ from typing import Any
 
 from evertune.apps.demo.driver import DemoRun, RequestPoint
 from evertune.apps.demo.panel import DemoEvent, StageVerdict, stage_verdicts
-from evertune.apps.demo.shift import BASELINE, SHIFTED
+from evertune.apps.demo.traffic import BASELINE, SHIFTED
 from evertune.domain.percentiles import percentile
 
 #: Event kinds marked on the TTFT plot, with their colours.

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from evertune.apps.cli.console import out_console
+from evertune.apps.demo.choices import DemoOptions, endpoint_plan, sizer, traffic_plan
 from evertune.apps.demo.driver import Demo, DemoRun, Printer, Where
 from evertune.apps.demo.panel import stage_verdicts
 from evertune.apps.demo.report import write_report
-from evertune.apps.demo.stack import DemoOptions, endpoint_plan, sizer, traffic_plan
 from evertune.apps.services import SERVICE_NAMES, create_service
 from evertune.errors import Unavailable
 from evertune.infra.nats_server import EmbeddedNats

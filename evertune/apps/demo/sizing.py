@@ -38,7 +38,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.apps.demo.shift import SHIFTED, TrafficPlan, phase_of
+from evertune.apps.demo.traffic import SHIFTED, TrafficPlan, phase_of
 from evertune.domain.workloads.plan import PlannedRequest
 
 

@@ -7,7 +7,7 @@ import pytest
 from evertune.apps.benchmarks.loop import Measured, loop_figures, measured_of, settled_at, settled_config
 from evertune.apps.demo.driver import DemoRun, RequestPoint
 from evertune.apps.demo.panel import DemoEvent
-from evertune.apps.demo.shift import BASELINE, SHIFTED
+from evertune.apps.demo.traffic import BASELINE, SHIFTED
 from evertune.v1 import endpoint_pb2 as D
 
 

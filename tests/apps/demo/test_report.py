@@ -12,8 +12,8 @@ import pytest
 from evertune.apps.demo.driver import DemoRun, RequestPoint
 from evertune.apps.demo.panel import DemoEvent
 from evertune.apps.demo.report import before_after, by_phase, figures, summarize, write_report
-from evertune.apps.demo.shift import BASELINE, SHIFTED, plan_traffic
 from evertune.apps.demo.sizing import size_load
+from evertune.apps.demo.traffic import BASELINE, SHIFTED, plan_traffic
 
 
 def _points(phase: str, start: float, ttfts: list[float]) -> list[RequestPoint]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from evertune.apps.demo.choices import DemoOptions
 from evertune.apps.demo.driver import DemoRun
 from evertune.apps.demo.panel import DemoEvent
 from evertune.apps.demo.run import missing_stages
-from evertune.apps.demo.stack import DemoOptions
 
 
 def _run(kinds: list[str]) -> DemoRun:

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from evertune.apps.demo.shift import SHIFTED, Shift, TrafficPlan, phase_of, plan_traffic
+from evertune.apps.demo.choices import DemoOptions, sizer
 from evertune.apps.demo.sizing import probe_requests, requests_per_call_s, size_load, text_scale
-from evertune.apps.demo.stack import DemoOptions, sizer
+from evertune.apps.demo.traffic import SHIFTED, Shift, TrafficPlan, phase_of, plan_traffic
 from evertune.domain.workloads.plan import PlannedRequest
 
 

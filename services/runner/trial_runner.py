@@ -68,7 +68,7 @@ from evertune.errors import EvertuneError, Unavailable
 from evertune.infra.logging import get_logger
 from evertune.v1 import events_pb2, jobs_pb2
 
-log = get_logger("evertune.runner.trial")
+log = get_logger("evertune.runner.trial_runner")
 
 Status = Literal["ok", "error", "timeout", "cancelled"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from evertune.apps.demo.choices import DemoOptions, endpoint_plan, traffic_plan
 from evertune.apps.demo.driver import endpoint_spec
-from evertune.apps.demo.stack import DemoOptions, endpoint_plan, traffic_plan
 from evertune.v1 import endpoint_pb2
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from evertune.runner.trial import Reference, TrialOutcome, TrialRunner, default_engine_factory
+from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner, default_engine_factory
 
 from evertune.domain.engines import EngineSpec
 from evertune.v1 import endpoint_pb2, events_pb2

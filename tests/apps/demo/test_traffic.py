@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pytest
 
-from evertune.apps.demo.shift import BASELINE, SHIFTED, phase_of, plan_traffic
+from evertune.apps.demo.traffic import BASELINE, SHIFTED, phase_of, plan_traffic
 from evertune.domain.workloads import PlannedRequest
 from evertune.errors import InvalidArgument
 

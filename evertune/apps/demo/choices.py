@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evertune.apps.demo.driver import EndpointPlan, Engine, Sizer
-from evertune.apps.demo.shift import Shift, TrafficPlan, plan_traffic
+from evertune.apps.demo.traffic import Shift, TrafficPlan, plan_traffic
 from evertune.domain.model import Size
 from evertune.domain.slo import VOICE_TURN_SLO, Slo
 from evertune.errors import InvalidArgument
