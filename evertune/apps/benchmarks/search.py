@@ -599,7 +599,7 @@ async def _search(
 
 
 def search_plan(setup: Setup, *, start: EngineSpec, hardware: HardwareProfile, name: str) -> SearchPlan:
-    """The plan of a search from `start`, as the searcher service makes it (`control.py`): the
+    """The plan of a search from `start`, as the searcher service makes it (`planning.py`): the
     candidates of another dtype are unpriced until a trial of theirs is measured (the model predicts
     them as their twins, so ranking them would pick between twins by key) and their
     representatives are measured in round 0. (Without `unpriced`, both quick runs of 2026-12-06 on
