@@ -10,7 +10,7 @@ from pathlib import Path
 from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner, default_engine_factory
 
 from evertune.domain.engines import EngineSpec
-from evertune.v1 import endpoint_pb2, events_pb2
+from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 from .helpers import fake_factory, job, settings
 
@@ -121,18 +121,7 @@ async def _baseline(
     tmp_path: Path, config: endpoint_pb2.EngineConfig, model_dir: Path
 ) -> tuple[TrialOutcome, Reference]:
     trial = runner(tmp_path, model_dir=model_dir)
-    outcome = await trial.run(
-        job(
-            hardware=trial.settings.hardware,
-            config=config,
-            gates=("correctness",),
-            baseline=True,
-            duration_s=1.0,
-            target=0.0,
-            repeats=1,
-        ),
-        progress=Phases(),
-    )
+    outcome = await trial.run(_correctness_job(trial, config, baseline=True), progress=Phases())
     assert outcome.status == "ok" and outcome.gates[0].passed and outcome.golden is not None
     assert outcome.spec is not None
     reference = Reference(
@@ -142,6 +131,28 @@ async def _baseline(
         spec=outcome.spec,
     )
     return outcome, reference
+
+
+def _correctness_job(
+    trial: TrialRunner,
+    config: endpoint_pb2.EngineConfig,
+    *,
+    reference: Reference | None = None,
+    baseline: bool = False,
+    threshold: float = 0.0,
+) -> jobs_pb2.TrialJob:
+    """A short job of the correctness gate alone: a baseline, or checked against `reference`."""
+    return job(
+        hardware=trial.settings.hardware,
+        config=config,
+        gates=("correctness",),
+        reference=f"trial:{reference.trial_id}" if reference is not None else "",
+        baseline=baseline,
+        threshold=threshold,
+        duration_s=1.0,
+        target=0.0,
+        repeats=1,
+    )
 
 
 def _diverge_when(knob: str, value: object, at: int):  # type: ignore[no-untyped-def]
@@ -161,36 +172,14 @@ async def test_a_planted_wrong_exact_config_fails_the_exact_match_gate(
         model_dir=tiny_model,
     )
     planted = endpoint_pb2.EngineConfig(engine="vllm", model="/models/fake", max_num_seqs=7)
-    outcome = await trial.run(
-        job(
-            hardware=trial.settings.hardware,
-            config=planted,
-            gates=("correctness",),
-            reference=f"trial:{reference.trial_id}",
-            duration_s=1.0,
-            target=0.0,
-            repeats=1,
-        ),
-        progress=Phases(),
-    )
+    outcome = await trial.run(_correctness_job(trial, planted, reference=reference), progress=Phases())
     gate = outcome.gates[0]
     assert outcome.status == "ok" and not gate.passed and not outcome.passed
     assert gate.threshold == 1.0 and math.isclose(gate.value, 3 / 8)
     assert "exact change (max_num_seqs)" in gate.detail and "0/6 answers identical" in gate.detail
     # The same knob on an engine that answers right passes.
     honest = runner(tmp_path, references={reference.trial_id: reference}, model_dir=tiny_model)
-    fine = await honest.run(
-        job(
-            hardware=honest.settings.hardware,
-            config=planted,
-            gates=("correctness",),
-            reference=f"trial:{reference.trial_id}",
-            duration_s=1.0,
-            target=0.0,
-            repeats=1,
-        ),
-        progress=Phases(),
-    )
+    fine = await honest.run(_correctness_job(honest, planted, reference=reference), progress=Phases())
     assert fine.gates[0].passed and fine.gates[0].value == 1.0
 
 
@@ -209,17 +198,7 @@ async def test_a_lossy_change_passes_or_fails_by_the_policy_threshold(
     results = {}
     for threshold in (0.8, 0.95):
         outcome = await trial.run(
-            job(
-                hardware=trial.settings.hardware,
-                config=lossy,
-                gates=("correctness",),
-                reference=f"trial:{reference.trial_id}",
-                threshold=threshold,
-                duration_s=1.0,
-                target=0.0,
-                repeats=1,
-            ),
-            progress=Phases(),
+            _correctness_job(trial, lossy, reference=reference, threshold=threshold), progress=Phases()
         )
         results[threshold] = outcome.gates[0]
     assert (
