@@ -255,3 +255,18 @@ def test_contracts_say_who_writes_and_reads_each_table() -> None:
         writers = {w.service for w in wirings if table in w.writes_tables}
         readers = {w.service for w in wirings if table in w.reads_tables} - writers
         assert (services_named(cells[1]), services_named(cells[2])) == (writers, readers), table
+
+
+def test_tables_are_found_in_sql_and_constants() -> None:
+    source = (
+        'TABLE = "searches"\n'
+        'TRIALS_TABLE: Final = "trials"\n'
+        'Q = "SELECT x FROM profiles FINAL"\n'
+        'R = f"SELECT y FROM {db}.requests"\n'
+        "await self.store.insert(TABLE, rows)\n"
+        'summary = {"requests": 3}\n'
+    )
+    assert named_tables(source) == {"searches", "trials", "profiles", "requests"}
+    assert written_tables(source) == {"searches"}
+    assert named_tables('summary = {"requests": 3}\n') == set()
+    assert written_tables('TABLE = "trials"\n') == set()
