@@ -1,5 +1,6 @@
 """The EndpointService servicer: validate (validation.py), scope to the caller (auth.py), act
-(controller.py), answer. Errors become gRPC statuses in one place (`evertune.infra.runtime.run_unary`).
+(endpoints: lifecycle.py; deployments: deployments.py), answer. Errors become gRPC statuses in one
+place (`evertune.infra.runtime.run_unary`).
 
 Deadlines: each unary call runs within the client's deadline; when it runs out the call answers
 DEADLINE_EXCEEDED (background work it started — engine starts, drains — carries on and is visible
@@ -14,9 +15,12 @@ from datetime import UTC
 
 import grpc
 from evertune.deployer import validation
-from evertune.deployer.controller import Deployer
+from evertune.deployer.commands import WatchFilter
+from evertune.deployer.deployments import Deployments
+from evertune.deployer.lifecycle import Lifecycle
 from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.watch import Incarnation, TenantScope, watch
+from evertune.deployer.workspace import Workspace
 
 from evertune.infra.logging import bound_ids, get_logger
 from evertune.infra.outbound import OutboundPolicy
@@ -33,19 +37,22 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EndpointService"].full_name
 
 
 class EndpointApi(pb_grpc.EndpointServiceServicer):
-    """gRPC face of the Deployer."""
+    """gRPC face of the deployer: endpoints (`Lifecycle`) and deployments (`Deployments`)."""
 
     def __init__(
         self,
-        deployer: Deployer,
         *,
+        lifecycle: Lifecycle,
+        deployments: Deployments,
         stopping: asyncio.Event,
         outbound: OutboundPolicy,
         model_roots: ModelRoots | None = None,
     ) -> None:
         """`outbound`: where alert routes' URLs may point (a route to an internal address is refused).
         `model_roots`: the folders each tenant's models must lie in (None: any model)."""
-        self.deployer = deployer
+        self.lifecycle = lifecycle
+        self.deployments = deployments
+        self.work: Workspace = lifecycle.work  #: KV state and the caller's view of endpoints
         self.stopping = stopping
         self.outbound = outbound
         self.model_roots = model_roots
@@ -63,7 +70,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             validation.check_alert_targets(command.spec, self.outbound)
             validation.check_models(command.spec, self.model_roots)
             with bound_ids(endpoint=command.spec.name, request=command.request_id):
-                endpoint, deployment = await self.deployer.create_endpoint(command, who)
+                endpoint, deployment = await self.lifecycle.create_endpoint(command, who)
             return pb.CreateEndpointResponse(endpoint=endpoint, deployment=deployment)
 
         return await run_unary(context, "CreateEndpoint", work)
@@ -73,7 +80,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
     ) -> pb.GetEndpointResponse:
         async def work() -> pb.GetEndpointResponse:
             name = validation.endpoint_name(request.name, "name")
-            return pb.GetEndpointResponse(endpoint=await self.deployer.visible_endpoint(name, caller()))
+            return pb.GetEndpointResponse(endpoint=await self.work.visible_endpoint(name, caller()))
 
         return await run_unary(context, "GetEndpoint", work)
 
@@ -84,7 +91,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             if request.tenant:
                 validation.tenant_name(request.tenant, "tenant")
             page = validation.page(request.page_size, request.page_token)
-            endpoints, token = await self.deployer.list_endpoints(caller(), tenant=request.tenant, page=page)
+            endpoints, token = await self.lifecycle.list_endpoints(caller(), tenant=request.tenant, page=page)
             return pb.ListEndpointsResponse(endpoints=endpoints, next_page_token=token)
 
         return await run_unary(context, "ListEndpoints", work)
@@ -95,11 +102,11 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
         async def work() -> pb.UpdateEndpointResponse:
             who = caller()
             name = validation.endpoint_name(request.name, "name")
-            current = await self.deployer.visible_endpoint(name, who)
+            current = await self.work.visible_endpoint(name, who)
             command = validation.update_command(request, current=current.spec)
             validation.check_alert_targets(command.spec, self.outbound)
             validation.check_models(command.spec, self.model_roots)
-            return pb.UpdateEndpointResponse(endpoint=await self.deployer.update_endpoint(command, who))
+            return pb.UpdateEndpointResponse(endpoint=await self.lifecycle.update_endpoint(command, who))
 
         return await run_unary(context, "UpdateEndpoint", work)
 
@@ -109,7 +116,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
         async def work() -> pb.DeleteEndpointResponse:
             name = validation.endpoint_name(request.name, "name")
             revision = validation.expected_revision(request.expected_revision)
-            endpoint = await self.deployer.delete_endpoint(name, caller(), expected_revision=revision)
+            endpoint = await self.lifecycle.delete_endpoint(name, caller(), expected_revision=revision)
             return pb.DeleteEndpointResponse(endpoint=endpoint)
 
         return await run_unary(context, "DeleteEndpoint", work)
@@ -120,7 +127,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
         async def work() -> pb.ListDeploymentsResponse:
             name = validation.endpoint_name(request.endpoint, "endpoint")
             page = validation.page(request.page_size, request.page_token)
-            deployments, token = await self.deployer.list_deployments(
+            deployments, token = await self.lifecycle.list_deployments(
                 name, caller(), include_stopped=request.include_stopped, page=page
             )
             return pb.ListDeploymentsResponse(deployments=deployments, next_page_token=token)
@@ -133,14 +140,14 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
         async def work() -> pb.PromoteResponse:
             who = caller()
             name = validation.endpoint_name(request.endpoint, "endpoint")
-            endpoint = await self.deployer.visible_endpoint(name, who)
+            endpoint = await self.work.visible_endpoint(name, who)
             command = validation.promote_command(request, default_model=endpoint.spec.model)
             if command.engine is not None:
                 validation.check_engine_models(
                     command.engine, self.model_roots, tenant=endpoint.spec.tenant, field="engine_config"
                 )
             with bound_ids(endpoint=name, request=command.request_id):
-                return pb.PromoteResponse(deployment=await self.deployer.promote(command, who))
+                return pb.PromoteResponse(deployment=await self.deployments.promote(command, who))
 
         return await run_unary(context, "Promote", work)
 
@@ -150,7 +157,7 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
         async def work() -> pb.RollbackResponse:
             command = validation.rollback_command(request)
             with bound_ids(endpoint=command.endpoint, request=command.request_id):
-                return pb.RollbackResponse(deployment=await self.deployer.rollback(command, caller()))
+                return pb.RollbackResponse(deployment=await self.deployments.rollback(command, caller()))
 
         return await run_unary(context, "Rollback", work)
 
@@ -159,16 +166,16 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
     ) -> AsyncIterator[events_pb2.Event]:
         who = caller()
 
-        async def start() -> validation.WatchFilter:
+        async def start() -> WatchFilter:
             filt = validation.watch_filter(request)
             if filt.endpoint and not who.all_tenants:  # operators may watch any name, even a deleted one
-                await self.deployer.visible_endpoint(filt.endpoint, who)
+                await self.work.visible_endpoint(filt.endpoint, who)
             return filt
 
         filt = await run_unary(context, "WatchEvents", start)
 
         async def incarnation_of(endpoint: str) -> Incarnation | None:
-            stored = await self.deployer.state.get_endpoint(endpoint)
+            stored = await self.work.state.get_endpoint(endpoint)
             if stored is None:
                 return None
             return Incarnation(
@@ -181,6 +188,6 @@ class EndpointApi(pb_grpc.EndpointServiceServicer):
             await context.send_initial_metadata(())
 
         scope = TenantScope(who, incarnation_of)
-        events = watch(self.deployer.state.js, filt, scope=scope, stopping=self.stopping, on_live=live)
+        events = watch(self.work.state.js, filt, scope=scope, stopping=self.stopping, on_live=live)
         async for event in events:
             yield event

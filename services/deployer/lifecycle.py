@@ -1,5 +1,5 @@
 """Endpoints through their lifecycle: reads, create, update, delete, and what a restarted deployer
-picks up (`resume`). The first deployment's rollout and everything after it are `rollouts.py`'s.
+picks up (`resume`). The first deployment's rollout and everything after it are `deployments.py`'s.
 
 Each call changes KV with compare-and-set and emits its events; the slow part (starting engines,
 draining, deleting) is background work that records its progress in KV.
@@ -12,13 +12,11 @@ import contextlib
 
 from evertune.deployer import plan
 from evertune.deployer.backend import Target
-from evertune.deployer.rollouts import Rollouts
-from evertune.deployer.state import RequestRecord, request_key
+from evertune.deployer.commands import CreateCommand, Page, UpdateCommand
+from evertune.deployer.deployments import Deployments
+from evertune.deployer.endpoint_spec import EndpointDef
+from evertune.deployer.state import RequestRecord, RolloutRecord, request_key
 from evertune.deployer.validation import (
-    CreateCommand,
-    EndpointDef,
-    Page,
-    UpdateCommand,
     endpoint_spec_proto,
     page_token,
     update_command,
@@ -44,11 +42,11 @@ D = endpoint_pb2
 class Lifecycle:
     """Create, read, update and delete endpoints; resume after a restart."""
 
-    def __init__(self, work: Workspace, rollouts: Rollouts) -> None:
+    def __init__(self, work: Workspace, deployments: Deployments) -> None:
         self.work = work  #: the shared machinery
         self.state = work.state
         self.backend = work.backend
-        self.rollouts = rollouts  #: starts the first deployment, and resumes rollouts
+        self.deployments = deployments  #: starts the first deployment, and resumes rollouts
 
     async def list_endpoints(
         self, caller: Principal, *, tenant: str, page: Page
@@ -141,15 +139,20 @@ class Lifecycle:
                 endpoint = stored
         with contextlib.suppress(AlreadyExists):
             await self.state.create_deployment(deployment)
-        await self.state.begin_rollout(spec.name, deployment.id)
+        # the first deployment's rollout and its events are the CreateEndpoint call's
+        rollout = RolloutRecord(deployment_id=deployment.id, cause_id=command.request_id)
+        await self.state.begin_rollout(spec.name, deployment.id, rollout)
         await self.state.emit(
             EventKind.ENDPOINT_CREATED,
             spec.name,
             events_pb2.EndpointCreated(endpoint=endpoint),
             endpoint_uid=endpoint.uid,
+            cause_id=command.request_id,
         )
-        await self.work.emit_started(deployment, trigger=events_pb2.DEPLOY_TRIGGER_INITIAL)
-        self.work.spawn(spec.name, self.rollouts.roll_out(spec.name, deployment.id), name="provision")
+        await self.work.emit_started(
+            deployment, trigger=events_pb2.DEPLOY_TRIGGER_INITIAL, cause_id=command.request_id
+        )
+        self.work.spawn(spec.name, self.deployments.roll_out(spec.name, deployment.id), name="provision")
         return endpoint, deployment
 
     async def _is_our_half_create(self, spec: EndpointDef, record: RequestRecord) -> bool:
@@ -256,13 +259,15 @@ class Lifecycle:
             for deployment in await self.state.list_deployments(name):
                 action = plan.resume_action(deployment, endpoint_state=endpoint.state)
                 if action == "restart":
-                    self.work.spawn(name, self.rollouts.restart(endpoint, deployment), name="restart")
+                    self.work.spawn(name, self.deployments.restart(endpoint, deployment), name="restart")
                 elif action == "finish_start":
                     await self.state.begin_rollout(name, deployment.id)
-                    self.work.spawn(name, self.rollouts.roll_out(name, deployment.id), name="resume-rollout")
+                    self.work.spawn(
+                        name, self.deployments.roll_out(name, deployment.id), name="resume-rollout"
+                    )
                 elif action == "continue_canary":
                     self.work.spawn(
-                        name, self.rollouts.continue_canary(endpoint, deployment), name="resume-canary"
+                        name, self.deployments.continue_canary(endpoint, deployment), name="resume-canary"
                     )
                 elif action == "finish_drain":
                     self.work.spawn(

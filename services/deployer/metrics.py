@@ -119,14 +119,14 @@ class DeployerMetrics:
     async def refresh(self) -> None:
         """Read the endpoints and deployments by state, and every local engine's /metrics."""
         service = self.service
-        deployer = service.deployer
-        if deployer is None:
+        work = service.work
+        if work is None:
             return
-        stats = deployer.state.stats
+        stats = work.state.stats
         try:
-            endpoints = await deployer.state.list_endpoints()
-            deployments = [d for e in endpoints for d in await deployer.state.list_deployments(e.spec.name)]
-            rollouts = [(e, await deployer.state.get_rollout(e.spec.name)) for e in endpoints]
+            endpoints = await work.state.list_endpoints()
+            deployments = [d for e in endpoints for d in await work.state.list_deployments(e.spec.name)]
+            rollouts = [(e, await work.state.get_rollout(e.spec.name)) for e in endpoints]
         except Exception:  # the scrape still answers, with the counters
             stats.failure("state_unreadable")
         else:
@@ -146,21 +146,18 @@ class DeployerMetrics:
 
     def _read_rollouts(self, rollouts: list[tuple[endpoint_pb2.Endpoint, RolloutRecord | None]]) -> None:
         """The age and limit of every canary step in progress (a canary taking traffic)."""
-        deployer = self.service.deployer
+        deployer = self.service.deployments
         assert deployer is not None
         now = deployer.state.clock().timestamp()
+        lag_s = deployer.canaries.telemetry_lag_s
         self.step_age, self.step_limit = {}, {}
         for endpoint, record in rollouts:
             if record is None or record.step < 0 or record.step_started_s <= 0:
                 continue
-            policy = (
-                RolloutPolicy.model_validate(record.policy)
-                if record.policy
-                else deployer.rollouts.policy_for(endpoint)
-            )
+            policy = deployer.policy_of(record, endpoint)
             key = (endpoint.spec.name, record.deployment_id)
             self.step_age[key] = max(0.0, now - record.step_started_s)
-            self.step_limit[key] = step_limit_s(policy, telemetry_lag_s=deployer.rollouts.telemetry_lag_s)
+            self.step_limit[key] = step_limit_s(policy, telemetry_lag_s=lag_s)
 
     async def _scrape_engines(self, replicas: Sequence[EngineReplica]) -> None:
         if self._session is None:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from evertune.deployer.canary import Analysis, Verdict
-from evertune.deployer.rollout_policy import FULL_WEIGHT, RolloutPolicy
+from evertune.deployer.plan import FULL_WEIGHT
+from evertune.deployer.rollout_policy import RolloutPolicy
 
 
 class Phase(Enum):

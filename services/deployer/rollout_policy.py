@@ -102,16 +102,18 @@ class _Overrides(BaseModel):
 
     if TYPE_CHECKING:  # the fields are the policy's, each optional (made by `_partial`)
 
+        def __init__(self, **fields: Any) -> None: ...
+
         def __getattr__(self, name: str) -> Any: ...
 
 
 def _partial(model: type[BaseModel]) -> type[_Overrides]:
     """`model` with every field optional (default None), its bounds and checks kept."""
-    fields: dict[str, Any] = {
-        name: (Annotated[info.annotation | None, *info.metadata], None)  # type: ignore[name-defined]
-        for name, info in model.model_fields.items()
-    }
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation: Any = info.annotation
+        fields[name] = (Annotated[annotation | None, *info.metadata], None)
+    return create_model(
         model.__name__.removesuffix("Policy") + "Overrides",
         __base__=_Overrides,
         __module__=__name__,

@@ -11,7 +11,8 @@ from evertune.deployer.api import SERVICE_NAME, EndpointApi
 from evertune.deployer.backend import ServingBackend
 from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
 from evertune.deployer.backend_local import LocalBackend
-from evertune.deployer.controller import Deployer
+from evertune.deployer.deployments import Deployments
+from evertune.deployer.lifecycle import Lifecycle
 from evertune.deployer.metrics import DeployerMetrics, EngineReplica
 from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.settings import DeployerSettings
@@ -20,6 +21,7 @@ from evertune.deployer.stats import DeployerStats
 from evertune.deployer.telemetry import Telemetry
 from evertune.deployer.winner_check import StoredWinners
 from evertune.deployer.wiring import wiring
+from evertune.deployer.workspace import Workspace
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
@@ -77,7 +79,9 @@ class DeployerService(GrpcService):
             allow_unauthenticated=settings.allow_unauthenticated,
             allow_plaintext=settings.allow_plaintext_tokens,
         )
-        self.deployer: Deployer | None = None
+        self.work: Workspace | None = None  #: KV state, the backend, background work (once started)
+        self.deployments: Deployments | None = None  #: Promote, Rollback, winners, breaches, canaries
+        self.lifecycle: Lifecycle | None = None  #: endpoints: create, read, update, delete, resume
         self.consumers: dict[str, DurableConsumer] = {}  #: durable name -> consumer (once started)
         self.metrics = DeployerMetrics(self)  #: the deployer's and its engines' metrics
         self.metrics_registry.register(FunctionCollector(self.metrics.collect))
@@ -93,17 +97,27 @@ class DeployerService(GrpcService):
         self.grpc = self.server
 
     def _add_api(self, server: Any) -> None:
-        assert self.deployer is not None
+        assert self.lifecycle is not None and self.deployments is not None
         EndpointApi(
-            self.deployer, stopping=self.stopping, outbound=self._outbound, model_roots=self.model_roots
+            lifecycle=self.lifecycle,
+            deployments=self.deployments,
+            stopping=self.stopping,
+            outbound=self._outbound,
+            model_roots=self.model_roots,
         ).add_to(server)
+
+    @property
+    def deployer(self) -> Workspace | None:
+        """The previous name of `work` (`.deployer.state`), kept while the loop harness and
+        `bench rollout` read it."""
+        return self.work
 
     async def on_start(self, ctx: ServiceContext) -> None:
         settings = self.settings
         self._outbound = ctx.shared.outbound_policy()
         state = await State.open(ctx.js)
         log_dir = settings.engine_log_dir or ctx.shared.data_dir.expanduser() / "deployer" / "engines"
-        reports: list[Deployer] = []
+        reports: list[Deployments] = []
 
         async def report(event: Any) -> None:
             if reports:
@@ -136,11 +150,10 @@ class DeployerService(GrpcService):
             )
         if ctx.store is None:
             self.log.warning("no telemetry store: every canary step holds, then rolls back")
-        self.deployer = Deployer(
-            state=state,
-            backend=backend,
+        self.work = work = Workspace(state=state, backend=backend, drain_timeout_s=settings.drain_timeout_s)
+        self.deployments = Deployments(
+            work,
             ready_timeout_s=settings.ready_timeout_s,
-            drain_timeout_s=settings.drain_timeout_s,
             policy=settings.rollout,
             telemetry=Telemetry(ctx.store) if ctx.store is not None else None,
             winners=StoredWinners(ctx.store) if ctx.store is not None else None,
@@ -148,7 +161,8 @@ class DeployerService(GrpcService):
             telemetry_lag_s=settings.telemetry_lag_s,
             search_max_age_s=settings.search_max_age_s,
         )
-        reports.append(self.deployer)
+        self.lifecycle = Lifecycle(work, self.deployments)
+        reports.append(self.deployments)
         if self.tokens is None:
             self.log.warning(
                 "deployer API without authentication: no tokens configured",
@@ -160,11 +174,11 @@ class DeployerService(GrpcService):
                 "tenants without model roots: any tenant may serve any model path "
                 "(set EVERTUNE_DEPLOYER_MODEL_ROOTS)"
             )
-        await self.deployer.resume()
+        await self.lifecycle.resume()
         try:
             await self.server.start()
         except BaseException:
-            await self.deployer.close()
+            await work.close()
             raise
         self.consumers = durable_consumers(ctx.js, wiring(), self, source=self.name)
         for durable, consumer in self.consumers.items():
@@ -181,35 +195,35 @@ class DeployerService(GrpcService):
         )
 
     async def _on_search_completed(self, msg: Msg) -> None:
-        assert self.deployer is not None
-        await self.deployer.on_search_completed(_event(msg))
+        assert self.deployments is not None
+        await self.deployments.on_search_completed(_event(msg))
 
     async def _on_breach(self, msg: Msg) -> None:
-        assert self.deployer is not None
-        await self.deployer.on_breach(_event(msg))
+        assert self.deployments is not None
+        await self.deployments.on_breach(_event(msg))
 
     async def on_stop(self) -> None:
         await self.server.stop(grace_s=self.grace_s)
-        if self.deployer is not None:
-            await self.deployer.close()
+        if self.work is not None:
+            await self.work.close()
         await self.metrics.close()
 
     @property
     def stats(self) -> DeployerStats:
         """What the deployer counted (empty before start)."""
-        return self.deployer.state.stats if self.deployer is not None else DeployerStats()
+        return self.work.state.stats if self.work is not None else DeployerStats()
 
     def engine_replicas(self) -> list[EngineReplica]:
         """The local backend's running engine replicas (none on kubernetes, or before start)."""
-        backend = self.deployer.backend if self.deployer is not None else None
+        backend = self.work.backend if self.work is not None else None
         if not isinstance(backend, LocalBackend):
             return []
         return [EngineReplica(*replica) for replica in backend.replicas()]
 
     def details(self) -> dict[str, Any]:
-        if self.deployer is None:
+        if self.work is None:
             return {}
         return {
-            "deployments_running": len(self.deployer.backend.running()),
+            "deployments_running": len(self.work.backend.running()),
             "events_handled": sum(c.stats.acked for c in self.consumers.values()),
         }

@@ -84,6 +84,10 @@ class RolloutRecord:
     step_started_s: float = 0.0  #: unix time the current step's weight was set (the canary's window)
     failures: int = 0  #: failed analyses so far
     breach_id: str = ""  #: an sla.breach recorded by a deployer that does not run this rollout
+    breach_cause_id: str = ""  #: that sla.breach event's id (the cause of the roll back it brings)
+    #: what began the rollout, the cause id of each of its deploy.* events: the search.completed
+    #: event's id for a search winner, the request id of a Promote, Rollback or CreateEndpoint
+    cause_id: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

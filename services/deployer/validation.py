@@ -17,22 +17,36 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from datetime import UTC
+from typing import Any, Final
 
 from annotated_types import Ge, Gt, Le, Lt
+from evertune.deployer.commands import (
+    CreateCommand,
+    Page,
+    PromoteCommand,
+    RollbackCommand,
+    UpdateCommand,
+    WatchFilter,
+)
+from evertune.deployer.endpoint_spec import (
+    EVENT_KINDS,
+    AlertKind,
+    AlertRouteSpec,
+    EndpointDef,
+    HardwarePoolSpec,
+    ObjectiveName,
+    SearchPolicyName,
+    SloSpec,
+)
 from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.rollout_policy import RolloutOverrides
 from google.protobuf.message import Message
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from evertune.domain.engines import EngineSpec, InvalidEngineConfig
-from evertune.domain.gate_result import DEFAULT_AGREEMENT
-from evertune.domain.slo import DEFAULT_ATTAINMENT
 from evertune.errors import InvalidArgument
-from evertune.infra.events import EventKind
 from evertune.infra.outbound import OutboundPolicy
 from evertune.v1 import common_pb2, endpoint_pb2, endpoint_service_pb2
 
@@ -42,10 +56,6 @@ NAME_RE: Final = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 TENANT_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 #: Deployment ids as the deployer makes them ("dep-" + 12 hex).
 DEPLOYMENT_ID_RE: Final = re.compile(r"^dep-[0-9a-f]{12}$")
-#: Alert route names, unique within an endpoint.
-ROUTE_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-#: Hardware classes ("cpu", "h200", "sim-h200").
-HARDWARE_RE: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 #: Longest request_id, reason and trial id accepted.
 MAX_REQUEST_ID: Final = 128
 MAX_REASON: Final = 500
@@ -63,7 +73,6 @@ _ROLLOUT_WIRE_OFFSET: Final = {"failures_tolerated": 1}
 #: The wire RolloutPolicy's leaves (UpdateEndpoint paths `rollout.<leaf>`).
 ROLLOUT_LEAVES: Final = tuple(f.name for f in endpoint_pb2.RolloutPolicy.DESCRIPTOR.fields)
 
-SearchPolicyName = Literal["auto", "advisory", "off"]
 _POLICY_TO_WIRE: Final[dict[SearchPolicyName, int]] = {
     "auto": endpoint_pb2.SEARCH_POLICY_AUTO,
     "advisory": endpoint_pb2.SEARCH_POLICY_ADVISORY,
@@ -74,7 +83,6 @@ _POLICY_FROM_WIRE: Final[dict[int, SearchPolicyName]] = {
     endpoint_pb2.SEARCH_POLICY_UNSPECIFIED: "auto",
     **{wire: name for name, wire in _POLICY_TO_WIRE.items()},
 }
-ObjectiveName = Literal["goodput", "p50_ttft", "cost"]
 _OBJECTIVE_TO_WIRE: Final[dict[ObjectiveName, int]] = {
     "goodput": endpoint_pb2.SEARCH_OBJECTIVE_GOODPUT,
     "p50_ttft": endpoint_pb2.SEARCH_OBJECTIVE_P50_TTFT,
@@ -86,7 +94,6 @@ _OBJECTIVE_FROM_WIRE: Final[dict[int, ObjectiveName]] = {
     **{wire: name for name, wire in _OBJECTIVE_TO_WIRE.items()},
 }
 _SEVERITIES: Final = frozenset(common_pb2.Severity.values())
-_KINDS: Final = frozenset(k.value for k in EventKind)
 
 #: update_mask paths UpdateEndpoint accepts, and the ones it refuses as immutable.
 MUTABLE_PATHS: Final = frozenset(
@@ -110,45 +117,6 @@ IMMUTABLE_PATHS: Final = frozenset(
 )
 
 
-# --------------------------------------------------------------------------------------------
-# Domain objects
-# --------------------------------------------------------------------------------------------
-
-
-class SloSpec(BaseModel):
-    """Latency targets of an endpoint (client-observed, at the gateway)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: Target median TTFT, ms (0 = none).
-    ttft_p50_ms: float = Field(default=0.0, ge=0, le=3_600_000)
-    #: Target p99 TTFT, ms; required.
-    ttft_p99_ms: float = Field(gt=0, le=3_600_000)
-    #: Target p99 inter-token latency, ms (0 = none).
-    itl_p99_ms: float = Field(default=0.0, ge=0, le=3_600_000)
-    #: Share of requests that must meet the targets (0 < x < 1).
-    attainment_target: float = Field(default=DEFAULT_ATTAINMENT, gt=0, lt=1)
-
-
-class HardwarePoolSpec(BaseModel):
-    """Where an endpoint's deployments run."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: Hardware class ("cpu", "h200", "sim-h200").
-    hardware_class: str
-    #: Most replicas one deployment may run.
-    max_replicas: int = Field(default=1, ge=1, le=1024)
-
-    @field_validator("hardware_class")
-    @classmethod
-    def _class(cls, value: str) -> str:
-        if not HARDWARE_RE.match(value):
-            raise ValueError("must be 1-63 of [a-z0-9-], e.g. 'cpu' or 'h200'")
-        return value
-
-
-AlertKind = Literal["webhook", "log", "alertmanager", "pagerduty"]
 #: AlertRoute.kind on the wire <-> the domain's kind (the one mapping, both ways).
 ALERT_KIND_OF_WIRE: dict[int, AlertKind] = {
     endpoint_pb2.ALERT_ROUTE_KIND_WEBHOOK: "webhook",
@@ -157,141 +125,6 @@ ALERT_KIND_OF_WIRE: dict[int, AlertKind] = {
     endpoint_pb2.ALERT_ROUTE_KIND_PAGERDUTY: "pagerduty",
 }
 ALERT_KIND_TO_WIRE: dict[str, int] = {kind: wire for wire, kind in ALERT_KIND_OF_WIRE.items()}
-
-
-class AlertRouteSpec(BaseModel):
-    """One alert integration of an endpoint."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: Name, unique within the endpoint.
-    name: str
-    #: "webhook" (POST to url), "log", "alertmanager" (Alertmanager's API at url) or "pagerduty"
-    #: (PagerDuty Events v2, at url or PagerDuty's own).
-    kind: AlertKind
-    #: http(s) URL for webhook and alertmanager routes (optional for pagerduty); empty for log.
-    url: str = ""
-    #: PagerDuty integration (routing) key; pagerduty routes only.
-    routing_key: str = ""
-    #: Lowest severity forwarded (a common_pb2.Severity value).
-    min_severity: int = common_pb2.SEVERITY_WARNING
-    #: Event kinds forwarded (empty = the defaults the sla-monitor documents).
-    event_kinds: tuple[str, ...] = ()
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not ROUTE_NAME_RE.match(value):
-            raise ValueError("must be 1-63 of letters, digits, '_', '.', '-'")
-        return value
-
-    @field_validator("event_kinds")
-    @classmethod
-    def _kinds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [k for k in value if k not in _KINDS]
-        if unknown:
-            raise ValueError(f"unknown event kind {unknown[0]!r}")
-        return value
-
-
-class EndpointDef(BaseModel):
-    """A validated endpoint spec, defaults filled in (the domain form of `EndpointSpec`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: Endpoint name (NAME_RE).
-    name: str
-    #: Owning tenant (TENANT_RE).
-    tenant: str
-    #: Model served, as clients name it... and as the engine loads it.
-    model: str = Field(min_length=1, max_length=1024)
-    #: Latency targets.
-    slo: SloSpec
-    #: Hardware pool.
-    hardware_pool: HardwarePoolSpec
-    #: Engine config of the first deployment (engine and model filled in).
-    initial_engine: EngineSpec
-    #: What the loop may do with search results.
-    search_policy: SearchPolicyName = "auto"
-    #: What a search of the endpoint optimises.
-    objective: ObjectiveName = "goodput"
-    #: Alert integrations.
-    alert_routes: tuple[AlertRouteSpec, ...] = ()
-    #: Agreement a lossy change must reach at the correctness gate (0 < x <= 1).
-    correctness_agreement_threshold: float = Field(default=DEFAULT_AGREEMENT, gt=0, le=1)
-    #: The endpoint's own rollout settings (None fields: the deployer's defaults).
-    rollout: RolloutOverrides = RolloutOverrides()
-
-
-# --------------------------------------------------------------------------------------------
-# Commands (what each RPC asks, validated)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CreateCommand:
-    """CreateEndpoint, validated."""
-
-    request_id: str  #: client's idempotency key
-    spec: EndpointDef  #: the endpoint to create, tenant and defaults filled in
-    fingerprint: str  #: sha256 of the normalized spec: a retry must match it
-
-
-@dataclass(frozen=True)
-class UpdateCommand:
-    """UpdateEndpoint, validated against the endpoint's current spec."""
-
-    name: str  #: endpoint name
-    spec: EndpointDef  #: the spec after the masked fields were applied to the spec read
-    changed_fields: tuple[str, ...]  #: update_mask paths, normalized and deduplicated
-    expected_revision: int  #: 0 = any
-    request: endpoint_service_pb2.UpdateEndpointRequest  #: re-applied to the spec each CAS attempt reads
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of a list call."""
-
-    size: int  #: most items to return
-    after: str  #: return items whose key sorts after this ("" = from the start)
-
-
-@dataclass(frozen=True)
-class PromoteCommand:
-    """Promote, validated (the engine config is checked against the endpoint's model)."""
-
-    endpoint: str  #: endpoint name
-    request_id: str  #: idempotency key
-    engine: EngineSpec | None  #: an explicit config, or None when a trial is named
-    trial_id: str  #: the trial whose config to roll out ("" when a config is given)
-    skip_canary: bool  #: move all traffic once ready (the interim rollout always does)
-    reason: str  #: one line for the record
-    fingerprint: str  #: sha256 of the normalized request (without request_id)
-
-
-@dataclass(frozen=True)
-class RollbackCommand:
-    """Rollback, validated."""
-
-    endpoint: str  #: endpoint name
-    request_id: str  #: idempotency key
-    to_deployment_id: str  #: "" = the deployment stable before the latest rollout
-    reason: str  #: one line for the record
-    fingerprint: str  #: sha256 of the normalized request (without request_id)
-
-
-@dataclass(frozen=True)
-class WatchFilter:
-    """WatchEvents, validated."""
-
-    endpoint: str  #: "" = every endpoint (the caller's tenant's, for a scoped caller)
-    kinds: frozenset[str]  #: empty = every kind
-    min_severity: int  #: SEVERITY_UNSPECIFIED = every severity
-    since: datetime | None  #: replay stored events from this UTC time; None = new ones only
-
-    def accepts(self, *, kind: str, severity: int) -> bool:
-        """Whether an event of this kind and severity passes the kind and severity filters."""
-        return (not self.kinds or kind in self.kinds) and severity >= self.min_severity
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,8 +141,10 @@ def _range(info: Any, *, offset: int = 0) -> str:
     metadata = list(getattr(info, "metadata", ()))
     low = next((m for m in metadata if isinstance(m, Gt | Ge)), None)
     high = next((m for m in metadata if isinstance(m, Lt | Le)), None)
-    lo = None if low is None else _number((low.gt if isinstance(low, Gt) else low.ge) + offset)
-    hi = None if high is None else _number((high.lt if isinstance(high, Lt) else high.le) + offset)
+    low_value: Any = None if low is None else low.gt if isinstance(low, Gt) else low.ge
+    high_value: Any = None if high is None else high.lt if isinstance(high, Lt) else high.le
+    lo = None if low is None else _number(low_value + offset)
+    hi = None if high is None else _number(high_value + offset)
     if lo is not None and hi is not None:
         opening, closing = "(" if isinstance(low, Gt) else "[", ")" if isinstance(high, Lt) else "]"
         return f"must be in {opening}{lo}, {hi}{closing}"
@@ -779,9 +614,9 @@ def watch_filter(request: endpoint_service_pb2.WatchEventsRequest) -> WatchFilte
     """WatchEvents: an optional endpoint, known kinds, a known severity, an optional start time."""
     if request.endpoint:
         endpoint_name(request.endpoint, "endpoint")
-    unknown = [k for k in request.kinds if k not in _KINDS]
+    unknown = [k for k in request.kinds if k not in EVENT_KINDS]
     if unknown:
-        known = ", ".join(sorted(_KINDS))
+        known = ", ".join(sorted(EVENT_KINDS))
         raise InvalidArgument(f"kinds: unknown event kind {unknown[0]!r}; one of: {known}")
     if request.min_severity not in _SEVERITIES:
         raise InvalidArgument(f"min_severity: unknown value {request.min_severity}")

@@ -137,8 +137,14 @@ class Workspace:
         return deployment
 
     async def emit_started(
-        self, deployment: endpoint_pb2.Deployment, *, trigger: int, steps: list[int] | None = None
+        self,
+        deployment: endpoint_pb2.Deployment,
+        *,
+        trigger: int,
+        cause_id: str,
+        steps: list[int] | None = None,
     ) -> None:
+        """deploy.started, caused by `cause_id` (an event id, or the request id of an API call)."""
         await self.state.emit(
             EventKind.DEPLOY_STARTED,
             deployment.endpoint,
@@ -151,9 +157,13 @@ class Workspace:
                 trial_id=deployment.origin_trial_id,
                 canary_steps=steps or [],
             ),
+            cause_id=cause_id,
         )
 
-    async def emit_rolled_back(self, name: str, taken_out: str, restored: str, reason: str) -> None:
+    async def emit_rolled_back(
+        self, name: str, taken_out: str, restored: str, reason: str, *, cause_id: str
+    ) -> None:
+        """deploy.rolled_back of a Rollback call (trigger API), caused by its request id."""
         await self.state.emit(
             EventKind.DEPLOY_ROLLED_BACK,
             name,
@@ -163,7 +173,34 @@ class Workspace:
                 trigger=events_pb2.DEPLOY_TRIGGER_API,
                 reason=reason,
             ),
+            cause_id=cause_id,
         )
+
+    async def record_promoted(
+        self, name: str, deployment: endpoint_pb2.Deployment, previous: str, *, cause_id: str
+    ) -> None:
+        """Record that `deployment` took all traffic: ACTIVE, the endpoint's stable, the mutex
+        released, deploy.promoted (caused by `cause_id`, what began the rollout)."""
+        await self.set_deployment(name, deployment.id, state=D.DEPLOYMENT_STATE_ACTIVE)
+        if previous:
+            await self.set_deployment(name, previous, state=D.DEPLOYMENT_STATE_DRAINING)
+        await self.set_endpoint_state(name, D.ENDPOINT_STATE_READY, "", stable=deployment.id)
+        await self.state.end_rollout(name, deployment.id)
+        promoted = events_pb2.DeployPromoted(
+            deployment_id=deployment.id,
+            previous_deployment_id=previous,
+            engine_config=deployment.engine_config,
+        )
+        started = deployment.create_time.ToDatetime()
+        promoted.rollout_duration.FromTimedelta(self.state.clock().replace(tzinfo=None) - started)
+        await self.state.emit(EventKind.DEPLOY_PROMOTED, name, promoted, cause_id=cause_id)
+        log.info("deployment promoted", endpoint=name, deployment=deployment.id)
+
+    async def switch_traffic(self, name: str, *, new: str, old: str, urls: list[str]) -> None:
+        """All weight to `new` at once; `old` stays listed at weight 0 while it drains."""
+        await self.write_routes(name, plan.AllTo(new), new_urls={new: urls})
+        if old:
+            await self.set_deployment(name, old, state=D.DEPLOYMENT_STATE_DRAINING)
 
     async def set_deployment(
         self,

@@ -61,7 +61,7 @@ async def _serve_and_delete(
         pieces = await _stream(gateway, name)
         assert len(pieces) >= 2
     await stack.stub.DeleteEndpoint(pb.DeleteEndpointRequest(name=name), metadata=stack.a)
-    deployer = stack.service.deployer
+    deployer = stack.service.work
     assert deployer is not None
     await eventually(lambda: not deployer.backend.running(), timeout_s=60, what="engines stopped")
 

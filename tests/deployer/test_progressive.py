@@ -227,10 +227,10 @@ async def _search_completed(
     verified: bool = True,
     store: Store | None = None,
     stored_for: str = "",
-) -> str:
-    """Publish a search.completed about `name`. With `store`, first write the rows the searcher
-    and the runner write before theirs (for endpoint `stored_for`, default `name`): the deployer
-    rolls out only a winner the store confirms."""
+) -> events_pb2.Event:
+    """Publish a search.completed about `name` (the event). With `store`, first write the rows the
+    searcher and the runner write before theirs (for endpoint `stored_for`, default `name`): the
+    deployer rolls out only a winner the store confirms."""
     search_id = f"search-{uuid.uuid4().hex[:8]}"
     trial_id = f"trial-{uuid.uuid4().hex[:8]}"
     config = D.EngineConfig(engine="vllm", model="tiny-model", max_num_seqs=7)
@@ -265,7 +265,7 @@ async def _search_completed(
     await publish_event(js, event)
     # published twice (a redelivery): rolled out once
     await publish_event(js, event.__class__.FromString(event.SerializeToString()))
-    return search_id
+    return event
 
 
 async def test_search_winners_roll_out_under_policy_auto_only(canary_stack: Stack, store: Store) -> None:
@@ -286,7 +286,7 @@ async def test_search_winners_roll_out_under_policy_auto_only(canary_stack: Stac
     await _search_completed(js, advisory, store=store)
     await _search_completed(js, auto)  # forged: nothing in the store says so
     await _search_completed(js, auto, store=store, stored_for=advisory)  # the store says: another endpoint's
-    search_id = await _search_completed(js, auto, store=store)
+    search_id = (await _search_completed(js, auto, store=store)).search_completed.search_id
 
     async def winner() -> D.Deployment | None:
         found = [d for d in await deployments(stack, auto) if d.origin == D.DEPLOYMENT_ORIGIN_SEARCH]

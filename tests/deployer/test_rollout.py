@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 from evertune.deployer.canary import Analysis, Verdict
+from evertune.deployer.plan import FULL_WEIGHT
 from evertune.deployer.rollout import ActionKind, Phase, Rollout, Trigger
-from evertune.deployer.rollout_policy import FULL_WEIGHT, RolloutPolicy
+from evertune.deployer.rollout_policy import RolloutPolicy
 from pydantic import ValidationError
 
 PROCEED = Analysis(verdict=Verdict.PROCEED, reason="ok")

@@ -7,8 +7,9 @@ import argparse
 
 import pytest
 from evertune.deployer.canary import Analysis, Verdict
+from evertune.deployer.plan import FULL_WEIGHT
 from evertune.deployer.rollout import ActionKind, Phase, Rollout, Trigger
-from evertune.deployer.rollout_policy import FULL_WEIGHT, RolloutOverrides, RolloutPolicy, effective_policy
+from evertune.deployer.rollout_policy import RolloutOverrides, RolloutPolicy, effective_policy
 from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.validation import rollout_overrides
 from pydantic import ValidationError
@@ -51,7 +52,9 @@ def test_overrides_win_field_by_field_and_the_rest_is_the_deployers() -> None:
 
 
 def test_the_merge_starts_from_the_settings() -> None:
-    settings = DeployerSettings(rollout={"steps": [500, 10000], "min_requests": 12, "failures_tolerated": 2})
+    settings = DeployerSettings(
+        rollout=RolloutPolicy(steps=(500, 10000), min_requests=12, failures_tolerated=2)
+    )
     policy = effective_policy(settings.rollout, RolloutOverrides(min_requests=99))
     assert policy.steps == (500, FULL_WEIGHT) and policy.failures_tolerated == 2
     assert policy.min_requests == 99

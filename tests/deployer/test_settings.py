@@ -53,7 +53,7 @@ def test_a_new_variable_wins_over_its_old_name(monkeypatch: pytest.MonkeyPatch) 
 
 def test_old_keywords_go_to_the_nested_policy_with_a_warning() -> None:
     with capture_logs() as logs:
-        settings = DeployerSettings(rollout_step_duration_s=0.5, canary_min_requests=7)
+        settings = DeployerSettings(rollout_step_duration_s=0.5, canary_min_requests=7)  # type: ignore[call-arg]
     assert settings.rollout.step_duration_s == 0.5 and settings.rollout.min_requests == 7
     assert {e["old"] for e in logs if e["log_level"] == "warning"} == {
         "rollout_step_duration_s",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from evertune.deployer import validation as v
+from evertune.deployer.commands import CreateCommand, Page, UpdateCommand
 from evertune.deployer.rollout_policy import RolloutOverrides
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -14,7 +15,7 @@ from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.helpers import spec
 
 
-def create(s: endpoint_pb2.EndpointSpec, request_id: str = "r-1") -> v.CreateCommand:
+def create(s: endpoint_pb2.EndpointSpec, request_id: str = "r-1") -> CreateCommand:
     return v.create_command(pb.CreateEndpointRequest(request_id=request_id, spec=s), caller_tenant="team-a")
 
 
@@ -146,9 +147,7 @@ def test_alertmanager_and_pagerduty_routes_are_accepted_and_read_back() -> None:
     assert wire.alert_routes[1].routing_key == "R0UTING-KEY" and v.endpoint_def(wire) == domain
 
 
-def update(
-    current: endpoint_pb2.EndpointSpec, new: endpoint_pb2.EndpointSpec, *paths: str
-) -> v.UpdateCommand:
+def update(current: endpoint_pb2.EndpointSpec, new: endpoint_pb2.EndpointSpec, *paths: str) -> UpdateCommand:
     request = pb.UpdateEndpointRequest(name=current.name, spec=new, update_mask=FieldMask(paths=list(paths)))
     return v.update_command(request, current=current)
 
@@ -182,9 +181,9 @@ def test_update_refuses_immutable_unknown_and_missing_paths_and_bad_values() -> 
 
 
 def test_pages() -> None:
-    assert v.page(0, "") == v.Page(size=100, after="")
+    assert v.page(0, "") == Page(size=100, after="")
     token = v.page_token("voice-eu")
-    assert v.page(5, token) == v.Page(size=5, after="voice-eu")
+    assert v.page(5, token) == Page(size=5, after="voice-eu")
     refused("page_size: at most 1000", v.page, 1001, "")
     refused("page_token: not a page token", v.page, 10, "garbage!")
     refused("page_token: not a page token", v.page, 10, "aGVsbG8")

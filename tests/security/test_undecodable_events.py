@@ -10,8 +10,8 @@ import asyncio
 import json
 import uuid
 
-from evertune.deployer.trials import find_trial
-from evertune.deployer.validation import WatchFilter
+from evertune.deployer.commands import WatchFilter
+from evertune.deployer.trial_lookup import find_trial
 from evertune.deployer.watch import Incarnation, TenantScope, watch
 from nats.js import JetStreamContext
 
