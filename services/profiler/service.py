@@ -52,6 +52,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from evertune.domain.engines.errors import MetricsUnavailable
@@ -166,7 +167,7 @@ class ProfilerService(Service):
 
     async def on_stop(self) -> None:
         if self._requests is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # stopping: it ends with the connection
                 await self._requests.unsubscribe()
         if self._http is not None:
             await self._http.close()
@@ -176,7 +177,8 @@ class ProfilerService(Service):
         self.stats.sink_pending = None
         if self._js is None or self.sink is None:
             return
-        with contextlib.suppress(Exception):  # no consumer yet, NATS away: the gauge is left out
+        # no consumer yet, NATS away: the gauge is left out
+        with contextlib.suppress(NatsError, TimeoutError):
             info = await asyncio.wait_for(
                 self._js.consumer_info(self.sink.config.stream, self.sink.config.durable),
                 CONSUMER_INFO_TIMEOUT_S,

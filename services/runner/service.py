@@ -53,6 +53,7 @@ from evertune.runner.trial_runner import TrialEngineFactory, TrialOutcome, Trial
 from evertune.runner.wiring import STREAM, wiring
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from evertune.domain.engines.fingerprint import Fingerprint
@@ -140,7 +141,8 @@ class RunnerService(Service):
         self.stats.jobs_pending = None
         if self._js is None:
             return
-        with contextlib.suppress(Exception):  # no consumer yet, NATS away: the gauge is left out
+        # no consumer yet, NATS away: the gauge is left out
+        with contextlib.suppress(NatsError, TimeoutError):
             info = await asyncio.wait_for(
                 self._js.consumer_info(STREAM, self.settings.durable), CONSUMER_INFO_TIMEOUT_S
             )
@@ -148,7 +150,7 @@ class RunnerService(Service):
 
     async def on_stop(self) -> None:
         if self._ended_sub is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # stopping: it ends with the connection
                 await self._ended_sub.unsubscribe()
 
     async def _on_search_completed(self, msg: Msg) -> None:

@@ -16,7 +16,6 @@ request ids stored), `duplicated` (rows - distinct ids).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 import uuid
@@ -138,8 +137,9 @@ async def _measure(js: JetStreamContext, store: Store, quick: bool) -> Figures:
         await _until(lambda: sink.stats.messages_acked >= len(payloads), deadline)
     finally:
         stop.set()
-        with contextlib.suppress(Exception):
-            await running
+        ended = (await asyncio.gather(running, return_exceptions=True))[0]
+    if isinstance(ended, BaseException):  # a sink that failed: its figures would mislead
+        raise RuntimeError(f"the sink failed during the benchmark: {ended!r}") from ended
     rows, distinct = (await store.query(f"SELECT count(), uniqExact(request_id) FROM {TABLE}"))[0]
     return {
         "benchmark": "telemetry",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
+from nats.errors import Error as NatsError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.apps.cli.common import (
@@ -208,7 +209,7 @@ def tail(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # the connection closes next anyway
                 await sub.unsubscribe()
         finally:
             await nc.close()

@@ -19,6 +19,7 @@ import contextlib
 import faulthandler
 import os
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -192,8 +193,10 @@ async def _up(shared: SharedSettings, *, duration_s: float | None, demo: DemoOpt
             print("evertune up --demo: interrupted before the report; nothing was written", flush=True)
             code = INTERRUPTED
         if nats is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await nats.stop()
+            except Exception as err:  # its process may be left running: say so
+                print(f"evertune up: the embedded NATS did not stop: {err!r}", file=sys.stderr, flush=True)
     print("evertune up: stopped", flush=True)
     return code
 

@@ -27,6 +27,7 @@ from typing import Literal
 
 import grpc
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from rich.console import RenderableType
@@ -325,12 +326,18 @@ class Demo:
         finally:
             for task in tasks:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
+                try:
                     await task
-            with contextlib.suppress(Exception):
+                except asyncio.CancelledError:
+                    pass
+                except Exception as err:  # it failed before the end: the run may lack what it did
+                    self.say(f"{task.get_name()} failed: {err!r}")
+            try:
                 await self._delete(stub)
+            except Exception as err:  # its engines may still run
+                self.say(f"could not delete the endpoint {self.endpoint.name!r}: {err!r}")
             await channel.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # closing at the end
                 await nc.close()
         return self.run
 
@@ -603,7 +610,7 @@ class Demo:
                 self.run.events.append(event)
                 self.out(event_line(event))
         finally:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # the connection closes at the end
                 await sub.unsubscribe()
 
     async def _panel(self, nc: Client) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -110,5 +111,7 @@ async def embedded_stack(data_dir: Path) -> AsyncIterator[Where]:
                 deployer=listen.get("deployer", {}).get("grpc", ""),
             )
     finally:
-        with contextlib.suppress(Exception):
+        try:
             await nats.stop()
+        except Exception as err:  # its process may be left running: say so
+            print(f"evertune demo: the embedded NATS did not stop: {err!r}", file=sys.stderr, flush=True)

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from evertune.apps.harness.waiting import eventually
@@ -57,7 +58,7 @@ class NatsCluster:
             js = client.jetstream()
 
             async def answers() -> bool:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(NatsError, TimeoutError):  # not ready yet
                     await js.account_info()
                     return True
                 return False

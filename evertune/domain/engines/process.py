@@ -58,7 +58,7 @@ _PREFIX = re.compile(
 
 def _die_with_parent() -> None:
     """Runs in the child before exec: SIGTERM it when the parent dies (Linux)."""
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(OSError, AttributeError):  # not Linux's libc: no such guard there
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 

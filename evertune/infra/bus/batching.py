@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -163,7 +164,7 @@ class BatchingConsumer:
                 await self._flush()
         finally:
             stopping.cancel()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # stopping: the fetches end either way
                 await sub.unsubscribe()
 
     async def _take_all(self, msgs: Sequence[Msg]) -> float:
@@ -221,7 +222,7 @@ class BatchingConsumer:
 
     async def _nak(self, msgs: Sequence[Msg], delay: float) -> None:
         for msg in msgs:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # not given back: redelivered after the ack wait
                 await msg.nak(delay=delay)
         self.stats.retried += len(msgs)
 

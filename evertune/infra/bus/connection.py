@@ -129,7 +129,7 @@ async def connect(
         connecting.result()
     except (TimeoutError, OSError, nats.errors.Error) as err:
         where = ",".join(redact(s) for s in servers)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(nats.errors.Error, OSError):  # never connected: the error below says why
             await client.close()
         if handshake:
             raise BusUnavailable(

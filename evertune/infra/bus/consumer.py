@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -128,7 +129,7 @@ class DurableConsumer:
                     await self._handle(msg, stopping)
         finally:
             stopping.cancel()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # stopping: the fetches end either way
                 await sub.unsubscribe()
 
     async def _handle(self, msg: Msg, stopping: asyncio.Task[Any]) -> None:
@@ -160,13 +161,13 @@ class DurableConsumer:
         finally:  # stop came first, or this consumer itself is cancelled: the handler goes too
             if not work.done():
                 work.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
+                with contextlib.suppress(asyncio.CancelledError, Exception):  # raised below, by result()
                     await work
         if not work.cancelled():
             work.result()
             return True
         self.stats.abandoned += 1
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(NatsError):  # not given back: redelivered after the ack wait
             await msg.nak()
         log.warning("handler stopped; message given back", subject=msg.subject, consumer=self._spec.durable)
         return False
@@ -216,7 +217,7 @@ async def fetch_unless_stopped(
     done, _ = await asyncio.wait({fetching, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if fetching not in done:
         fetching.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
+        with contextlib.suppress(asyncio.CancelledError, NatsError, TimeoutError):  # not wanted any more
             await fetching
         return None
     try:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
@@ -143,7 +144,7 @@ class KvFollower:
         try:
             entries = await read_initial_entries(watcher, timeout_s=self._load_timeout_s)
         except BaseException:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # the load's own error is the one raised
                 await watcher.stop()  # type: ignore[no-untyped-call]
             raise
         seen: set[str] = set()
@@ -207,7 +208,7 @@ class KvFollower:
         """End the current watch (run() ends only with its `stopping`)."""
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # the watch ends either way
                 await watcher.stop()  # type: ignore[no-untyped-call]
 
 
@@ -255,5 +256,5 @@ class Resubscriber:
     async def _unsubscribe(self) -> None:
         sub, self._sub = self._sub, None
         if sub is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # the subscription ends either way
                 await sub.unsubscribe()

@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
@@ -61,7 +62,7 @@ class Bucket:
         try:
             yield entries()
         finally:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # the watch ends either way
                 await watcher.stop()  # type: ignore[no-untyped-call]
 
     async def get(self, key: str) -> Entry | None:

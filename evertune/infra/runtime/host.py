@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.micro.service import Service as MicroService
 
 from evertune.errors import Unavailable
@@ -86,14 +87,16 @@ async def host_services(
     finally:
         for service, micro in reversed(started):
             await service.stop(shared.shutdown_timeout_s)
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NatsError):  # stopping: its subscriptions end with the connection
                 await micro.stop()
         for service in services:  # started but never registered, or failed half way
             if service.state in ("starting", "running", "failed"):
                 await service.stop(shared.shutdown_timeout_s)
         for client in (*reversed(own), nc):
-            with contextlib.suppress(Exception):
+            try:
                 await asyncio.wait_for(client.drain(), shared.shutdown_timeout_s)
+            except (NatsError, TimeoutError) as err:  # what it still held to publish may be lost
+                log.warning("a NATS connection did not drain", error=repr(err))
         if store is not None:
             await store.close()
 
@@ -138,8 +141,10 @@ async def hosted(
         yield
     except BaseException:
         stop.set()
-        with contextlib.suppress(Exception):
+        try:
             await hosting
+        except Exception as err:  # the error raised on is the first; this one is logged
+            log.warning("hosting the services failed while stopping", error=repr(err))
         raise
     stop.set()
     await hosting
