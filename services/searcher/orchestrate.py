@@ -37,6 +37,8 @@ from evertune.searcher.model import Measured, Prediction, RatePoint, Recalibrati
 from evertune.searcher.noise import Comparison
 from evertune.searcher.space import Candidate
 from evertune.searcher.strategy import (
+    DEFAULT_ETA,
+    DEFAULT_MIN_GAIN,
     NO_CONFIRMATION,
     Figures,
     NoiseRule,
@@ -117,8 +119,8 @@ class SearchPlan:
     candidates: Sequence[tuple[Candidate, str]]  #: the space with each candidate's class, baseline included
     budget: int  #: most real trials
     objective: Objective = Objective.GOODPUT  #: what "best" means
-    eta: int = 2  #: successive halving's reduction factor
-    min_gain: float = 0.05  #: a winner beats the baseline's score by this share (no confirmation)
+    eta: int = DEFAULT_ETA  #: successive halving's reduction factor
+    min_gain: float = DEFAULT_MIN_GAIN  #: a winner beats the baseline's score by this share (no confirmation)
     noise: NoiseRule = NO_CONFIRMATION  #: how a leader is confirmed against the noise
     must_try: tuple[str, ...] = ()  #: candidate keys round 0 measures whatever the model predicts
     #: candidate keys the model cannot price (another dtype or execution mode): not ranked by it,

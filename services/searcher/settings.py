@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Self
 
+from evertune.searcher.strategy import DEFAULT_ETA, DEFAULT_MIN_GAIN, NoiseRule
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from evertune.infra.runtime.tls import check_tls_settings
+
+#: The noise rule's defaults: the settings of the confirmation take theirs from it (declared once).
+_NOISE = NoiseRule()
 
 
 class SearcherSettings(BaseSettings):
@@ -63,19 +67,19 @@ class SearcherSettings(BaseSettings):
     #: Rates a trial replays, as multiples of the profile's peak, ascending (goodput is found on it).
     rate_ladder: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
     #: Successive halving: keep the best 1/eta of each round, at eta x the trial length.
-    eta: int = Field(default=2, ge=2, le=8)
+    eta: int = Field(default=DEFAULT_ETA, ge=2, le=8)
     #: A winner must beat the live configuration's score by this share (simulated classes, whose
     #: trials have no noise; real hardware is judged by the noise rule below).
-    min_gain: float = Field(default=0.05, ge=0.0, le=10.0)
+    min_gain: float = Field(default=DEFAULT_MIN_GAIN, ge=0.0, le=10.0)
     #: Real hardware: interleaved (baseline, leader) pairs measured after the halving to confirm the
     #: leader (each pair is two trials, kept from the budget when it can also hold a halving).
-    confirm_pairs: int = Field(default=2, ge=0, le=20)
+    confirm_pairs: int = Field(default=_NOISE.confirm_pairs, ge=0, le=20)
     #: Real hardware: pairs a winner needs, the deciding halving round's included (fewer: no winner).
-    min_pairs: int = Field(default=3, ge=1, le=21)
+    min_pairs: int = Field(default=_NOISE.min_pairs, ge=1, le=21)
     #: Confidence asked of the interval of the leader's effect (sign-test order statistics).
-    noise_confidence: float = Field(default=0.9, gt=0.0, lt=1.0)
+    noise_confidence: float = Field(default=_NOISE.confidence, gt=0.0, lt=1.0)
     #: Smallest relative A/A noise floor, whatever the baseline's repeats show.
-    noise_min_floor: float = Field(default=0.10, ge=0.0, le=1.0)
+    noise_min_floor: float = Field(default=_NOISE.min_floor, ge=0.0, le=1.0)
     #: Seconds each rate is replayed in a trial of fidelity 1 (fidelity f replays f x this).
     trial_duration_s: float = Field(default=30.0, gt=0.0, le=3600.0)
     #: Unmeasured seconds of traffic before each rate.

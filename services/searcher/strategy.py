@@ -101,6 +101,10 @@ class NoiseRule:
 
 #: No confirmation: one comparison, `min_gain` decides (noise-free simulated trials).
 NO_CONFIRMATION = NoiseRule(confirm_pairs=0, min_pairs=1)
+#: Successive halving's reduction factor unless told (the settings' default too).
+DEFAULT_ETA = 2
+#: Share by which a winner must beat the baseline's score without confirmation, unless told.
+DEFAULT_MIN_GAIN = 0.05
 
 
 @dataclass
@@ -123,9 +127,9 @@ class SuccessiveHalving:
         predicted: Mapping[str, float],
         candidates: Sequence[Candidate],
         budget: int,
-        eta: int = 2,
+        eta: int = DEFAULT_ETA,
         first_round: int | None = None,
-        min_gain: float = 0.05,
+        min_gain: float = DEFAULT_MIN_GAIN,
         noise: NoiseRule = NO_CONFIRMATION,
         must_try: Sequence[str] = (),
         unpriced: Collection[str] = (),

@@ -9,7 +9,9 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from evertune.domain.slo import DEFAULT_ATTAINMENT
-from evertune.domain.workloads.prefix_reuse import HORIZON_S
+
+#: The drift detector's defaults: the `drift_*` settings below take theirs from it (declared once).
+_DRIFT = DriftConfig()
 
 
 class SlaMonitorSettings(BaseSettings):
@@ -73,19 +75,19 @@ class SlaMonitorSettings(BaseSettings):
     #: seconds between two drift checks of every endpoint (before time_scale)
     drift_check_interval_s: float = Field(default=10.0, gt=0)
     #: live window of the length and reuse tests, in requests
-    drift_window_requests: int = Field(default=2000, ge=10)
+    drift_window_requests: int = Field(default=_DRIFT.window_requests, ge=10)
     #: requests (live and reference) a length or reuse test needs
-    drift_min_requests: int = Field(default=500, ge=10)
+    drift_min_requests: int = Field(default=_DRIFT.min_requests, ge=10)
     #: p-value a drift test must go below
-    drift_p_value: float = Field(default=0.001, gt=0, lt=1)
+    drift_p_value: float = Field(default=_DRIFT.p_value, gt=0, lt=1)
     #: live window of the arrival-rate test, in seconds (before time_scale)
-    drift_rate_window_s: float = Field(default=300.0, gt=0)
+    drift_rate_window_s: float = Field(default=_DRIFT.rate_window_s, gt=0)
     #: a drifted feature is not reported again for this long, in seconds (before time_scale)
-    drift_cooldown_s: float = Field(default=1800.0, ge=0)
+    drift_cooldown_s: float = Field(default=_DRIFT.cooldown_s, ge=0)
     #: a prefix block counts as reused when seen this recently, in seconds (before time_scale)
-    drift_prefix_horizon_s: float = Field(default=HORIZON_S, gt=0)
+    drift_prefix_horizon_s: float = Field(default=_DRIFT.prefix_horizon_s, gt=0)
     #: requests that learn the TTFT change-point baseline
-    drift_cusum_warmup: int = Field(default=1000, ge=10)
+    drift_cusum_warmup: int = Field(default=_DRIFT.cusum_warmup, ge=10)
     #: batch ids remembered to skip a redelivered telemetry batch
     dedup_batches: int = Field(default=10000, ge=0)
     #: alert receivers of endpoints not in the endpoints bucket (JSON list of
