@@ -287,4 +287,9 @@ class LocalBackend:
         try:
             await self._report(report)
         except Exception as err:
-            log.error("engine report failed", deployment=target.deployment_id, error=str(err) or repr(err))
+            log.error(
+                "engine report failed",
+                deployment=target.deployment_id,
+                error=str(err) or repr(err),
+                exc_info=True,
+            )

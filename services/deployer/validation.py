@@ -99,10 +99,7 @@ _SEVERITIES: Final = frozenset(common_pb2.Severity.values())
 MUTABLE_PATHS: Final = frozenset(
     {
         "slo",
-        "slo.ttft_p50_ms",
-        "slo.ttft_p99_ms",
-        "slo.itl_p99_ms",
-        "slo.attainment_target",
+        *(f"slo.{leaf.name}" for leaf in endpoint_pb2.Slo.DESCRIPTOR.fields),
         "search_policy",
         "objective",
         "alert_routes",
