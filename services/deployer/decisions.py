@@ -1,10 +1,10 @@
 """What the deployer does in answer to an event or a call (pure): a verdict, or ordered steps.
 
-The controller gathers the facts (KV reads, which engines run), asks a function here, and carries
-the answer out (`Deployer._carry_out`), one step after another. So every branch of a search
-winner, an engine report or a rollback is a table test of plain values (`tests/deployer/
-test_decisions.py`), and the shell holds no decision of its own. No I/O and no clock: callers pass
-`now`.
+The shell (`deployments.Deployments`) gathers the facts (KV reads, which engines run), asks a
+function here, and carries the answer out (`Deployments._carry_out`), one step after another. So
+every branch of a search winner, an engine report or a rollback is a table test of plain values
+(`tests/deployer/test_decisions.py`), and the shell holds no decision of its own. No I/O and no
+clock: callers pass `now`.
 """
 
 from __future__ import annotations
