@@ -27,14 +27,13 @@
   `search.completed`).
 
 Event ids of search.started / search.completed derive from the search id (a republish is stored
-once). One searcher instance per deployment: at start it ends searches a previous instance left
-running as failed ("the searcher restarted").
+once; `search_events.py` builds them). One searcher instance per deployment: at start it ends
+searches a previous instance left running as failed ("the searcher restarted").
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -64,12 +63,12 @@ from evertune.searcher.records import (
     objective_name,
 )
 from evertune.searcher.rollout_wait import wait_for_rollout
+from evertune.searcher.search_events import Winner, completed_payload, search_event_id, started_payload
 from evertune.searcher.settings import SearcherSettings
 from evertune.searcher.space import SpaceLimits, unpriced_class
 from evertune.searcher.stats import SearcherStats
 from evertune.searcher.strategy import Objective
 from evertune.searcher.summary import evidence, explain
-from google.protobuf.duration_pb2 import Duration
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -107,10 +106,6 @@ class Prepared:
 
 #: Runs a batch of trial orders for a search (TrialBus.execute with the search's template bound).
 Executor = Callable[..., Any]
-
-
-def _event_id(kind: str, search_id: str) -> str:
-    return hashlib.sha256(f"{kind}:{search_id}".encode()).hexdigest()[:32]
 
 
 def _now() -> datetime:
@@ -563,14 +558,7 @@ class SearchSupervisor:
         record.touch()
         await self.records.save(record)
         if first_report:
-            started = events_pb2.SearchStarted(
-                search_id=search.id,
-                profile_id=search.profile_id,
-                hardware_classes=list(search.hardware_classes),
-                trial_budget=search.trial_budget,
-                candidates=state.feasible_predicted,
-                trigger=search.trigger,
-            )
+            started = started_payload(record, candidates=state.feasible_predicted)
             await self._publish(EventKind.SEARCH_STARTED, record, started)
             log.info(
                 "search ranked",
@@ -610,7 +598,9 @@ class SearchSupervisor:
             outcome=result.outcome.value,
             error=result.error,
             started=started,
-            winner=(winner_config, result.winner_trial, result.winner_class) if winner_config else None,
+            winner=Winner(config=winner_config, trial=result.winner_trial, hardware_class=result.winner_class)
+            if winner_config
+            else None,
             baseline=result.baseline_trial,
             defaults_trial_id=next(
                 (t.trial_id for t in result.progress.trials if t.candidate_key == setup.context.defaults_key),
@@ -626,7 +616,7 @@ class SearchSupervisor:
         outcome: str,
         error: str = "",
         started: datetime | None = None,
-        winner: tuple[endpoint_pb2.EngineConfig, TrialResult | None, str] | None = None,
+        winner: Winner | None = None,
         baseline: TrialResult | None = None,
         defaults_trial_id: str = "",
     ) -> None:
@@ -643,34 +633,13 @@ class SearchSupervisor:
         search.summary = record.summary
         record.touch()
         await self.records.save(record)
-        completed = events_pb2.SearchCompleted(
-            search_id=search.id,
-            profile_id=search.profile_id,
-            outcome=search.outcome,
-            trials=search.trials_completed,
-            modeled_candidates=search.modeled_candidates,
-            error=search.error,
-            summary=record.summary,
-            objective=search.objective or WIRE_OBJECTIVE.get(record.objective),
+        completed = completed_payload(
+            record,
+            elapsed=now - (started or search.create_time.ToDatetime(tzinfo=UTC)),
+            winner=winner,
+            baseline=baseline,
             defaults_trial_id=defaults_trial_id,
         )
-        if winner is not None:
-            config, trial, hardware_class = winner
-            completed.winner.CopyFrom(config)
-            if trial is not None:
-                completed.winner_trial_id = trial.trial_id
-                completed.verified = not trial.simulated
-                if trial.metrics is not None:
-                    completed.winner_metrics.CopyFrom(trial.metrics)
-                completed.winner_gates.extend([g.to_proto() for g in trial.gates])
-            completed.winner_hardware_class = hardware_class
-        if baseline is not None:
-            if baseline.metrics is not None:
-                completed.baseline_metrics.CopyFrom(baseline.metrics)
-            completed.baseline_gates.extend([g.to_proto() for g in baseline.gates])
-        duration = Duration()
-        duration.FromTimedelta(now - (started or search.create_time.ToDatetime(tzinfo=UTC)))
-        completed.duration.CopyFrom(duration)
         if outcome == "winner":
             self._winner_of[search.endpoint] = search.id
         else:
@@ -678,7 +647,7 @@ class SearchSupervisor:
         await self._publish(EventKind.SEARCH_COMPLETED, record, completed)
         self.completed += 1
         self.stats.search_ended(
-            outcome, seconds=duration.ToTimedelta().total_seconds(), trials=search.trials_completed
+            outcome, seconds=completed.duration.ToTimedelta().total_seconds(), trials=search.trials_completed
         )
 
     async def _publish(
@@ -695,7 +664,7 @@ class SearchSupervisor:
             cause_id=record.cause_id,
             endpoint_uid=record.search.endpoint_uid,
         )
-        event.id = _event_id(kind.value, record.search_id)
+        event.id = search_event_id(kind, record.search_id)
         await publish_event(self.js, event)
         self.stats.event(kind.value)
 
