@@ -7,8 +7,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evertune.domain.perfmodel.calibrate import Fit, Residual
 from evertune.apps.cli.calibrate import report, residual_rows
+from evertune.domain.perfmodel.calibrate import Fit, Residual
 from evertune.domain.perfmodel.steptime import Efficiency
 
 
