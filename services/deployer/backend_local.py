@@ -74,13 +74,13 @@ class LocalBackend:
         log_dir: Path,
         hardware_classes: list[str],
         report: ReportSink,
-        health_interval_s: float = 2.0,
-        max_restarts: int = 3,
-        restart_window_s: float = 600.0,
-        ready_timeout_s: float = 600.0,
+        health_interval_s: float,
+        max_restarts: int,
+        restart_window_s: float,
+        ready_timeout_s: float,
+        cpu_cores_per_engine: int,
         engine_factory: EngineFactory = make_engine,
         now: Callable[[], float] = time.monotonic,
-        cpu_cores_per_engine: int = 0,
     ) -> None:
         self.log_dir = log_dir
         self.hardware_classes = list(hardware_classes)

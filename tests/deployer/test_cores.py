@@ -47,6 +47,10 @@ async def test_the_local_backend_binds_a_rollouts_two_vllm_engines_to_different_
         report=report,
         engine_factory=factory,
         cpu_cores_per_engine=1,
+        health_interval_s=2.0,
+        max_restarts=3,
+        restart_window_s=600.0,
+        ready_timeout_s=600.0,
     )
     vllm, sim = EngineSpec(model="m"), EngineSpec(model="m", kind="sim")
     try:
