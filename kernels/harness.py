@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+
 from evertune.kernels.tuning import KernelConfig, ShapeKey
 
 #: Relative error bound per dtype (see the module's doc).

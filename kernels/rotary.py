@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
 from evertune.kernels._runtime import check_tensors, next_power_of_2
 from evertune.kernels._triton_util import round_to
 from evertune.kernels.tuning import KernelConfig, ShapeKey, active_cache

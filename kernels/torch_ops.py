@@ -13,6 +13,7 @@ registers them once per process.
 from __future__ import annotations
 
 import torch
+
 from evertune.kernels.rmsnorm import fused_add_rms_norm as _fused_add_rms_norm
 from evertune.kernels.rmsnorm import rms_norm as _rms_norm
 from evertune.kernels.rotary import rotary_embedding as _rotary_embedding

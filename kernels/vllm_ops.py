@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import evertune.kernels.torch_ops  # noqa: F401  (registers torch.ops.evertune.*)
 import torch
 from vllm import envs
 from vllm.config import get_cached_compilation_config
@@ -27,6 +26,8 @@ from vllm.model_executor.layers.activation import SiluAndMul
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
 from vllm.model_executor.layers.rotary_embedding.llama3_rope import Llama3RotaryEmbedding
+
+import evertune.kernels.torch_ops  # noqa: F401  (registers torch.ops.evertune.*)
 
 
 def _rows_viewable(t: torch.Tensor) -> bool:

@@ -86,8 +86,9 @@ def register() -> None:
 def install() -> list[str]:
     """Register the replacements with vLLM (idempotent); returns the class names now replaced by
     evertune's ops. Does not check the platform: `register()` does."""
-    from evertune.kernels.vllm_ops import REPLACEMENTS
     from vllm.model_executor.custom_op import op_registry_oot
+
+    from evertune.kernels.vllm_ops import REPLACEMENTS
 
     replaced: list[str] = []
     for name, (original, ours) in REPLACEMENTS.items():
@@ -105,8 +106,9 @@ def install() -> list[str]:
 
 def uninstall() -> None:
     """Remove evertune's replacements from vLLM's registry (for tests)."""
-    from evertune.kernels.vllm_ops import REPLACEMENTS
     from vllm.model_executor.custom_op import op_registry_oot
+
+    from evertune.kernels.vllm_ops import REPLACEMENTS
 
     for name, (_, ours) in REPLACEMENTS.items():
         if op_registry_oot.get(name) is ours:

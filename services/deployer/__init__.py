@@ -2,7 +2,6 @@
 
 from evertune.deployer.service import DeployerService
 from evertune.deployer.settings import DeployerSettings
-
 from evertune.infra.settings import load_settings
 
 

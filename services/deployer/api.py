@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC
 
 import grpc
+
 from evertune.deployer import validation
 from evertune.deployer.commands import WatchFilter
 from evertune.deployer.deployments import Deployments
@@ -21,7 +22,6 @@ from evertune.deployer.lifecycle import Lifecycle
 from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.watch import Incarnation, TenantScope, watch
 from evertune.deployer.workspace import Workspace
-
 from evertune.infra.logging import bound_ids, get_logger
 from evertune.infra.outbound import OutboundPolicy
 from evertune.infra.runtime import run_unary

@@ -44,7 +44,6 @@ from evertune.deployer.kubernetes import (
     write_manifests,
 )
 from evertune.deployer.plan import weights_of
-
 from evertune.domain.engines import EngineSpec, EngineStartFailed, HardwareProfile, get_profile, validate
 from evertune.domain.engines.hardware import cpu_profile
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument

@@ -22,7 +22,6 @@ from pathlib import Path
 from evertune.deployer.backend import EngineReport, ReportSink, Target
 from evertune.deployer.cores import cores_per_engine, place
 from evertune.deployer.plan import RestartBudget
-
 from evertune.domain.engines import (
     Engine,
     EngineFactory,

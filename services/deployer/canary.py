@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from evertune.deployer.rollout_policy import RolloutPolicy
 from scipy.stats import mannwhitneyu
 
+from evertune.deployer.rollout_policy import RolloutPolicy
 from evertune.domain.percentiles import percentile
 
 

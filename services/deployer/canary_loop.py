@@ -31,7 +31,6 @@ from evertune.deployer.rollout_policy import RolloutPolicy
 from evertune.deployer.state import RolloutRecord
 from evertune.deployer.telemetry import Telemetry, Windows
 from evertune.deployer.workspace import Workspace
-
 from evertune.domain.percentiles import percentile_or_zero
 from evertune.domain.slo import Slo
 from evertune.errors import EvertuneError

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from evertune.deployer.endpoint_spec import EndpointDef
-
 from evertune.domain.engines import EngineSpec
 from evertune.v1 import endpoint_service_pb2
 

@@ -14,7 +14,6 @@ from datetime import datetime
 
 from evertune.deployer.backend import EngineReport
 from evertune.deployer.plan import AllTo, RollbackPlan, Silence, WeightChange, Without
-
 from evertune.domain.engines import EngineSpec
 from evertune.v1 import endpoint_pb2, events_pb2
 

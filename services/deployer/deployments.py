@@ -35,7 +35,6 @@ from evertune.deployer.validation import rollout_overrides
 from evertune.deployer.warmup import warm_up
 from evertune.deployer.winner_check import StoredWinners
 from evertune.deployer.workspace import Workspace, new_deployment_id
-
 from evertune.domain.engines import EngineSpec
 from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument, NotFound
 from evertune.infra.events import EventKind

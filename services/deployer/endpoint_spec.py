@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from typing import Final, Literal
 
-from evertune.deployer.rollout_policy import RolloutOverrides
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evertune.deployer.rollout_policy import RolloutOverrides
 from evertune.domain.engines import EngineSpec
 from evertune.domain.gate_result import DEFAULT_AGREEMENT
 from evertune.domain.slo import DEFAULT_ATTAINMENT

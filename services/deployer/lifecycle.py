@@ -22,7 +22,6 @@ from evertune.deployer.validation import (
     update_command,
 )
 from evertune.deployer.workspace import Workspace, new_deployment_id, new_endpoint_uid
-
 from evertune.errors import (
     AlreadyExists,
     FailedPrecondition,

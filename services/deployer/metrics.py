@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
-from evertune.deployer.rollout_policy import RolloutPolicy
-from evertune.deployer.state import RolloutRecord
-from evertune.deployer.stats import enum_label
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from evertune.deployer.rollout_policy import RolloutPolicy
+from evertune.deployer.state import RolloutRecord
+from evertune.deployer.stats import enum_label
 from evertune.infra.runtime.metrics import by_label, consumer_metrics, counter, gauge, histogram
 from evertune.v1 import endpoint_pb2
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
-from evertune.deployer.plan import FULL_WEIGHT
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
+
+from evertune.deployer.plan import FULL_WEIGHT
 
 
 def step_plan_error(steps: tuple[int, ...]) -> str:

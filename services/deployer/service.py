@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from google.protobuf.message import DecodeError
+from nats.aio.msg import Msg
+
 from evertune.deployer.api import SERVICE_NAME, EndpointApi
 from evertune.deployer.backend import ServingBackend
 from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
@@ -22,9 +25,6 @@ from evertune.deployer.telemetry import Telemetry
 from evertune.deployer.winner_check import StoredWinners
 from evertune.deployer.wiring import wiring
 from evertune.deployer.workspace import Workspace
-from google.protobuf.message import DecodeError
-from nats.aio.msg import Msg
-
 from evertune.domain.engines import EngineFactory, make_engine
 from evertune.errors import InvalidArgument, SettingsError
 from evertune.infra.bus import DurableConsumer, PoisonMessage
@@ -105,12 +105,6 @@ class DeployerService(GrpcService):
             outbound=self._outbound,
             model_roots=self.model_roots,
         ).add_to(server)
-
-    @property
-    def deployer(self) -> Workspace | None:
-        """The previous name of `work` (`.deployer.state`), kept while the loop harness and
-        `bench rollout` read it."""
-        return self.work
 
     async def on_start(self, ctx: ServiceContext) -> None:
         settings = self.settings

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any, Final, Literal, Self
 
 import structlog
-from evertune.deployer.kubernetes import DEFAULT_CALLER_LABELS, KubernetesTarget
-from evertune.deployer.rollout_policy import RolloutPolicy
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from evertune.deployer.kubernetes import DEFAULT_CALLER_LABELS, KubernetesTarget
+from evertune.deployer.rollout_policy import RolloutPolicy
 from evertune.infra.runtime.auth import LOOPBACK_HOSTS
 from evertune.infra.runtime.tls import check_tls_settings
 

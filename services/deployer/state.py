@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
-from evertune.deployer.stats import DeployerStats
 from google.protobuf.message import DecodeError, Message
 from nats.js import JetStreamContext
 
+from evertune.deployer.stats import DeployerStats
 from evertune.errors import AlreadyExists, ConflictError, FailedPrecondition, NotFound
 from evertune.infra.bus import Bucket, publish_event
 from evertune.infra.events import EventKind, EventPayload, new_event

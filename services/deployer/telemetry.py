@@ -24,7 +24,6 @@ from datetime import datetime
 from typing import Final
 
 from evertune.deployer.canary import ArmWindow
-
 from evertune.domain.slo import Slo
 from evertune.infra.store import Store
 

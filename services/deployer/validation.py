@@ -21,6 +21,10 @@ from datetime import UTC
 from typing import Any, Final
 
 from annotated_types import Ge, Gt, Le, Lt
+from google.protobuf.message import Message
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
 from evertune.deployer.commands import (
     CreateCommand,
     Page,
@@ -41,10 +45,6 @@ from evertune.deployer.endpoint_spec import (
 )
 from evertune.deployer.model_roots import ModelRoots
 from evertune.deployer.rollout_policy import RolloutOverrides
-from google.protobuf.message import Message
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
-
 from evertune.domain.engines import EngineSpec, InvalidEngineConfig
 from evertune.errors import InvalidArgument
 from evertune.infra.outbound import OutboundPolicy

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import nats.errors
-from evertune.deployer.commands import WatchFilter
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from evertune.deployer.commands import WatchFilter
 from evertune.infra.events import EventKind, decode_event, event_filter_subject
 from evertune.infra.runtime.auth import Principal
 from evertune.v1 import events_pb2

@@ -4,7 +4,6 @@ canary judged on the gateway's telemetry in `requests`, the winner checked again
 route tables the gateway and the sla-monitor follow, and announces `deploy.*` and `endpoint.*`."""
 
 from evertune.deployer.state import DEPLOYMENTS, ENDPOINTS, REQUESTS, ROUTES
-
 from evertune.infra.bus import ConsumerSpec
 from evertune.infra.bus.wiring import Consumes, Delivery, Wiring
 from evertune.infra.events import EventKind, event_filter_subject

@@ -19,7 +19,6 @@ from typing import Any, Final
 from evertune.deployer import plan
 from evertune.deployer.backend import ServingBackend
 from evertune.deployer.state import State
-
 from evertune.domain.engines import EngineSpec
 from evertune.errors import (
     NotFound,

@@ -2,7 +2,6 @@
 
 from evertune.gateway.service import GatewayService
 from evertune.gateway.settings import GatewaySettings
-
 from evertune.infra.settings import load_settings
 
 

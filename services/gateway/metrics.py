@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from evertune.gateway.publisher import PublisherStats
-from evertune.gateway.stats import REJECTION_REASONS, GatewayStats
 from prometheus_client.core import Metric
 
+from evertune.gateway.publisher import PublisherStats
+from evertune.gateway.stats import REJECTION_REASONS, GatewayStats
 from evertune.infra.runtime.metrics import by_label, counter, gauge, histogram
 
 

@@ -36,6 +36,9 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from evertune.domain.replay.sse import SseDecoder
+from evertune.errors import Unauthenticated
 from evertune.gateway.prefix import chat_messages, completion_prompt
 from evertune.gateway.publisher import Pending
 from evertune.gateway.ratelimit import TenantRates, retry_after_s
@@ -49,9 +52,6 @@ from evertune.gateway.record import (
 )
 from evertune.gateway.routing import NoDeployment, RouteBook, choose, unknown_model, upstream_model
 from evertune.gateway.settings import GatewaySettings
-
-from evertune.domain.replay.sse import SseDecoder
-from evertune.errors import Unauthenticated
 from evertune.infra import engine_http
 from evertune.infra.runtime.auth import Principal, TokenLookup, authenticate
 from evertune.v1 import endpoint_pb2, telemetry_pb2

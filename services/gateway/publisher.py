@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from evertune.gateway.chat_formats import ChatFormats
-from evertune.gateway.prefix import chain_hashes, endpoint_key
 from nats.errors import MaxPayloadError
 
 from evertune.errors import InvalidArgument
+from evertune.gateway.chat_formats import ChatFormats
+from evertune.gateway.prefix import chain_hashes, endpoint_key
 from evertune.infra.logging import get_logger
 from evertune.infra.retry import StepBackoff
 from evertune.v1 import telemetry_pb2

@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from aiohttp import web
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from evertune.domain.model import ensure_model
+from evertune.domain.model.chat import ChatFormat
+from evertune.errors import EvertuneError, SettingsError, Unavailable
 from evertune.gateway.chat_formats import ChatFormats
 from evertune.gateway.metrics import gateway_metrics
 from evertune.gateway.proxy import Proxy
@@ -23,12 +29,6 @@ from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import DEV_PREFIX_SECRET, GatewaySettings
 from evertune.gateway.stats import GatewayStats
 from evertune.gateway.wiring import wiring
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-
-from evertune.domain.model import ensure_model
-from evertune.domain.model.chat import ChatFormat
-from evertune.errors import EvertuneError, SettingsError, Unavailable
 from evertune.infra.bus import KvFollower, publish
 from evertune.infra.bus.wiring import Delivery, handler_of
 from evertune.infra.runtime import Service, ServiceContext

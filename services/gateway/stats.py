@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evertune.gateway.publisher import PublisherStats
-
 from evertune.infra.runtime.metrics import Distribution
 from evertune.v1 import telemetry_pb2
 

@@ -2,7 +2,6 @@
 telemetry of every request it proxies."""
 
 from evertune.gateway.settings import GatewaySettings
-
 from evertune.infra.bus.wiring import Consumes, Delivery, Wiring
 
 

@@ -1,9 +1,8 @@
 """The profiler service. `create` builds it from its settings (`EVERTUNE_PROFILER_*`)."""
 
+from evertune.infra.settings import load_settings
 from evertune.profiler.service import ProfilerService
 from evertune.profiler.settings import ProfilerSettings
-
-from evertune.infra.settings import load_settings
 
 
 def create() -> ProfilerService:

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from evertune.domain.engines.metrics import MetricsDelta
 from evertune.profiler.profile import (
     NO_BOTTLENECK,
     BottleneckReport,
@@ -38,8 +40,6 @@ from evertune.profiler.profile import (
     RequestSample,
     in_flight_at_arrival,
 )
-
-from evertune.domain.engines.metrics import MetricsDelta
 
 #: Requests with a first token needed for a telemetry-only report.
 MIN_REQUESTS = 20

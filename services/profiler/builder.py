@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from evertune.domain.workloads.jsonl import TraceRecord
+from evertune.infra.store import Store
 from evertune.profiler import catalog
 from evertune.profiler.bottleneck import EngineFigures, bottleneck_report
 from evertune.profiler.profile import (
@@ -31,9 +33,6 @@ from evertune.profiler.profile import (
 )
 from evertune.profiler.queries import newest_endpoint_uid, request_samples, window_aggregates
 from evertune.profiler.trace_export import trace_records, trace_sha256, trace_text
-
-from evertune.domain.workloads.jsonl import TraceRecord
-from evertune.infra.store import Store
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from evertune.profiler.profile import WorkloadProfile, profile_from_jsonable, to_jsonable
 from google.protobuf.json_format import MessageToJson, Parse
 
 from evertune.infra.store import Store
+from evertune.profiler.profile import WorkloadProfile, profile_from_jsonable, to_jsonable
 from evertune.v1 import events_pb2
 
 TABLE = "profiles"

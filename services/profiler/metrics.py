@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from evertune.profiler.stats import ProfilerStats
 from prometheus_client.core import Metric
 
 from evertune.infra.runtime.metrics import consumer_metrics, counter, gauge, histogram
+from evertune.profiler.stats import ProfilerStats
 
 
 def profiler_metrics(stats: ProfilerStats) -> Iterator[Metric]:

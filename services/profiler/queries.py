@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from evertune.infra.store import Store
 from evertune.profiler.profile import (
     EMPTY_AGGREGATES,
     HISTOGRAM_BINS,
@@ -29,8 +30,6 @@ from evertune.profiler.profile import (
     WindowAggregates,
     nice_width,
 )
-
-from evertune.infra.store import Store
 
 #: Percentile levels reported everywhere.
 LEVELS = (0.5, 0.9, 0.99)

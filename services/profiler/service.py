@@ -38,16 +38,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import aiohttp
-from evertune.profiler import catalog
-from evertune.profiler.bottleneck import EngineFigures, engine_figures
-from evertune.profiler.builder import CreateRequest, create_profile, resolve_endpoint_uid
-from evertune.profiler.metrics import profiler_metrics
-from evertune.profiler.profile import ProfileConfig, to_jsonable
-from evertune.profiler.queries import endpoint_seen, newest_uids
-from evertune.profiler.settings import ProfilerSettings
-from evertune.profiler.sink import SinkConfig, TelemetrySink
-from evertune.profiler.stats import ProfilerStats
-from evertune.profiler.wiring import wiring
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
@@ -71,6 +61,16 @@ from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.infra.store import Store
+from evertune.profiler import catalog
+from evertune.profiler.bottleneck import EngineFigures, engine_figures
+from evertune.profiler.builder import CreateRequest, create_profile, resolve_endpoint_uid
+from evertune.profiler.metrics import profiler_metrics
+from evertune.profiler.profile import ProfileConfig, to_jsonable
+from evertune.profiler.queries import endpoint_seen, newest_uids
+from evertune.profiler.settings import ProfilerSettings
+from evertune.profiler.sink import SinkConfig, TelemetrySink
+from evertune.profiler.stats import ProfilerStats
+from evertune.profiler.wiring import wiring
 from evertune.v1 import endpoint_pb2, events_pb2
 
 #: Error codes of the request subject's replies.

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from evertune.profiler.sink import SinkStats
-
 from evertune.infra.bus import ConsumerStats
 from evertune.infra.runtime.metrics import COUNT_BUCKETS, FAST_BUCKETS, Distribution
+from evertune.profiler.sink import SinkStats
 
 
 def _fast() -> Distribution:

@@ -25,9 +25,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
-from evertune.profiler.profile import RequestSample, Structure, chain_structure
-
 from evertune.domain.workloads.jsonl import TraceRecord, format_record
+from evertune.profiler.profile import RequestSample, Structure, chain_structure
 
 
 def trace_records(

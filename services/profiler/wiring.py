@@ -3,11 +3,10 @@ builds a profile when the sla-monitor reports drift (or when asked, or on its sc
 (`profiles`, with its replayable trace) and announces it (`profile.ready`: the searcher searches
 on it, the sla-monitor takes it as its drift reference)."""
 
-from evertune.profiler.settings import ProfilerSettings
-
 from evertune.infra.bus import ConsumerSpec
 from evertune.infra.bus.wiring import Consumes, Delivery, Wiring
 from evertune.infra.events import EventKind
+from evertune.profiler.settings import ProfilerSettings
 
 
 def wiring(settings: ProfilerSettings) -> Wiring:

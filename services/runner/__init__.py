@@ -1,9 +1,8 @@
 """The runner service. `create` builds it from its settings (`EVERTUNE_RUNNER_*`)."""
 
+from evertune.infra.settings import load_settings
 from evertune.runner.service import RunnerService
 from evertune.runner.settings import RunnerSettings
-
-from evertune.infra.settings import load_settings
 
 
 def create() -> RunnerService:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from evertune.runner.stats import PHASE_BUCKETS, PHASES, RunnerStats
 from prometheus_client.core import Metric
 
 from evertune.infra.runtime.metrics import Distribution, by_label, consumer_metrics, counter, gauge, histogram
+from evertune.runner.stats import PHASE_BUCKETS, PHASES, RunnerStats
 
 #: Label values exported at 0 before they are first counted (so a rate sees the first one, and
 #: dashboards and alerts find the series): outcomes, events, failures.

@@ -8,14 +8,14 @@ import binascii
 from collections.abc import Sequence
 from typing import Any
 
-from evertune.runner.report import COLUMNS, dedup_token
-from evertune.runner.trace import PROFILES_TABLE, StoredTrace, StoredTraceRef
-from evertune.runner.trial_runner import Reference
 from google.protobuf.message import DecodeError
 
 from evertune.domain.engines import EngineSpec
 from evertune.errors import EvertuneError
 from evertune.infra.store import Store
+from evertune.runner.report import COLUMNS, dedup_token
+from evertune.runner.trace import PROFILES_TABLE, StoredTrace, StoredTraceRef
+from evertune.runner.trial_runner import Reference
 from evertune.v1 import events_pb2
 
 TABLE = "trials"

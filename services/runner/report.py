@@ -17,13 +17,13 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from evertune.runner.measure import RateFigures, at_rate, goodput_rps
-from evertune.runner.trial_runner import TrialOutcome
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 
 from evertune.domain.engines.fingerprint import Fingerprint, fingerprint_proto
 from evertune.domain.replay import Summary
+from evertune.runner.measure import RateFigures, at_rate, goodput_rps
+from evertune.runner.trial_runner import TrialOutcome
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 STATUS: dict[str, jobs_pb2.TrialStatus] = {

@@ -43,14 +43,6 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, ClassVar
 
-from evertune.runner.job import decode_job
-from evertune.runner.metrics import runner_metrics
-from evertune.runner.records import TrialRecords
-from evertune.runner.report import completed, completed_event_id, row
-from evertune.runner.settings import RunnerSettings
-from evertune.runner.stats import RunnerStats
-from evertune.runner.trial_runner import TrialEngineFactory, TrialOutcome, TrialRunner, default_engine_factory
-from evertune.runner.wiring import STREAM, wiring
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
@@ -64,6 +56,14 @@ from evertune.infra.bus.wiring import Delivery, durable_consumers, handler_of
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.runtime.metrics import FunctionCollector
+from evertune.runner.job import decode_job
+from evertune.runner.metrics import runner_metrics
+from evertune.runner.records import TrialRecords
+from evertune.runner.report import completed, completed_event_id, row
+from evertune.runner.settings import RunnerSettings
+from evertune.runner.stats import RunnerStats
+from evertune.runner.trial_runner import TrialEngineFactory, TrialOutcome, TrialRunner, default_engine_factory
+from evertune.runner.wiring import STREAM, wiring
 from evertune.v1 import common_pb2, events_pb2, jobs_pb2
 
 #: Ended searches a runner remembers (a job of one of them is not started).

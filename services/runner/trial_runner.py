@@ -32,21 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from evertune.runner.gates import (
-    Agreement,
-    agreement,
-    classify_change,
-    correctness_gate,
-    slo_gate,
-    stability_gate,
-)
-from evertune.runner.gates.correctness import Closeness, baseline_gate, logprob_closeness
-from evertune.runner.golden import GoldenFailed, GoldenSet, collect_golden, golden_set
-from evertune.runner.job import TrialPlan, engine_spec, plan_trial
-from evertune.runner.measure import RateFigures, at_rate, rate_figures, skip_higher
-from evertune.runner.settings import RunnerSettings
-from evertune.runner.trace import TraceLookup, TraceSource, TraceUnavailable, open_trace, stored_trace_ref
-
 from evertune.domain.engines import (
     EngineGroup,
     EngineMetrics,
@@ -66,6 +51,20 @@ from evertune.domain.workloads import VoiceWorkload, plan_voice
 from evertune.domain.workloads.source import CorpusText
 from evertune.errors import EvertuneError, Unavailable
 from evertune.infra.logging import get_logger
+from evertune.runner.gates import (
+    Agreement,
+    agreement,
+    classify_change,
+    correctness_gate,
+    slo_gate,
+    stability_gate,
+)
+from evertune.runner.gates.correctness import Closeness, baseline_gate, logprob_closeness
+from evertune.runner.golden import GoldenFailed, GoldenSet, collect_golden, golden_set
+from evertune.runner.job import TrialPlan, engine_spec, plan_trial
+from evertune.runner.measure import RateFigures, at_rate, rate_figures, skip_higher
+from evertune.runner.settings import RunnerSettings
+from evertune.runner.trace import TraceLookup, TraceSource, TraceUnavailable, open_trace, stored_trace_ref
 from evertune.v1 import events_pb2, jobs_pb2
 
 log = get_logger("evertune.runner.trial_runner")

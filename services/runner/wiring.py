@@ -2,11 +2,10 @@
 replays the profile's stored trace, stores each trial (`trials`) and reports it
 (`trial.progress`, `trial.completed`); a `search.completed` stops the trials of its search."""
 
-from evertune.runner.settings import RunnerSettings
-
 from evertune.infra.bus import ConsumerSpec
 from evertune.infra.bus.wiring import Consumes, Delivery, Wiring
 from evertune.infra.events import EventKind, event_filter_subject
+from evertune.runner.settings import RunnerSettings
 
 #: Stream holding the work queues of every hardware class.
 STREAM = "JOBS"

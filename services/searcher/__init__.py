@@ -1,9 +1,8 @@
 """The searcher service. `create` builds it from its settings (`EVERTUNE_SEARCHER_*`)."""
 
+from evertune.infra.settings import load_settings
 from evertune.searcher.service import SearcherService
 from evertune.searcher.settings import SearcherSettings
-
-from evertune.infra.settings import load_settings
 
 
 def create() -> SearcherService:

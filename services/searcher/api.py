@@ -17,12 +17,12 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
-from evertune.searcher.records import Incarnation, SearchRecord
-from evertune.searcher.searches import SearchSupervisor
 
 from evertune.errors import EvertuneError, InvalidArgument, NotFound
 from evertune.infra.runtime import run_unary
 from evertune.infra.runtime.auth import caller
+from evertune.searcher.records import Incarnation, SearchRecord
+from evertune.searcher.searches import SearchSupervisor
 from evertune.v1 import events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc

@@ -20,13 +20,13 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from evertune.searcher.model import RatePoint, goodput_of, meets
-from evertune.searcher.orchestrate import TrialOrder, TrialResult
-from evertune.searcher.strategy import Figures
 from google.protobuf.duration_pb2 import Duration
 
 from evertune.domain.gate_result import GateResult
 from evertune.domain.slo import Slo
+from evertune.searcher.model import RatePoint, goodput_of, meets
+from evertune.searcher.orchestrate import TrialOrder, TrialResult
+from evertune.searcher.strategy import Figures
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 #: Gates a search asks for, in order (settings may drop some).

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from evertune.searcher.stats import PROFILE_RESULTS, SearcherStats
 from prometheus_client.core import Metric
 
 from evertune.infra.runtime.metrics import (
@@ -27,6 +26,7 @@ from evertune.infra.runtime.metrics import (
     gauge,
     histogram,
 )
+from evertune.searcher.stats import PROFILE_RESULTS, SearcherStats
 
 #: Label values exported at 0 before they are first counted (so a rate sees the first one, and
 #: dashboards find the series): outcomes (`orchestrate.Outcome`), events, failures.

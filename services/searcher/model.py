@@ -47,15 +47,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from evertune.searcher.space import Candidate, UnpricedClass, unpriced_class
-from evertune.searcher.strategy import Figures
-
 from evertune.domain.engines import HardwareProfile
 from evertune.domain.perfmodel import Efficiency, ModelArch, SimInput, simulate
 from evertune.domain.perfmodel.simulate import block_size_of, workload_rps
 from evertune.domain.perfmodel.workload import primer_inputs
 from evertune.domain.slo import Slo
 from evertune.errors import InvalidArgument
+from evertune.searcher.space import Candidate, UnpricedClass, unpriced_class
+from evertune.searcher.strategy import Figures
 
 #: Bounds of log(s) in the speed fit, relative to the prior factors (e^-6 ... e^6).
 LOG_SPEED_BOUND = 6.0

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
+from evertune.domain.gate_result import GateResult
 from evertune.searcher.model import Measured, Prediction, RatePoint, Recalibration
 from evertune.searcher.noise import Comparison
 from evertune.searcher.space import Candidate
@@ -47,8 +48,6 @@ from evertune.searcher.strategy import (
     TrialRequest,
     score,
 )
-
-from evertune.domain.gate_result import GateResult
 from evertune.v1 import jobs_pb2
 
 

@@ -27,6 +27,10 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from evertune.domain.engines import EngineSpec, HardwareProfile
+from evertune.domain.perfmodel.simulate import block_size_of
+from evertune.domain.slo import Slo
+from evertune.errors import FailedPrecondition
 from evertune.searcher.jobs import JobTemplate
 from evertune.searcher.orchestrate import SearchPlan
 from evertune.searcher.settings import SearcherSettings
@@ -41,11 +45,6 @@ from evertune.searcher.space import (
 )
 from evertune.searcher.strategy import NO_CONFIRMATION, NoiseRule, Objective
 from evertune.searcher.summary import Context
-
-from evertune.domain.engines import EngineSpec, HardwareProfile
-from evertune.domain.perfmodel.simulate import block_size_of
-from evertune.domain.slo import Slo
-from evertune.errors import FailedPrecondition
 from evertune.v1 import endpoint_pb2
 
 

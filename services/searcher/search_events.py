@@ -8,11 +8,11 @@ import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 
-from evertune.searcher.orchestrate import TrialResult
-from evertune.searcher.records import WIRE_OBJECTIVE, SearchRecord
 from google.protobuf.duration_pb2 import Duration
 
 from evertune.infra.events import EventKind
+from evertune.searcher.orchestrate import TrialResult
+from evertune.searcher.records import WIRE_OBJECTIVE, SearchRecord
 from evertune.v1 import endpoint_pb2, events_pb2
 
 

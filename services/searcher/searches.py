@@ -41,6 +41,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from evertune.domain.engines import EngineSpec, HardwareProfile, InvalidEngineConfig, get_profile
+from evertune.domain.model import ensure_model
+from evertune.domain.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
+from evertune.domain.perfmodel.simulate import block_size_of
+from evertune.domain.workloads.source import load_workload
+from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument, NotFound
+from evertune.infra.bus import Bucket, publish_event
+from evertune.infra.events import EventKind, decode_event, endpoint_token, event_filter_subject, new_event
+from evertune.infra.logging import get_logger
+from evertune.infra.runtime.tasks import cancel_and_wait
+from evertune.infra.store import Store
 from evertune.searcher.jobs import JobTemplate
 from evertune.searcher.model import SearchModel, ThreadedModel
 from evertune.searcher.orchestrate import (
@@ -69,21 +84,6 @@ from evertune.searcher.space import SpaceLimits, unpriced_class
 from evertune.searcher.stats import SearcherStats
 from evertune.searcher.strategy import Objective
 from evertune.searcher.summary import evidence, explain
-from nats.errors import Error as NatsError
-from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
-
-from evertune.domain.engines import EngineSpec, HardwareProfile, InvalidEngineConfig, get_profile
-from evertune.domain.model import ensure_model
-from evertune.domain.perfmodel import Efficiency, PromptTokens, load_arch, load_efficiency, prepare
-from evertune.domain.perfmodel.simulate import block_size_of
-from evertune.domain.workloads.source import load_workload
-from evertune.errors import EvertuneError, FailedPrecondition, InvalidArgument, NotFound
-from evertune.infra.bus import Bucket, publish_event
-from evertune.infra.events import EventKind, decode_event, endpoint_token, event_filter_subject, new_event
-from evertune.infra.logging import get_logger
-from evertune.infra.runtime.tasks import cancel_and_wait
-from evertune.infra.store import Store
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 

@@ -20,14 +20,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from evertune.searcher.api import SERVICE_NAME, SearchApi
-from evertune.searcher.metrics import searcher_metrics
-from evertune.searcher.searches import SearchSupervisor
-from evertune.searcher.settings import SearcherSettings
-from evertune.searcher.space import SpaceLimits
-from evertune.searcher.stats import SearcherStats
-from evertune.searcher.trial_bus import TrialBus
-from evertune.searcher.wiring import wiring
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 
@@ -39,6 +31,14 @@ from evertune.infra.runtime import GrpcService, ServiceContext
 from evertune.infra.runtime.auth import AuthInterceptor, load_tokens
 from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.infra.runtime.tls import Listener, ServerTls, check_exposure, tls_mode
+from evertune.searcher.api import SERVICE_NAME, SearchApi
+from evertune.searcher.metrics import searcher_metrics
+from evertune.searcher.searches import SearchSupervisor
+from evertune.searcher.settings import SearcherSettings
+from evertune.searcher.space import SpaceLimits
+from evertune.searcher.stats import SearcherStats
+from evertune.searcher.trial_bus import TrialBus
+from evertune.searcher.wiring import wiring
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 

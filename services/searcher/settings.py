@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Self
 
-from evertune.searcher.strategy import DEFAULT_ETA, DEFAULT_MIN_GAIN, NoiseRule
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from evertune.infra.runtime.tls import check_tls_settings
+from evertune.searcher.strategy import DEFAULT_ETA, DEFAULT_MIN_GAIN, NoiseRule
 
 #: The noise rule's defaults: the settings of the confirmation take theirs from it (declared once).
 _NOISE = NoiseRule()

@@ -22,12 +22,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from evertune.domain.engines import EngineSpec
+from evertune.domain.slo import Slo
 from evertune.searcher.noise import Comparison
 from evertune.searcher.orchestrate import Outcome, SearchResult, TrialResult
 from evertune.searcher.strategy import Objective
-
-from evertune.domain.engines import EngineSpec
-from evertune.domain.slo import Slo
 
 
 @dataclass(frozen=True)

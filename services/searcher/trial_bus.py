@@ -24,8 +24,6 @@ import binascii
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from evertune.searcher.jobs import JobTemplate, deadline_of, missing_result, trial_job, trial_result
-from evertune.searcher.orchestrate import TrialOrder, TrialResult
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
@@ -35,6 +33,8 @@ from nats.js.errors import NotFoundError
 from evertune.infra.bus import PoisonMessage, publish
 from evertune.infra.logging import get_logger
 from evertune.infra.store import Store
+from evertune.searcher.jobs import JobTemplate, deadline_of, missing_result, trial_job, trial_result
+from evertune.searcher.orchestrate import TrialOrder, TrialResult
 from evertune.v1 import endpoint_pb2, events_pb2
 
 log = get_logger("evertune.searcher.trial_bus")

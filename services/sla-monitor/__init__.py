@@ -1,9 +1,8 @@
 """The sla-monitor service. `create` builds it from its settings (`EVERTUNE_SLA_MONITOR_*`)."""
 
+from evertune.infra.settings import load_settings
 from evertune.sla_monitor.service import SlaMonitorService
 from evertune.sla_monitor.settings import SlaMonitorSettings
-
-from evertune.infra.settings import load_settings
 
 
 def create() -> SlaMonitorService:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
+from evertune.domain.workloads.prefix_reuse import HORIZON_S
 from evertune.sla_monitor.drift_reference import DriftReference, DriftSample, PrefixReuseTracker
 from evertune.sla_monitor.drift_statistics import (
     FloatArray,
@@ -47,8 +49,6 @@ from evertune.sla_monitor.drift_statistics import (
     z_critical,
 )
 from evertune.sla_monitor.ttft_cusum import TtftCusum
-
-from evertune.domain.workloads.prefix_reuse import HORIZON_S
 
 #: Feature names, as in `DriftSignal.feature` (plus "ttft_ms" for the change-point detector).
 Feature = Literal["prompt_tokens", "completion_tokens", "rate_rps", "prefix_reuse_share", "ttft_ms"]

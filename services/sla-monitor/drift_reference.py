@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from evertune.sla_monitor.drift_statistics import FloatArray
 
 from evertune.domain.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
+from evertune.sla_monitor.drift_statistics import FloatArray
 
 
 class PrefixReuseTracker:

@@ -37,10 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from evertune.sla_monitor.stats import ALL, SlaMonitorStats
 from prometheus_client.core import Metric
 
 from evertune.infra.runtime.metrics import Series, consumer_metrics, counter, gauge
+from evertune.sla_monitor.stats import ALL, SlaMonitorStats
 
 #: Labels of a watched scope.
 SCOPE = ["endpoint", "deployment"]

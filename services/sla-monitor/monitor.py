@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from evertune.domain.slo import Slo
 from evertune.sla_monitor.alerts import AlertKey, AlertStateMachine, Breach, Decision, Incident
 from evertune.sla_monitor.burn_rate import (
     BurnRateRule,
@@ -22,8 +23,6 @@ from evertune.sla_monitor.burn_rate import (
     history_needed,
 )
 from evertune.sla_monitor.window import LatencyWindow, Observation, WindowStats
-
-from evertune.domain.slo import Slo
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,6 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from evertune.sla_monitor.alerts import Breach, Decision, Resolved
-from evertune.sla_monitor.drift_reference import DriftReference, DriftSample
-from evertune.sla_monitor.endpoint_drift import DriftReport
-from evertune.sla_monitor.window import Observation, WindowStats, p99_gap
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -39,6 +35,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from evertune.domain.slo import Slo
 from evertune.infra.events import EventKind
 from evertune.infra.retry import ExponentialBackoff
+from evertune.sla_monitor.alerts import Breach, Decision, Resolved
+from evertune.sla_monitor.drift_reference import DriftReference, DriftSample
+from evertune.sla_monitor.endpoint_drift import DriftReport
+from evertune.sla_monitor.window import Observation, WindowStats, p99_gap
 from evertune.v1 import common_pb2, events_pb2, telemetry_pb2
 
 #: Integration kinds (EVERTUNE_SLA_MONITOR_RECEIVERS `kind`); "log" writes a structured log line.

@@ -25,6 +25,9 @@ from typing import Any, Protocol
 
 import aiohttp
 import structlog
+
+from evertune.infra.outbound import OutboundPolicy
+from evertune.infra.retry import rest
 from evertune.sla_monitor.alerts import Decision
 from evertune.sla_monitor.guarded_resolver import GuardedResolver
 from evertune.sla_monitor.payloads import (
@@ -38,9 +41,6 @@ from evertune.sla_monitor.payloads import (
     payload_for,
     signature,
 )
-
-from evertune.infra.outbound import OutboundPolicy
-from evertune.infra.retry import rest
 
 
 class Spawn(Protocol):

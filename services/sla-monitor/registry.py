@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evertune.sla_monitor.payloads import AlertSeverity, ReceiverConfig, ReceiverKind
-
 from evertune.v1 import common_pb2, endpoint_pb2
 
 #: AlertRoute.min_severity -> receiver severity (unspecified = warning, as endpoint.proto says).

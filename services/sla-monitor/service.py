@@ -22,6 +22,27 @@ import time
 from collections import OrderedDict
 from typing import Any, ClassVar
 
+from google.protobuf.message import DecodeError
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import BucketNotFoundError
+
+from evertune.domain.slo import Slo
+from evertune.errors import InvalidArgument
+from evertune.infra.bus import (
+    ConsumerStats,
+    DurableConsumer,
+    KvFollower,
+    PoisonMessage,
+    Resubscriber,
+    publish_event,
+)
+from evertune.infra.bus.wiring import Consumes, Delivery, durable_consumers, handler_of
+from evertune.infra.events import EventKind, new_event
+from evertune.infra.runtime import Service, ServiceContext
+from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.sla_monitor.alerts import Breach, Decision
 from evertune.sla_monitor.burn_rate import unreachable_rules
 from evertune.sla_monitor.drift_reference import DriftReference
@@ -47,27 +68,6 @@ from evertune.sla_monitor.settings import SlaMonitorSettings
 from evertune.sla_monitor.stats import ALL, DriftStatus, JudgedCounts, SlaMonitorStats, SloRow
 from evertune.sla_monitor.window import Observation
 from evertune.sla_monitor.wiring import wiring
-from google.protobuf.message import DecodeError
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import BucketNotFoundError
-
-from evertune.domain.slo import Slo
-from evertune.errors import InvalidArgument
-from evertune.infra.bus import (
-    ConsumerStats,
-    DurableConsumer,
-    KvFollower,
-    PoisonMessage,
-    Resubscriber,
-    publish_event,
-)
-from evertune.infra.bus.wiring import Consumes, Delivery, durable_consumers, handler_of
-from evertune.infra.events import EventKind, new_event
-from evertune.infra.runtime import Service, ServiceContext
-from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from evertune.sla_monitor.burn_rate import DEFAULT_RULES, BurnRateRule
-from evertune.sla_monitor.drift import DriftConfig
-from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy, check_receivers
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from evertune.domain.slo import DEFAULT_ATTAINMENT
+from evertune.sla_monitor.burn_rate import DEFAULT_RULES, BurnRateRule
+from evertune.sla_monitor.drift import DriftConfig
+from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy, check_receivers
 
 #: The drift detector's defaults: the `drift_*` settings below take theirs from it (declared once).
 _DRIFT = DriftConfig()

@@ -13,13 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evertune.domain.slo import Slo
+from evertune.infra.bus import ConsumerStats
 from evertune.sla_monitor.alerts import AlertKey, Incident
 from evertune.sla_monitor.burn_rate import BurnRateRule, RuleEvaluation
 from evertune.sla_monitor.monitor import MonitorCounters
 from evertune.sla_monitor.window import WindowStats
-
-from evertune.domain.slo import Slo
-from evertune.infra.bus import ConsumerStats
 
 #: `deployment` label (and judged-counter key) of the endpoint as a whole.
 ALL = "all"

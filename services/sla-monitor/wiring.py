@@ -2,11 +2,10 @@
 endpoints give each endpoint its SLO, and the profiler's latest profile is each endpoint's drift
 reference (so a drift it reports comes back to it as the profile built for that drift)."""
 
-from evertune.sla_monitor.settings import SlaMonitorSettings
-
 from evertune.infra.bus import ConsumerSpec
 from evertune.infra.bus.wiring import Consumes, Delivery, Wiring
 from evertune.infra.events import EventKind, event_filter_subject
+from evertune.sla_monitor.settings import SlaMonitorSettings
 
 
 def wiring(settings: SlaMonitorSettings) -> Wiring:

@@ -10,11 +10,11 @@ from typing import Any
 
 import grpc
 import pytest
-from evertune.deployer import DeployerService, DeployerSettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from pydantic import SecretStr
 
+from evertune.deployer import DeployerService, DeployerSettings
 from evertune.errors import NotFound
 from evertune.infra.bus import Bucket
 from evertune.infra.runtime import ServiceContext

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
-from evertune.deployer.kubernetes import KubernetesTarget, Rendered, deployment_manifests
-from evertune.profiler import sink
 
+from evertune.deployer.kubernetes import KubernetesTarget, Rendered, deployment_manifests
 from evertune.domain.engines import EngineMetrics, EngineSpec, HardwareProfile, get_profile
 from evertune.domain.engines.metrics import fetch_metrics, parse_metrics
 from evertune.domain.engines.process import ProcessEngine
 from evertune.infra.store import Store
+from evertune.profiler import sink
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.fake_engine import SCRIPT as FAKE_ENGINE

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
+from nats.aio.client import Client
+
+from evertune.apps.harness.waiting import eventually
 from evertune.deployer import backend_kubernetes
 from evertune.deployer.backend import Target
 from evertune.deployer.backend_kubernetes import KubernetesBackend, api_client_from_config
 from evertune.deployer.kubernetes import LABEL_TENANT, KubernetesTarget, object_name, validate_manifest
-from nats.aio.client import Client
-
-from evertune.apps.harness.waiting import eventually
 from evertune.domain.engines import EngineSpec, EngineStartFailed
 from evertune.errors import FailedPrecondition, InvalidArgument
 from evertune.v1 import endpoint_pb2 as D

@@ -7,6 +7,7 @@ import dataclasses
 import random
 
 import pytest
+
 from evertune.deployer.canary import ArmWindow, Verdict, analyse, mann_whitney_greater_p
 from evertune.deployer.rollout_policy import RolloutPolicy
 

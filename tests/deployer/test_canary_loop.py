@@ -7,15 +7,15 @@ import asyncio
 import uuid
 from pathlib import Path
 
+from nats.js import JetStreamContext
+from structlog.testing import capture_logs
+
 from evertune.deployer.backend import EngineReport
 from evertune.deployer.backend_local import LocalBackend
 from evertune.deployer.canary_loop import CanaryLoop
 from evertune.deployer.rollout_policy import RolloutPolicy
 from evertune.deployer.state import RolloutRecord, State
 from evertune.deployer.workspace import Workspace
-from nats.js import JetStreamContext
-from structlog.testing import capture_logs
-
 from evertune.v1 import endpoint_pb2 as D
 
 

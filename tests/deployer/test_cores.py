@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+
 from evertune.deployer.backend import EngineReport, Target
 from evertune.deployer.backend_local import LocalBackend
 from evertune.deployer.cores import cores_per_engine, place
-
 from evertune.domain.engines import EngineSpec
 from tests.deployer.helpers import StandInFactory
 

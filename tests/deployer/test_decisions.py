@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import pytest
+
 from evertune.deployer.backend import EngineReport
 from evertune.deployer.decisions import (
     AnnounceRolledBack,
@@ -27,7 +28,6 @@ from evertune.deployer.decisions import (
     search_winner,
 )
 from evertune.deployer.plan import AllTo, RollbackPlan, Silence, Without
-
 from evertune.domain.engines import EngineSpec
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import events_pb2 as E

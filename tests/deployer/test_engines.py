@@ -11,11 +11,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from evertune.gateway import GatewayService
 from nats.aio.client import Client
 
 from evertune.apps.harness.waiting import eventually
 from evertune.domain.model import ensure_model
+from evertune.gateway import GatewayService
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from tests.deployer.conftest import Stack, start_stack, stop_stack

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
+from pydantic import ValidationError
+
 from evertune.deployer.kubernetes import (
     DEFAULT_CALLER_LABELS,
     FIELD_MANAGER,
@@ -31,8 +33,6 @@ from evertune.deployer.kubernetes import (
     write_manifests,
 )
 from evertune.deployer.settings import DeployerSettings
-from pydantic import ValidationError
-
 from evertune.domain.engines import EngineSpec, get_profile
 from evertune.domain.engines.hardware import cpu_profile
 from evertune.errors import InvalidArgument, SettingsError

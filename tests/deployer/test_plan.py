@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from evertune.deployer import plan
 
+from evertune.deployer import plan
 from evertune.errors import FailedPrecondition, NotFound
 from evertune.v1 import endpoint_pb2 as D
 

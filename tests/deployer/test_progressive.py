@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
-from evertune.deployer.state import State
 from google.protobuf.field_mask_pb2 import FieldMask
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 
 from evertune.apps.harness.waiting import eventually
+from evertune.deployer.state import State
 from evertune.infra.bus import publish_event
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime.tasks import cancel_and_wait

@@ -4,11 +4,12 @@ analysis, a breach or a crash, and ignores everything once finished."""
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
+
 from evertune.deployer.canary import Analysis, Verdict
 from evertune.deployer.plan import FULL_WEIGHT
 from evertune.deployer.rollout import ActionKind, Phase, Rollout, Trigger
 from evertune.deployer.rollout_policy import RolloutPolicy
-from pydantic import ValidationError
 
 PROCEED = Analysis(verdict=Verdict.PROCEED, reason="ok")
 HOLD = Analysis(verdict=Verdict.HOLD, reason="too few")

@@ -6,15 +6,15 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from pydantic import ValidationError
+
+from evertune.apps.cli.endpoint import canary_steps, rollout_line, rollout_policy
 from evertune.deployer.canary import Analysis, Verdict
 from evertune.deployer.plan import FULL_WEIGHT
 from evertune.deployer.rollout import ActionKind, Phase, Rollout, Trigger
 from evertune.deployer.rollout_policy import RolloutOverrides, RolloutPolicy, effective_policy
 from evertune.deployer.settings import DeployerSettings
 from evertune.deployer.validation import rollout_overrides
-from pydantic import ValidationError
-
-from evertune.apps.cli.endpoint import canary_steps, rollout_line, rollout_policy
 from evertune.errors import InvalidArgument
 from evertune.v1 import endpoint_pb2
 

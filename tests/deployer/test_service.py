@@ -11,14 +11,14 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from evertune.deployer import DeployerService
-from evertune.gateway import GatewayService
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from pydantic import SecretStr
 
 from evertune.apps.harness.waiting import eventually
+from evertune.deployer import DeployerService
 from evertune.errors import SettingsError
+from evertune.gateway import GatewayService
 from evertune.infra.bus import publish_event
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import run_unary

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from evertune.deployer.rollout_policy import RolloutPolicy
-from evertune.deployer.settings import RENAMED_ROLLOUT, DeployerSettings, renamed_variable
 from nats.js import JetStreamContext
 from structlog.testing import capture_logs
 
+from evertune.deployer.rollout_policy import RolloutPolicy
+from evertune.deployer.settings import RENAMED_ROLLOUT, DeployerSettings, renamed_variable
 from evertune.errors import SettingsError
 from evertune.infra.settings import load_settings
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from evertune.deployer.state import State
 from nats.js import JetStreamContext
 
+from evertune.deployer.state import State
 from evertune.infra.bus import Bucket
 from evertune.v1 import endpoint_pb2
 

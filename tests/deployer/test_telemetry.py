@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from evertune.deployer.telemetry import Telemetry
-
 from evertune.domain.slo import Slo
 from evertune.infra.store import Store, migrate
 from tests.deployer.helpers import insert_requests, request_row

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from evertune.deployer import validation as v
-from evertune.deployer.commands import CreateCommand, Page, UpdateCommand
-from evertune.deployer.rollout_policy import RolloutOverrides
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from evertune.deployer import validation as v
+from evertune.deployer.commands import CreateCommand, Page, UpdateCommand
+from evertune.deployer.rollout_policy import RolloutOverrides
 from evertune.errors import InvalidArgument
 from evertune.v1 import common_pb2, endpoint_pb2
 from evertune.v1 import endpoint_service_pb2 as pb

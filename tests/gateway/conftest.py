@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from evertune.gateway import GatewayService, GatewaySettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from evertune.gateway import GatewayService, GatewaySettings
 from evertune.infra.bus import Bucket
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings

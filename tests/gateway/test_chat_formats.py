@@ -7,12 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from evertune.gateway.chat_formats import ChatFormats
-from evertune.gateway.prefix import chain_hashes, endpoint_key
-from evertune.gateway.publisher import Pending, hash_prompts
 
 from evertune.domain.model import make_model
 from evertune.domain.model.chat import ChatFormat
+from evertune.gateway.chat_formats import ChatFormats
+from evertune.gateway.prefix import chain_hashes, endpoint_key
+from evertune.gateway.publisher import Pending, hash_prompts
 from evertune.v1 import telemetry_pb2
 
 CHATML = (

@@ -7,12 +7,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from evertune.errors import InvalidArgument
 from evertune.gateway.prefix import chain_hashes, chat_messages, completion_prompt, endpoint_key
 from evertune.gateway.publisher import Pending, Spool, group_batches, hash_prompts, read_spool, subject_of
 from evertune.gateway.record import Observation, build_record, client_request_id, error_type, read_payload
 from evertune.gateway.routing import NoDeployment, RouteBook, choose, parse_table, upstream_model
-
-from evertune.errors import InvalidArgument
 from evertune.v1 import endpoint_pb2, telemetry_pb2
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from evertune.gateway import GatewayService
 from nats.js import JetStreamContext
 from prometheus_client.parser import text_string_to_metric_families
 
+from evertune.gateway import GatewayService
 from tests.gateway.conftest import base_url, new_endpoint, put_routes
 
 

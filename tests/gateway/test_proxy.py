@@ -10,14 +10,14 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
-from evertune.gateway import GatewayService
-from evertune.gateway.proxy import Proxy
-from evertune.gateway.routing import RouteBook
-from evertune.gateway.settings import GatewaySettings
 from nats.js import JetStreamContext
 from openai import AsyncOpenAI
 
 from evertune.domain.replay.sse import SseDecoder
+from evertune.gateway import GatewayService
+from evertune.gateway.proxy import Proxy
+from evertune.gateway.routing import RouteBook
+from evertune.gateway.settings import GatewaySettings
 from evertune.infra.nats_server import free_port
 from evertune.v1 import telemetry_pb2
 from tests.closing_server import closing_server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from evertune.gateway.ratelimit import TenantRates, TokenBucket, retry_after_s
 
 

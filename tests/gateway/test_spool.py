@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
 from nats.js import JetStreamContext
 
 from evertune.apps.harness.waiting import eventually
+from evertune.gateway.publisher import HEADER_ROOM, Pending, Publisher, Spool
 from evertune.infra.bus import connect, declare, load_definitions, publish
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.v1 import telemetry_pb2

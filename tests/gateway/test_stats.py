@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry, generate_latest
+
 from evertune.gateway.metrics import gateway_metrics
 from evertune.gateway.publisher import PublisherStats
 from evertune.gateway.stats import GatewayStats, status_class
-from prometheus_client import CollectorRegistry, generate_latest
-
 from evertune.infra.runtime.metrics import FunctionCollector
 from evertune.v1 import telemetry_pb2
 from tests.metrics import Samples, samples_of, types_of, value

@@ -35,11 +35,11 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from evertune.deployer.kubernetes import InvalidManifest, KubernetesTarget, validate_manifest
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from evertune.apps.services import SERVICE_NAMES
+from evertune.deployer.kubernetes import InvalidManifest, KubernetesTarget, validate_manifest
 from evertune.errors import SettingsError
 from evertune.infra.nats_auth import USERS, cluster_authorization, write_cluster_credentials
 from evertune.infra.repository import INFRA, ROOT

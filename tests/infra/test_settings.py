@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 import structlog
-from evertune.runner import RunnerSettings
 
 from evertune.errors import SettingsError
 from evertune.infra.logging import bound_ids, get_logger
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.runner import RunnerSettings
 
 
 def test_defaults_point_the_store_under_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,15 +8,15 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from evertune.gateway import GatewayService, GatewaySettings
-from evertune.profiler import ProfilerService, ProfilerSettings
 from nats.js import JetStreamContext
 from openai import AsyncOpenAI
 
+from evertune.gateway import GatewayService, GatewaySettings
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.runtime.host import host_services
 from evertune.infra.settings import SharedSettings, load_settings
 from evertune.infra.store import open_store
+from evertune.profiler import ProfilerService, ProfilerSettings
 from tests.domain.replay.conftest import fake_url
 from tests.gateway.conftest import put_routes
 

@@ -7,12 +7,12 @@ import json
 
 import pytest
 import torch
-from evertune.kernels import harness
-from evertune.kernels.harness import relative_error
-from evertune.kernels.tuning import ShapeKey
 
 from evertune.apps.benchmarks import get_benchmark
 from evertune.apps.benchmarks.kernels import Workload, run
+from evertune.kernels import harness
+from evertune.kernels.harness import relative_error
+from evertune.kernels.tuning import ShapeKey
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU path times kernels; this checks the CPU path")

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 import torch
+
 from evertune.kernels import harness
 from evertune.kernels.harness import Case, random_cases, relative_error, run_case
 from evertune.kernels.shapes import LLAMA3_8B, StepTokens, op_shapes
 from evertune.kernels.tuning import ConfigCache, KernelConfig, set_active_cache
-
 from tests.kernels.conftest import SEED
 
 #: Random cases per op and dtype (3 dtypes): about 5 s per op in the interpreter on 2 cores.

@@ -12,9 +12,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from evertune.kernels import harness
 from evertune.kernels.harness import CaseResult, random_cases, run_case
-
 from tests.kernels.conftest import SEED
 
 #: Random cases per dtype run on each planted copy.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+
 from evertune.kernels.shapes import (
     DEFAULT_STEPS,
     LLAMA3_8B,

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from evertune.kernels import tuning
 from evertune.kernels.tuning import (
     CacheEntry,

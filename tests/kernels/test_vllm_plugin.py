@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from evertune.kernels import vllm_plugin
-from evertune.kernels.vllm_plugin import PLUGIN_NAME, decide
 from structlog.testing import capture_logs
 
 from evertune.domain.engines.vllm_args import EVERTUNE_KERNELS_PLUGIN
 from evertune.infra import repository
+from evertune.kernels import vllm_plugin
+from evertune.kernels.vllm_plugin import PLUGIN_NAME, decide
 
 ROOT = repository.ROOT
 
@@ -80,12 +80,13 @@ def test_on_this_cpu_the_plugin_refuses_and_leaves_vllms_ops(
 def test_installed_replacements_are_what_vllm_builds_and_compute_the_same(
     vllm_registry: dict[str, type],
 ) -> None:
-    from evertune.kernels import vllm_ops
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.activation import SiluAndMul
     from vllm.model_executor.layers.layernorm import RMSNorm
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
     from vllm.model_executor.layers.rotary_embedding.llama3_rope import Llama3RotaryEmbedding
+
+    from evertune.kernels import vllm_ops
 
     assert vllm_plugin.install() == ["RMSNorm", "SiluAndMul", "RotaryEmbedding", "Llama3RotaryEmbedding"]
     assert vllm_plugin.install() == [

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from evertune.gateway.prefix import chain_hashes, endpoint_key
 from evertune.profiler.profile import RequestSample
-
 from evertune.v1 import telemetry_pb2
 from tests.profiler.helpers import record
 

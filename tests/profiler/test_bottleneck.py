@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from evertune.profiler.bottleneck import EngineFigures, bottleneck_report, engine_figures
-from evertune.profiler.profile import RequestSample
 
 from evertune.domain.engines.metrics import delta, parse_metrics
+from evertune.profiler.bottleneck import EngineFigures, bottleneck_report, engine_figures
+from evertune.profiler.profile import RequestSample
 
 
 def workload(kind: str, *, n: int = 600, seed: int = 0) -> tuple[list[RequestSample], list[int]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 
-from evertune.profiler import ProfilerService, ProfilerSettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -14,6 +13,7 @@ from evertune.infra.bus import publish
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings
 from evertune.infra.store import Store
+from evertune.profiler import ProfilerService, ProfilerSettings
 from tests.metrics import samples_of, scrape_text, types_of, value
 from tests.profiler.helpers import batch
 from tests.profiler.test_sink import db

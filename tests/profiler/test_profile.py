@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+
 from evertune.profiler.profile import (
     Distribution,
     ProfileConfig,
@@ -21,7 +22,6 @@ from evertune.profiler.profile import (
     summary_lines,
     to_jsonable,
 )
-
 from tests.profiler.synthetic import reuse_share, voice
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

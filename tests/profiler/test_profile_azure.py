@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from evertune.profiler.builder import build_from_store
-from evertune.profiler.profile import ProfileConfig, RequestSample
 
 from evertune.domain.workloads import parse_azure_csv
 from evertune.domain.workloads.shared_traces import AZURE_CODE_2023, shared_trace
 from evertune.infra.store import Store, migrate
+from evertune.profiler.builder import build_from_store
+from evertune.profiler.profile import ProfileConfig, RequestSample
 from tests.profiler.test_profiler_service import insert
 
 TRACE = shared_trace(AZURE_CODE_2023)

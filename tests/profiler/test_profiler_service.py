@@ -14,11 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 from aiohttp import web
-from evertune.profiler import ProfilerService, ProfilerSettings, catalog
-from evertune.profiler.builder import build_from_store, profile_id_for
-from evertune.profiler.profile import ProfileConfig, RequestSample, aggregates_of, build_profile
-from evertune.profiler.queries import request_samples, window_aggregates
-from evertune.profiler.sink import COLUMNS, TABLE, rows_of
 from google.protobuf.duration_pb2 import Duration
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -30,6 +25,11 @@ from evertune.infra.events import EventKind, new_event
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings
 from evertune.infra.store import Store, migrate
+from evertune.profiler import ProfilerService, ProfilerSettings, catalog
+from evertune.profiler.builder import build_from_store, profile_id_for
+from evertune.profiler.profile import ProfileConfig, RequestSample, aggregates_of, build_profile
+from evertune.profiler.queries import request_samples, window_aggregates
+from evertune.profiler.sink import COLUMNS, TABLE, rows_of
 from evertune.v1 import endpoint_pb2, events_pb2, telemetry_pb2
 from tests.profiler.synthetic import as_record, reuse_share, voice
 from tests.profiler.test_bottleneck import metrics_text

@@ -6,6 +6,8 @@ from dataclasses import astuple
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
+from evertune.infra.store import Store, migrate
 from evertune.profiler.queries import (
     ErrorCount,
     Percentiles,
@@ -15,8 +17,6 @@ from evertune.profiler.queries import (
     rate_per_minute,
 )
 from evertune.profiler.sink import COLUMNS, TABLE, rows_of
-
-from evertune.infra.store import Store, migrate
 from evertune.v1 import telemetry_pb2
 from tests.profiler.helpers import BASE_NS, record
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from evertune.profiler.sink import COLUMNS, decode, group_token, rows_of
 
 from evertune.infra.bus import PoisonMessage
+from evertune.profiler.sink import COLUMNS, decode, group_token, rows_of
 from evertune.v1 import telemetry_pb2
 from tests.profiler.helpers import BASE_NS, batch, record
 

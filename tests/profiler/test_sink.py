@@ -9,8 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from evertune.profiler import ProfilerService, ProfilerSettings
-from evertune.profiler.sink import COLUMNS, TABLE, SinkConfig, TelemetrySink, decode, group_token, rows_of
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
@@ -20,6 +18,8 @@ from evertune.infra.bus import publish
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings
 from evertune.infra.store import Store, migrate
+from evertune.profiler import ProfilerService, ProfilerSettings
+from evertune.profiler.sink import COLUMNS, TABLE, SinkConfig, TelemetrySink, decode, group_token, rows_of
 from evertune.v1 import events_pb2
 from tests.profiler.helpers import batch
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from evertune.profiler.metrics import profiler_metrics
-from evertune.profiler.sink import SinkStats
-from evertune.profiler.stats import ProfilerStats
 from prometheus_client import CollectorRegistry, generate_latest
 
 from evertune.infra.bus import ConsumerStats
 from evertune.infra.runtime.metrics import FunctionCollector
+from evertune.profiler.metrics import profiler_metrics
+from evertune.profiler.sink import SinkStats
+from evertune.profiler.stats import ProfilerStats
 from tests.metrics import Samples, samples_of, value
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from evertune.profiler.profile import ProfileConfig, aggregates_of, build_profile
-from evertune.profiler.trace_export import trace_records, trace_sha256, trace_text
 
 from evertune.domain.workloads import WordListText, describe, load_jsonl_trace, read_jsonl, words_as_tokens
+from evertune.profiler.profile import ProfileConfig, aggregates_of, build_profile
+from evertune.profiler.trace_export import trace_records, trace_sha256, trace_text
 from tests.profiler.synthetic import voice
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -20,11 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evertune.deployer import DeployerService
-from evertune.profiler import ProfilerService, ProfilerSettings
-
 from evertune.infra.logging import configure_logging
 from evertune.infra.runtime.host import host_services
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.profiler import ProfilerService, ProfilerSettings
 from tests.reliability.loop import deployer_settings
 
 

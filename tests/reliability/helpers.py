@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from evertune.gateway import GatewayService, GatewaySettings
-from evertune.profiler import ProfilerService, ProfilerSettings
 
 from evertune.apps.harness.waiting import eventually
+from evertune.gateway import GatewayService, GatewaySettings
 from evertune.infra.runtime.host import host_services
 from evertune.infra.settings import SharedSettings, load_settings
 from evertune.infra.store import Store, open_store
+from evertune.profiler import ProfilerService, ProfilerSettings
 
 #: The sink's ack wait, seconds, of the hosted telemetry path.
 SINK_ACK_WAIT_S = 2.0

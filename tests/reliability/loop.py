@@ -20,31 +20,32 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from evertune.deployer import DeployerSettings
-from evertune.deployer.state import State
-from evertune.gateway import GatewaySettings
-from evertune.profiler import ProfilerSettings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from evertune.apps.harness.loop_stack import LoopStack, loop_stack
 from evertune.apps.harness.waiting import eventually
+from evertune.deployer import DeployerSettings
+from evertune.deployer.rollout_policy import RolloutPolicy
+from evertune.deployer.state import State
 from evertune.domain.engines.sim import SIM_SERVER_MODULE
 from evertune.domain.replay import RequestResult, replay
+from evertune.gateway import GatewaySettings
 from evertune.infra.bus import connect
 from evertune.infra.store import Store, open_store
+from evertune.profiler import ProfilerSettings
 from evertune.v1 import endpoint_pb2 as D
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 from evertune.v1 import events_pb2
 from tests.domain.replay.helpers import chat_plan
 
-#: Deployer settings of the loop tests: a three-step canary of 2 s steps judged on 5 requests an arm.
-FAST_ROLLOUT: dict[str, Any] = {
-    "rollout_steps": [2000, 5000, 10000],
-    "rollout_step_duration_s": 2.0,
-    "canary_min_requests": 5,
+#: The rollout of the loop tests: a three-step canary of 2 s steps judged on 5 requests an arm.
+FAST_ROLLOUT = RolloutPolicy(steps=(2000, 5000, 10000), step_duration_s=2.0, min_requests=5)
+#: The other deployer settings of the loop tests: short waits, one warm-up request.
+FAST_DEPLOYER: dict[str, Any] = {
+    "rollout": FAST_ROLLOUT,
     "telemetry_lag_s": 1.0,
     "drain_timeout_s": 2.0,
     "ready_timeout_s": 60.0,
@@ -58,7 +59,7 @@ SETTLE_S = 30.0
 
 
 def deployer_settings(tmp_path: Path, **overrides: object) -> DeployerSettings:
-    values: dict[str, object] = {"grpc_port": 0, "engine_log_dir": tmp_path / "engines", **FAST_ROLLOUT}
+    values: dict[str, object] = {"grpc_port": 0, "engine_log_dir": tmp_path / "engines", **FAST_DEPLOYER}
     values.update(overrides)
     return DeployerSettings(**values)  # type: ignore[arg-type]
 

@@ -14,11 +14,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from evertune.runner import RunnerService, RunnerSettings
-
 from evertune.infra.logging import configure_logging
 from evertune.infra.runtime.host import host_services
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.runner import RunnerService, RunnerSettings
 
 
 async def main(args: argparse.Namespace) -> None:

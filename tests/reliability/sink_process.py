@@ -24,11 +24,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink
-
 from evertune.infra.bus import connect
 from evertune.infra.store import QueryResult, Store, migrate, open_store
 from evertune.infra.store.client import Parameters
+from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink
 
 
 class DiesAfterInsert(Store):

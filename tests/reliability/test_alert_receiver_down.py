@@ -16,8 +16,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
-from evertune.sla_monitor.burn_rate import BurnRateRule
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -27,6 +25,8 @@ from evertune.infra.events import event_filter_subject
 from evertune.infra.nats_server import free_port
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
+from evertune.sla_monitor.burn_rate import BurnRateRule
 from evertune.v1 import events_pb2
 from tests.sla_monitor.helpers import record_batch
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from evertune.deployer.state import State
-from evertune.gateway import GatewayService, GatewaySettings
 
 from evertune.apps.harness.waiting import eventually
+from evertune.deployer.state import State
+from evertune.gateway import GatewayService, GatewaySettings
 from evertune.infra.bus import connect
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.runtime.host import host_services

@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from evertune.runner import RunnerService
 
 from evertune.apps.harness.waiting import eventually
 from evertune.infra.bus import connect, publish
@@ -24,6 +23,7 @@ from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.runtime.host import host_services
 from evertune.infra.settings import SharedSettings, load_settings
 from evertune.infra.store import open_store
+from evertune.runner import RunnerService
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from tests.reliability.loop import watching
 from tests.reliability.runner_process import runner_settings

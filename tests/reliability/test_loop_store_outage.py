@@ -52,9 +52,12 @@ async def test_store_outage_mid_rollout_holds_the_canary_and_loses_no_record(
     store_url: str, tokenizer_dir: Path, tmp_path: Path
 ) -> None:
     name = f"rel-store-{uuid.uuid4().hex[:6]}"
-    max_holds = math.ceil(OUTAGE_S / FAST_ROLLOUT["rollout_step_duration_s"]) + 5
+    max_holds = math.ceil(OUTAGE_S / FAST_ROLLOUT.step_duration_s) + 5
     async with running_loop(
-        tmp_path, store_url=store_url, model_dir=tokenizer_dir, rollout_max_holds=max_holds
+        tmp_path,
+        store_url=store_url,
+        model_dir=tokenizer_dir,
+        rollout=FAST_ROLLOUT.model_copy(update={"max_holds": max_holds}),
     ) as loop:
         stable = await create_endpoint(loop.stub, sim_spec(name, tokenizer_dir))
         await eventually(

@@ -14,12 +14,12 @@ import time
 import uuid
 
 import pytest
-from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink
 from nats.js import JetStreamContext
 
 from evertune.apps.harness.waiting import eventually
 from evertune.infra.bus import publish
 from evertune.infra.store import Store, migrate
+from evertune.profiler.sink import TABLE, SinkConfig, TelemetrySink
 from tests.profiler.helpers import batch
 
 pytestmark = pytest.mark.reliability

@@ -8,6 +8,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from google.protobuf.duration_pb2 import Duration
+
+from evertune.domain.engines import EngineSpec, VllmEngine
+from evertune.infra.settings import load_settings
 from evertune.runner import RunnerSettings
 from evertune.runner.trial_runner import (
     Reference,
@@ -17,10 +21,6 @@ from evertune.runner.trial_runner import (
     TrialRunner,
     default_engine_factory,
 )
-from google.protobuf.duration_pb2 import Duration
-
-from evertune.domain.engines import EngineSpec, VllmEngine
-from evertune.infra.settings import load_settings
 from evertune.v1 import endpoint_pb2, jobs_pb2
 from tests.fake_engine import SCRIPT as FAKE_ENGINE
 

@@ -15,11 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from evertune.runner import RunnerService
-
 from evertune.infra.logging import configure_logging
 from evertune.infra.runtime.host import host_services
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.runner import RunnerService
 from tests.runner.helpers import fake_factory, settings
 
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner
 
 from evertune.domain.model import make_model
 from evertune.domain.model.variants import BrokenScale, WeightNoise, make_variant
+from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner
 from evertune.v1 import endpoint_pb2, events_pb2
 
 from .helpers import candidate_job, job, real_runner, reference_of

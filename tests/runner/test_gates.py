@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+
+from evertune.domain.engines import EngineSpec, SpeculativeSpec
+from evertune.domain.replay import RequestResult, summarize
+from evertune.domain.slo import Slo
 from evertune.runner.gates import (
     agreement,
     classify_change,
@@ -16,10 +20,6 @@ from evertune.runner.gates import (
 from evertune.runner.gates.correctness import logprob_closeness
 from evertune.runner.golden import hash_answer
 from evertune.runner.measure import goodput_rps, rate_figures, skip_higher
-
-from evertune.domain.engines import EngineSpec, SpeculativeSpec
-from evertune.domain.replay import RequestResult, summarize
-from evertune.domain.slo import Slo
 
 SLO = Slo(ttft_ms=100.0, itl_ms=50.0, share=0.9)
 

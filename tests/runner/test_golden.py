@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
+from evertune.domain.workloads.voice import VOICE_TURN_CAP
+from evertune.errors import InvalidArgument
 from evertune.runner.golden import (
     GOLDEN_AGENTS,
     _body,
@@ -11,9 +14,6 @@ from evertune.runner.golden import (
     hash_answer,
     hash_chain,
 )
-
-from evertune.domain.workloads.voice import VOICE_TURN_CAP
-from evertune.errors import InvalidArgument
 
 
 def test_the_default_golden_set_is_voice_turns_named_by_recipe_and_content() -> None:

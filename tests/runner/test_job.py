@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from evertune.runner.job import InvalidJob, decode_job, effective_rates, gate_rate, plan_trial
 
 from evertune.infra.bus import PoisonMessage
+from evertune.runner.job import InvalidJob, decode_job, effective_rates, gate_rate, plan_trial
 from evertune.v1 import jobs_pb2
 
 from .helpers import job

@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner
 
 from evertune.domain.model import make_model
+from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner
 from evertune.v1 import endpoint_pb2, events_pb2
 
 from .helpers import candidate_job, job, real_runner, reference_of

@@ -6,13 +6,13 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from evertune.runner import RunnerService
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.domain.engines import EngineSpec
 from evertune.infra.bus import publish
 from evertune.infra.store import Store
+from evertune.runner import RunnerService
 from tests.metrics import samples_of, scrape, scrape_text, types_of, value
 
 from .helpers import fake_factory, job, settings

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from evertune.domain.engines import EngineGroup, EngineSpec, VllmEngine, split_cores
+from evertune.domain.replay.priming import PRIMER_SUFFIX
 from evertune.runner.trial_runner import (
     Reference,
     TrialEngine,
@@ -13,9 +15,6 @@ from evertune.runner.trial_runner import (
     engine_cores,
     engine_urls,
 )
-
-from evertune.domain.engines import EngineGroup, EngineSpec, VllmEngine, split_cores
-from evertune.domain.replay.priming import PRIMER_SUFFIX
 from evertune.v1 import endpoint_pb2
 
 from .helpers import FakeEngine, job, settings

@@ -10,9 +10,6 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from evertune.runner import RunnerService
-from evertune.runner.report import COLUMNS
-from evertune.runner.trial_runner import TrialEngine
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -25,6 +22,9 @@ from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings, load_settings
 from evertune.infra.store import Store, migrate
+from evertune.runner import RunnerService
+from evertune.runner.report import COLUMNS
+from evertune.runner.trial_runner import TrialEngine
 from evertune.v1 import events_pb2, jobs_pb2
 
 from .helpers import fake_factory, job, settings

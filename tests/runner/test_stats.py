@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from evertune.runner.metrics import runner_metrics
-from evertune.runner.stats import RunnerStats
-from evertune.runner.trial_runner import TrialOutcome
 from prometheus_client import CollectorRegistry, generate_latest
 
 from evertune.domain.gate_result import GateResult
 from evertune.infra.bus import ConsumerStats
 from evertune.infra.runtime.metrics import FunctionCollector
+from evertune.runner.metrics import runner_metrics
+from evertune.runner.stats import RunnerStats
+from evertune.runner.trial_runner import TrialOutcome
 from evertune.v1 import jobs_pb2
 from tests.metrics import samples_of, value
 

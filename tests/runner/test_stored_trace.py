@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from evertune.infra.store import Store, migrate
 from evertune.profiler.builder import CreateRequest, create_profile
 from evertune.profiler.catalog import StoredProfile
 from evertune.profiler.profile import ProfileConfig
@@ -18,8 +20,6 @@ from evertune.runner.trace import (
     stored_trace_ref,
 )
 from evertune.runner.trial_runner import Reference, TrialRunner
-
-from evertune.infra.store import Store, migrate
 
 from ..profiler.synthetic import voice
 from ..profiler.test_profiler_service import insert

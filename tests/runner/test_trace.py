@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evertune.runner.trace import TraceUnavailable, open_trace
 
 from evertune.domain.model import load_tokenizer
 from evertune.domain.replay import plan_rps
@@ -13,6 +12,7 @@ from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.domain.workloads.jsonl import format_records, records_of_plan
 from evertune.domain.workloads.source import CorpusText, load_workload
 from evertune.infra.file_hash import sha256_of
+from evertune.runner.trace import TraceUnavailable, open_trace
 
 
 def _trace(folder: Path, model_dir: Path) -> Path:

@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from evertune.runner import RunnerService
 from nats.aio.client import Client
 
 from evertune.apps.cli.trial import TrialRequest, build_job, parse_rates
 from evertune.errors import InvalidArgument
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.store import Store
+from evertune.runner import RunnerService
 from tests.apps.cli.helpers import run_cli
 
 from .helpers import fake_factory, settings

@@ -7,9 +7,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner, default_engine_factory
-
 from evertune.domain.engines import EngineSpec
+from evertune.runner.trial_runner import Reference, TrialOutcome, TrialRunner, default_engine_factory
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 from .helpers import fake_factory, job, settings

@@ -7,10 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from evertune.searcher.model import SearchModel, ThreadedModel, scaled
-from evertune.searcher.orchestrate import TrialExecutor, TrialOrder, TrialResult
-from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
-
 from evertune.domain.engines import EngineSpec
 from evertune.domain.engines.hardware import cpu_profile
 from evertune.domain.gate_result import GateResult
@@ -19,6 +15,9 @@ from evertune.domain.perfmodel.calibration import FITTED_CPU
 from evertune.domain.slo import Slo
 from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
 from evertune.domain.workloads.source import CorpusText
+from evertune.searcher.model import SearchModel, ThreadedModel, scaled
+from evertune.searcher.orchestrate import TrialExecutor, TrialOrder, TrialResult
+from evertune.searcher.space import Candidate, SpaceLimits, candidate_space
 
 #: Factors fitted on the development machine's vLLM-CPU (docs/perfmodel.md): the tests' "hardware".
 CPU_TRUTH = FITTED_CPU

@@ -13,11 +13,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from evertune.profiler import catalog
-from evertune.runner import RunnerService, RunnerSettings
-from evertune.searcher import SearcherService, SearcherSettings
-from evertune.searcher.model import scaled
-from evertune.searcher.space import SpaceLimits
 from google.protobuf.json_format import MessageToJson
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -30,6 +25,11 @@ from evertune.infra.bus import Bucket
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.settings import SharedSettings, load_settings
 from evertune.infra.store import Store
+from evertune.profiler import catalog
+from evertune.runner import RunnerService, RunnerSettings
+from evertune.searcher import SearcherService, SearcherSettings
+from evertune.searcher.model import scaled
+from evertune.searcher.space import SpaceLimits
 from evertune.v1 import endpoint_pb2, events_pb2
 
 from .helpers import CPU_TRUTH

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from evertune.searcher.records import Incarnation, SearchRecord, SearchRecords
-
 from evertune.infra.store import Store, migrate
+from evertune.searcher.records import Incarnation, SearchRecord, SearchRecords
 from evertune.v1 import search_service_pb2 as pb
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

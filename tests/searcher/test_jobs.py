@@ -6,15 +6,14 @@ import dataclasses
 import math
 from datetime import UTC, datetime
 
+from evertune.domain.engines import EngineSpec
+from evertune.domain.slo import Slo
 from evertune.searcher.jobs import JobTemplate, trial_job, trial_result
 from evertune.searcher.model import RatePoint, goodput_of
 from evertune.searcher.orchestrate import TrialOrder
 from evertune.searcher.space import Candidate, config_key
 from evertune.searcher.strategy import TrialRequest
 from evertune.searcher.summary import knob_changes
-
-from evertune.domain.engines import EngineSpec
-from evertune.domain.slo import Slo
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 
 SPEC = EngineSpec(model="/models/tiny", max_num_seqs=64, enable_prefix_caching=True)

@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from evertune.searcher.model import scaled
-from evertune.searcher.space import Candidate, config_key
 
 from evertune.domain.perfmodel import SimInput
 from evertune.domain.slo import Slo
+from evertune.searcher.model import scaled
+from evertune.searcher.space import Candidate, config_key
 
 from .helpers import CPU_TRUTH, base_spec, search_model
 

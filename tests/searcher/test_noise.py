@@ -6,6 +6,7 @@ import math
 import random
 
 import pytest
+
 from evertune.searcher.noise import Verdict, compare, median_interval, noise_floor
 
 

@@ -8,6 +8,13 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
+
+from evertune.domain.gate_result import GateResult
+from evertune.domain.perfmodel import PromptTokens, SimInput, prepare
+from evertune.domain.perfmodel.steptime import Efficiency
+from evertune.domain.slo import Slo
+from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
+from evertune.domain.workloads.source import CorpusText
 from evertune.searcher.model import Measured, Prediction, SearchModel, ThreadedModel, scaled
 from evertune.searcher.noise import Verdict
 from evertune.searcher.orchestrate import (
@@ -30,13 +37,6 @@ from evertune.searcher.space import (
 )
 from evertune.searcher.strategy import Figures, NoiseRule, Objective, score
 from evertune.searcher.summary import Context, explain
-
-from evertune.domain.gate_result import GateResult
-from evertune.domain.perfmodel import PromptTokens, SimInput, prepare
-from evertune.domain.perfmodel.steptime import Efficiency
-from evertune.domain.slo import Slo
-from evertune.domain.workloads import DailyCurve, VoiceWorkload, plan_voice
-from evertune.domain.workloads.source import CorpusText
 
 from .helpers import CPU, CPU_TRUTH, LIMITS, TruthExecutor, base_spec, prior, search_model, space
 

@@ -5,6 +5,9 @@ summary's context take from the settings."""
 from __future__ import annotations
 
 import pytest
+
+from evertune.domain.engines import EngineSpec, get_profile
+from evertune.errors import FailedPrecondition
 from evertune.searcher.planning import (
     PlanRequest,
     class_limits,
@@ -17,9 +20,6 @@ from evertune.searcher.planning import (
 from evertune.searcher.settings import SearcherSettings
 from evertune.searcher.space import SpaceLimits, defaults_key, unpriced_class
 from evertune.searcher.strategy import NO_CONFIRMATION, Objective
-
-from evertune.domain.engines import EngineSpec, get_profile
-from evertune.errors import FailedPrecondition
 from evertune.v1 import endpoint_pb2
 
 #: vLLM's defaults on CPU, as an endpoint that sets nothing runs them.

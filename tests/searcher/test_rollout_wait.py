@@ -9,12 +9,12 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from evertune.searcher.searches import SearchSupervisor
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.infra.bus.kv import Bucket
 from evertune.infra.store import Store, migrate
+from evertune.searcher.searches import SearchSupervisor
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import search_service_pb2 as pb
 

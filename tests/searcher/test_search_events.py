@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+
+from evertune.domain.gate_result import GateResult
+from evertune.infra.events import EventKind
 from evertune.searcher.orchestrate import TrialResult
 from evertune.searcher.records import SearchRecord
 from evertune.searcher.search_events import Winner, completed_payload, search_event_id, started_payload
 from evertune.searcher.strategy import Figures
-
-from evertune.domain.gate_result import GateResult
-from evertune.infra.events import EventKind
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
 

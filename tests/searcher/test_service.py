@@ -11,17 +11,17 @@ from pathlib import Path
 
 import grpc
 import pytest
-from evertune.deployer.winner_check import StoredWinners
-from evertune.searcher.searches import SearchSupervisor
-from evertune.searcher.service import SearcherService
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.apps.cli import main
 from evertune.apps.harness.waiting import eventually
+from evertune.deployer.winner_check import StoredWinners
 from evertune.infra.bus import publish_event
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.store import Store, migrate
+from evertune.searcher.searches import SearchSupervisor
+from evertune.searcher.service import SearcherService
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc

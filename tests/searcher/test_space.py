@@ -3,6 +3,8 @@ duplicates, and lossy knobs marked."""
 
 from __future__ import annotations
 
+from evertune.domain.engines import EngineSpec, get_profile, knob_refusals, refuse_reasons
+from evertune.domain.engines.hardware import cpu_profile
 from evertune.searcher.space import (
     LLAMA_CPP_SLOT_CONTEXT,
     SpaceLimits,
@@ -18,9 +20,6 @@ from evertune.searcher.space import (
     unpriced_keys,
     unpriced_representatives,
 )
-
-from evertune.domain.engines import EngineSpec, get_profile, knob_refusals, refuse_reasons
-from evertune.domain.engines.hardware import cpu_profile
 
 CPU = cpu_profile(cores=2, memory_gib=11.5)
 BASE = EngineSpec(model="/models/tiny", kv_cache_space_gib=2)

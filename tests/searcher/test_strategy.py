@@ -9,11 +9,11 @@ import random
 from collections.abc import Callable
 
 import pytest
+
+from evertune.domain.engines import EngineSpec
 from evertune.searcher.noise import Verdict
 from evertune.searcher.space import Candidate, config_key
 from evertune.searcher.strategy import Figures, NoiseRule, Objective, SuccessiveHalving, score
-
-from evertune.domain.engines import EngineSpec
 
 
 def _candidates(n: int) -> list[Candidate]:

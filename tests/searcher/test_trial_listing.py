@@ -5,9 +5,8 @@ from __future__ import annotations
 import base64
 from datetime import datetime
 
-from evertune.searcher.records import trial_of_row
-
 from evertune.apps.cli.search import config_diff, trial_line
+from evertune.searcher.records import trial_of_row
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
 

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from evertune.runner import RunnerService, RunnerSettings
-from evertune.searcher import SearcherService, SearcherSettings
-from evertune.searcher.space import SpaceLimits
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.infra.bus import Bucket
 from evertune.infra.settings import load_settings
 from evertune.infra.store import Store, migrate
+from evertune.runner import RunnerService, RunnerSettings
+from evertune.searcher import SearcherService, SearcherSettings
+from evertune.searcher.space import SpaceLimits
 from evertune.v1 import endpoint_pb2, events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc

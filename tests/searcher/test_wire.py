@@ -4,9 +4,9 @@ validation of EndpointSpec.objective, and `evertune events tail`'s line for sear
 from __future__ import annotations
 
 import pytest
-from evertune.deployer import validation as v
 
 from evertune.apps.cli.events import format_event
+from evertune.deployer import validation as v
 from evertune.errors import InvalidArgument
 from evertune.infra.events import EventKind, new_event
 from evertune.v1 import endpoint_pb2, events_pb2

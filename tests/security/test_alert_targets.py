@@ -8,17 +8,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from evertune.deployer import validation
-from evertune.sla_monitor.alerts import AlertKey, Breach, Incident
-from evertune.sla_monitor.burn_rate import BurnRateRule, RuleEvaluation, WindowBurn
-from evertune.sla_monitor.guarded_resolver import GuardedResolver
-from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy
 
 from evertune.apps.harness.waiting import eventually
+from evertune.deployer import validation
 from evertune.errors import InvalidArgument, SettingsError
 from evertune.infra.nats_server import free_port
 from evertune.infra.outbound import OutboundPolicy, parse_networks
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.sla_monitor.alerts import AlertKey, Breach, Incident
+from evertune.sla_monitor.burn_rate import BurnRateRule, RuleEvaluation, WindowBurn
+from evertune.sla_monitor.guarded_resolver import GuardedResolver
+from evertune.sla_monitor.payloads import ReceiverConfig, RetryPolicy
 from evertune.v1 import endpoint_pb2
 from tests.sla_monitor.test_receivers import Receiver, _running
 

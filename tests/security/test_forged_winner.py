@@ -6,8 +6,8 @@ confirm the event. The full path (a forged event beside a stored one, on a runni
 from __future__ import annotations
 
 import pytest
-from evertune.deployer.winner_check import StoredSearch, StoredTrial, winner_refusal
 
+from evertune.deployer.winner_check import StoredSearch, StoredTrial, winner_refusal
 from evertune.v1 import endpoint_pb2, events_pb2
 
 MODEL = "/models/voice"

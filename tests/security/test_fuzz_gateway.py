@@ -18,12 +18,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from evertune.gateway import GatewayService, GatewaySettings
 from hypothesis import example, given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 from pydantic import SecretStr
 
+from evertune.gateway import GatewayService, GatewaySettings
 from evertune.infra.bus import Bucket
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings

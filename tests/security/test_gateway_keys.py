@@ -13,12 +13,12 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
-from evertune.gateway import GatewayService, GatewaySettings
 from nats.aio.client import Client
 from openai import AsyncOpenAI
 from pydantic import SecretStr
 
 from evertune.errors import SettingsError
+from evertune.gateway import GatewayService, GatewaySettings
 from evertune.infra.bus import Bucket
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings

@@ -17,14 +17,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from nats.aio.client import Client
+from pydantic import SecretStr
+
 from evertune.gateway import GatewayService
 from evertune.gateway.proxy import Proxy
 from evertune.gateway.publisher import Pending
 from evertune.gateway.routing import RouteBook
 from evertune.gateway.settings import GatewaySettings
-from nats.aio.client import Client
-from pydantic import SecretStr
-
 from evertune.infra.bus import Bucket
 from evertune.infra.nats_server import free_port
 from evertune.infra.runtime import ServiceContext

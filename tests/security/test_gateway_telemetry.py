@@ -8,6 +8,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from evertune.apps.harness.waiting import eventually
 from evertune.gateway.publisher import (
     HEADER_ROOM,
     Pending,
@@ -17,10 +21,6 @@ from evertune.gateway.publisher import (
     read_spool,
     split_batch,
 )
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-
-from evertune.apps.harness.waiting import eventually
 from evertune.infra.bus import publish
 from evertune.v1 import telemetry_pb2
 

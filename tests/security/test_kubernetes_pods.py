@@ -19,7 +19,6 @@ from evertune.deployer.kubernetes import (
     deployment_manifests,
     validate_manifest,
 )
-
 from evertune.domain.engines import EngineSpec, get_profile
 from tests.deployer.helpers import gpu_rendered
 from tests.deployer.netpol import Pod, applies_to, egress_allowed, ingress_allowed

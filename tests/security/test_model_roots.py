@@ -10,9 +10,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from evertune.deployer.model_roots import ModelRoots
 from nats.aio.client import Client
 
+from evertune.deployer.model_roots import ModelRoots
 from evertune.errors import InvalidArgument, SettingsError
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import endpoint_service_pb2 as pb

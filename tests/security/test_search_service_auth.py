@@ -14,13 +14,13 @@ from typing import Any
 
 import grpc
 import pytest
-from evertune.searcher import SearcherService
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from pydantic import SecretStr
 
 from evertune.errors import SettingsError
 from evertune.infra.store import Store, migrate
+from evertune.searcher import SearcherService
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc

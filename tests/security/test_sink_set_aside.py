@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from evertune.profiler.sink import COLUMNS, TABLE, SinkConfig, TelemetrySink, rows_of, unfit
 from nats.js import JetStreamContext
 
 from evertune.apps.harness.waiting import eventually
 from evertune.infra.bus import publish
 from evertune.infra.store import Store, migrate
+from evertune.profiler.sink import COLUMNS, TABLE, SinkConfig, TelemetrySink, rows_of, unfit
 from evertune.v1 import telemetry_pb2
 from tests.profiler.helpers import batch
 

@@ -24,17 +24,17 @@ from typing import Any, ClassVar
 import aiohttp
 import grpc
 import pytest
-from evertune.deployer import DeployerService, DeployerSettings
-from evertune.gateway import GatewayService, GatewaySettings
-from evertune.searcher import SearcherSettings
 from nats.aio.client import Client
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
+from evertune.deployer import DeployerService, DeployerSettings
 from evertune.errors import SettingsError
+from evertune.gateway import GatewayService, GatewaySettings
 from evertune.infra.runtime import Service, ServiceContext
 from evertune.infra.settings import SharedSettings, load_settings
 from evertune.infra.store import Store, migrate
+from evertune.searcher import SearcherSettings
 from evertune.v1 import endpoint_service_pb2 as deployer_pb
 from evertune.v1 import endpoint_service_pb2_grpc as deployer_grpc
 from evertune.v1 import search_service_pb2 as searcher_pb

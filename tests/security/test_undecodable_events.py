@@ -10,11 +10,11 @@ import asyncio
 import json
 import uuid
 
+from nats.js import JetStreamContext
+
 from evertune.deployer.commands import WatchFilter
 from evertune.deployer.trial_lookup import find_trial
 from evertune.deployer.watch import Incarnation, TenantScope, watch
-from nats.js import JetStreamContext
-
 from evertune.infra.bus import publish, publish_event
 from evertune.infra.events import EventKind, decode_event, event_subject, new_event
 from evertune.infra.nats_server import EmbeddedNats

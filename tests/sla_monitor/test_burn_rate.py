@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from evertune.sla_monitor.burn_rate import (
     DEFAULT_RULES,
     FAST_RULE,

@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from scipy.special import kolmogorov
+
 from evertune.sla_monitor.drift import DriftConfig, DriftDetector, DriftFinding
 from evertune.sla_monitor.drift_reference import DriftReference, DriftSample
 from evertune.sla_monitor.drift_statistics import (
@@ -21,7 +23,6 @@ from evertune.sla_monitor.drift_statistics import (
     z_critical,
 )
 from evertune.sla_monitor.endpoint_drift import DriftReport, EndpointDrift
-from scipy.special import kolmogorov
 
 T0 = 1_700_000_000.0
 FAMILIES = 50  # shared system prompts

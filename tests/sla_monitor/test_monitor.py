@@ -6,12 +6,11 @@ import math
 import random
 from dataclasses import replace
 
+from evertune.domain.slo import Slo
 from evertune.sla_monitor.alerts import Breach, Resolved
 from evertune.sla_monitor.burn_rate import DEFAULT_RULES, FAST_RULE
 from evertune.sla_monitor.monitor import MonitorConfig, SlaMonitor
 from evertune.sla_monitor.window import Observation
-
-from evertune.domain.slo import Slo
 
 TARGETS = Slo(ttft_ms=300.0, itl_ms=50.0, share=0.9)
 T0 = 1_700_000_000.0

@@ -9,14 +9,13 @@ import time
 import uuid
 from pathlib import Path
 
-from evertune.sla_monitor import SlaMonitorService
-
 from evertune.apps.harness.waiting import eventually
 from evertune.infra.bus import Bucket, connect, declare, load_definitions, publish_event
 from evertune.infra.events import EventKind, new_event
 from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.sla_monitor import SlaMonitorService
 from evertune.v1 import events_pb2
 from tests.sla_monitor.test_wiring import _endpoint, _settings
 

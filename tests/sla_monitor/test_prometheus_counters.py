@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from evertune.sla_monitor.service import SlaMonitorService
-from evertune.sla_monitor.settings import SlaMonitorSettings
-from evertune.sla_monitor.window import Observation
 from prometheus_client import generate_latest
 
 from evertune.infra.settings import load_settings
+from evertune.sla_monitor.service import SlaMonitorService
+from evertune.sla_monitor.settings import SlaMonitorSettings
+from evertune.sla_monitor.window import Observation
 
 
 def _series(service: SlaMonitorService) -> str:

@@ -12,6 +12,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+
+from evertune.apps.harness.waiting import eventually
+from evertune.errors import SettingsError
+from evertune.infra.nats_server import free_port
+from evertune.infra.settings import load_settings
 from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
 from evertune.sla_monitor.alerts import AlertKey, Breach, Incident, Resolved
 from evertune.sla_monitor.burn_rate import BurnRateRule, RuleEvaluation, WindowBurn
@@ -26,11 +31,6 @@ from evertune.sla_monitor.payloads import (
 )
 from evertune.sla_monitor.receivers import AlertDispatcher
 from evertune.sla_monitor.window import Observation
-
-from evertune.apps.harness.waiting import eventually
-from evertune.errors import SettingsError
-from evertune.infra.nats_server import free_port
-from evertune.infra.settings import load_settings
 
 RULE = BurnRateRule(name="page-1h", long_window_s=3600, short_window_s=300, burn_rate=6.0, severity="page")
 TICKET = BurnRateRule(

@@ -6,8 +6,6 @@ import asyncio
 import time
 import uuid
 
-from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
-from evertune.sla_monitor.burn_rate import BurnRateRule
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -16,6 +14,8 @@ from evertune.infra.bus import publish
 from evertune.infra.events import event_filter_subject, event_kind
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
+from evertune.sla_monitor.burn_rate import BurnRateRule
 from evertune.v1 import common_pb2, events_pb2
 from tests.sla_monitor.helpers import record_batch
 

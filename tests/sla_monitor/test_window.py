@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from evertune.domain.slo import Slo
 from evertune.sla_monitor.window import (
     SKETCH_RELATIVE_ACCURACY,
     LatencyWindow,
     Observation,
     p99_gap,
 )
-
-from evertune.domain.slo import Slo
 
 ACCURACY = SKETCH_RELATIVE_ACCURACY * 1.01  # the sketch guarantee, with float slack
 TARGETS = Slo(ttft_ms=300.0, itl_ms=50.0, share=0.9)

@@ -11,12 +11,6 @@ from collections.abc import AsyncIterator
 import aiohttp
 import numpy as np
 import pytest
-from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
-from evertune.sla_monitor.burn_rate import BurnRateRule
-from evertune.sla_monitor.drift import DriftFinding
-from evertune.sla_monitor.endpoint_drift import DriftReport
-from evertune.sla_monitor.payloads import drift_event_id, drift_payload, profile_from_ready
-from evertune.sla_monitor.registry import EndpointRegistry, receivers_from_routes
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -28,6 +22,12 @@ from evertune.infra.events import EventKind, event_filter_subject, new_event
 from evertune.infra.nats_server import free_port
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
+from evertune.sla_monitor.burn_rate import BurnRateRule
+from evertune.sla_monitor.drift import DriftFinding
+from evertune.sla_monitor.endpoint_drift import DriftReport
+from evertune.sla_monitor.payloads import drift_event_id, drift_payload, profile_from_ready
+from evertune.sla_monitor.registry import EndpointRegistry, receivers_from_routes
 from evertune.v1 import common_pb2, endpoint_pb2, events_pb2, telemetry_pb2
 from tests.sla_monitor.test_receivers import Receiver
 

@@ -244,6 +244,7 @@ def _stack(
     holds one chDB folder at most); None: a chDB folder in `folder`."""
     from evertune.apps.harness.loop_stack import loop_stack
     from evertune.deployer import DeployerSettings
+    from evertune.deployer.rollout_policy import RolloutPolicy
     from evertune.gateway import GatewaySettings
     from evertune.profiler import ProfilerSettings
 
@@ -255,12 +256,14 @@ def _stack(
             grpc_port=0,
             metrics_port=0,
             engine_log_dir=folder / "engines",
-            rollout_steps=[1000, 5000, 10000],
-            rollout_step_duration_s=mode.step_s,
-            canary_min_requests=mode.min_requests,
-            rollout_max_holds=mode.max_holds,
-            canary_ttft_slack_ms=engines.ttft_slack_ms,
-            canary_itl_slack_ms=engines.itl_slack_ms,
+            rollout=RolloutPolicy(
+                steps=(1000, 5000, 10000),
+                step_duration_s=mode.step_s,
+                min_requests=mode.min_requests,
+                max_holds=mode.max_holds,
+                ttft_slack_ms=engines.ttft_slack_ms,
+                itl_slack_ms=engines.itl_slack_ms,
+            ),
             telemetry_lag_s=1.0,
             drain_timeout_s=10.0,
             ready_timeout_s=engines.ready_timeout_s,
@@ -274,8 +277,8 @@ def _stack(
 
 
 def _state(deployer: DeployerService) -> State:
-    assert deployer.deployer is not None, "the deployer is not running"
-    return deployer.deployer.state
+    assert deployer.work is not None, "the deployer is not running"
+    return deployer.work.state
 
 
 async def _weight(deployer: DeployerService, name: str, deployment_id: str) -> int:

@@ -303,8 +303,8 @@ def demo_environment(options: DemoOptions) -> dict[str, str]:
         "EVERTUNE_SEARCHER_TRIAL_DURATION_S": f"{d.trial_duration_s:g}",
         "EVERTUNE_SEARCHER_MODEL_HORIZON_S": f"{max(20.0, shift_at):g}",
         # rollouts sized for a run of minutes: short canary steps, judged on fewer requests
-        "EVERTUNE_DEPLOYER_ROLLOUT_STEP_DURATION_S": f"{d.canary_step_s:g}",
-        "EVERTUNE_DEPLOYER_CANARY_MIN_REQUESTS": str(d.canary_min_requests),
+        "EVERTUNE_DEPLOYER_ROLLOUT__STEP_DURATION_S": f"{d.canary_step_s:g}",
+        "EVERTUNE_DEPLOYER_ROLLOUT__MIN_REQUESTS": str(d.canary_min_requests),
         "EVERTUNE_DEPLOYER_TELEMETRY_LAG_S": "1",
         "EVERTUNE_DEPLOYER_DRAIN_TIMEOUT_S": "5",
     }

@@ -44,8 +44,8 @@ class LoopStack:
     @property
     def state(self) -> State:
         """The deployer's KV state, read through the deployer's own connection."""
-        assert self.deployer.deployer is not None, "the deployer is not running"
-        return self.deployer.deployer.state
+        assert self.deployer.work is not None, "the deployer is not running"
+        return self.deployer.work.state
 
 
 @contextlib.asynccontextmanager

@@ -32,10 +32,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.runner.golden import common_prefix
-
 from evertune.domain.engines import EngineSpec
 from evertune.domain.gate_result import DEFAULT_AGREEMENT, GateResult
+from evertune.runner.golden import common_prefix
 
 NAME = "correctness"
 #: Knobs whose changes must not change outputs.

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 
-from evertune.runner.measure import RateFigures
-
 from evertune.domain.gate_result import GateResult
 from evertune.domain.slo import Slo
+from evertune.runner.measure import RateFigures
 
 NAME = "slo"
 

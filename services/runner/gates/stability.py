@@ -16,10 +16,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evertune.runner.measure import RateFigures
-
 from evertune.domain.gate_result import GateResult
 from evertune.domain.percentiles import percentile
+from evertune.runner.measure import RateFigures
 
 NAME = "stability"
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
-from evertune.runner.gates import agreement
-from evertune.runner.gates.correctness import logprob_closeness
-from evertune.runner.golden import hash_answer
-
 from evertune.apps.benchmarks import BENCHMARKS, get_benchmark
 from evertune.apps.benchmarks.gate import PLANTED, PlantedChange, change_result, counts, gate_figures
 from evertune.domain.model.variants import BrokenScale, WeightNoise
+from evertune.runner.gates import agreement
+from evertune.runner.gates.correctness import logprob_closeness
+from evertune.runner.golden import hash_answer
 
 
 def test_bench_gate_is_registered_and_plants_harmful_and_harmless_changes() -> None:

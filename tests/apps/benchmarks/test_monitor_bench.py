@@ -7,8 +7,6 @@ import math
 import random
 from pathlib import Path
 
-from evertune.sla_monitor.burn_rate import FAST_RULE, BurnRateRule
-from evertune.sla_monitor.payloads import observation
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -21,6 +19,8 @@ from evertune.apps.benchmarks.monitor import (
     measure,
     predicted_delay_s,
 )
+from evertune.sla_monitor.burn_rate import FAST_RULE, BurnRateRule
+from evertune.sla_monitor.payloads import observation
 
 
 def test_bad_share_of_the_healthy_and_the_doubled_ttft() -> None:

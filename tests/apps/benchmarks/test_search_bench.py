@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 import pytest
-from evertune.searcher.space import candidate_space
 
 from evertune.apps.benchmarks.search import (
     GRID,
@@ -31,6 +30,7 @@ from evertune.apps.benchmarks.search_grid import (
 from evertune.domain.engines import EngineSpec, get_profile
 from evertune.domain.slo import Slo
 from evertune.errors import FailedPrecondition
+from evertune.searcher.space import candidate_space
 
 SLO = Slo(ttft_ms=100.0, share=0.9)
 

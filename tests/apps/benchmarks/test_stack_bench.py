@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from evertune.searcher.space import unpriced_representatives
-
 from evertune.apps.benchmarks.search_grid import GridPoint, grid_key
 from evertune.apps.benchmarks.stack import setup_of_stack, space_of
 from evertune.apps.benchmarks.stack_grid import (
@@ -21,6 +19,7 @@ from evertune.apps.benchmarks.stack_grid import (
 )
 from evertune.domain.engines import EngineSpec, get_profile, knob_refusals
 from evertune.domain.slo import Slo
+from evertune.searcher.space import unpriced_representatives
 
 SLO = Slo(ttft_ms=800.0, share=0.9)
 BASE = EngineSpec(model="/m", enforce_eager=True, kv_cache_space_gib=2)

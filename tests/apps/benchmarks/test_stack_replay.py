@@ -17,9 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from evertune.searcher.model import RatePoint
-from evertune.searcher.orchestrate import TrialOrder, TrialResult
-from evertune.searcher.strategy import Figures
 
 from evertune.apps.benchmarks.search import search_prior, sized, write_voice_trace
 from evertune.apps.benchmarks.search_grid import grid_key
@@ -29,6 +26,9 @@ from evertune.domain.engines import EngineSpec
 from evertune.domain.gate_result import GateResult
 from evertune.domain.model import make_model
 from evertune.domain.slo import Slo
+from evertune.searcher.model import RatePoint
+from evertune.searcher.orchestrate import TrialOrder, TrialResult
+from evertune.searcher.strategy import Figures
 
 GRID = Path(__file__).parent / "data" / "stack-grid-zen5-2026-12-07.json"
 

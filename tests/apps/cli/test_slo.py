@@ -11,8 +11,6 @@ import time
 import uuid
 
 import numpy as np
-from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
-from evertune.sla_monitor.burn_rate import BurnRateRule
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from rich.console import Console
@@ -25,6 +23,8 @@ from evertune.infra.nats_server import EmbeddedNats
 from evertune.infra.runtime import ServiceContext
 from evertune.infra.runtime.micro import InstanceStatus, register
 from evertune.infra.settings import SharedSettings, load_settings
+from evertune.sla_monitor import SlaMonitorService, SlaMonitorSettings
+from evertune.sla_monitor.burn_rate import BurnRateRule
 from evertune.v1 import events_pb2, telemetry_pb2
 from tests.apps.cli.helpers import assert_one_line_error, run_cli, start_evertune
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from evertune.domain.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
 from evertune.profiler.profile import chain_structure
 from evertune.sla_monitor.drift_reference import PrefixReuseTracker
-
-from evertune.domain.workloads.prefix_reuse import HORIZON_S, leading_reused, reused_tokens
 from tests.profiler.synthetic import voice
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evertune.deployer.service import deployer_tokens
 
+from evertune.deployer.service import deployer_tokens
 from evertune.errors import InvalidArgument, SettingsError, Unauthenticated
 from evertune.infra.runtime.auth import (
     ALL_TENANTS,

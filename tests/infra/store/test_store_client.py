@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from evertune.profiler.sink import COLUMNS
 
 from evertune.errors import InvalidArgument, StoreUnavailable
 from evertune.infra.store import Store, StoreError, chdb_folder_in_use, migrate, open_store
+from evertune.profiler.sink import COLUMNS
 
 #: A whole hour of yesterday: the requests table keeps 30 days (TTL), so a fixed date would expire.
 T0 = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) - dt.timedelta(days=1)
