@@ -43,6 +43,8 @@ class DemoEvent:
     endpoint: str  #: endpoint it belongs to
     line: str  #: the readable line printed for it
     payload: dict[str, object] = field(default_factory=dict)  #: the payload as JSON-ready dict
+    id: str = ""  #: the event's id
+    cause_id: str = ""  #: id of the event that caused it ("" for a root: a drift, a breach, a call)
 
 
 def demo_event(event: events_pb2.Event, *, t0: float) -> DemoEvent:
@@ -51,7 +53,13 @@ def demo_event(event: events_pb2.Event, *, t0: float) -> DemoEvent:
     which = event.WhichOneof("payload")
     payload = MessageToDict(getattr(event, which), preserving_proto_field_name=True) if which else {}
     return DemoEvent(
-        t_s=t_s, kind=event.kind, endpoint=event.endpoint, line=short_line(event), payload=payload
+        t_s=t_s,
+        kind=event.kind,
+        endpoint=event.endpoint,
+        line=short_line(event),
+        payload=payload,
+        id=event.id,
+        cause_id=event.cause_id,
     )
 
 

@@ -229,6 +229,23 @@ def references(events: list[DemoEvent]) -> list[Reference]:
     return out
 
 
+def cause_chain(events: list[DemoEvent], last: DemoEvent) -> list[DemoEvent]:
+    """The events that led to `last`, root first, following each event's `cause_id` back through
+    the events the demo saw (a cause it did not see ends the chain)."""
+    by_id = {e.id: e for e in events if e.id}
+    chain = [last]
+    while chain[-1].cause_id in by_id and len(chain) <= len(by_id):
+        chain.append(by_id[chain[-1].cause_id])
+    return chain[::-1]
+
+
+def promotion_causes(run: DemoRun) -> list[str]:
+    """The kinds of the events that caused the loop's last promotion, root first (for example
+    drift.detected, profile.ready, search.completed, deploy.promoted); empty without one."""
+    promoted = [e for e in run.loop_events if e.kind == "deploy.promoted"]
+    return [e.kind for e in cause_chain(run.events, promoted[-1])] if promoted else []
+
+
 def summarize(run: DemoRun) -> dict[str, Any]:
     """The report's figures as JSON-ready data (also written as report.json)."""
     before, after = before_after(run)
@@ -243,7 +260,10 @@ def summarize(run: DemoRun) -> dict[str, Any]:
         "telemetry_rows": run.telemetry_rows,
         "lost_records": run.lost_records,
         "panels": run.panels,
-        "events": [{"t_s": round(e.t_s, 3), "kind": e.kind} for e in run.events],
+        "events": [
+            {"t_s": round(e.t_s, 3), "kind": e.kind, "id": e.id, "cause_id": e.cause_id} for e in run.events
+        ],
+        "promotion_causes": promotion_causes(run),
         "stages": [asdict(v) for v in verdicts],
         "before": asdict(before),
         "after": asdict(after),
@@ -327,6 +347,13 @@ def _markdown(run: DemoRun, summary: dict[str, Any], plots: list[str]) -> str:
     for v in verdicts:
         when = "-" if v.first_t_s is None else f"+{v.first_t_s:.1f} s"
         lines.append(f"| {v.stage} | {'yes' if v.happened else '**no**'} | {when} | {v.note} |")
+    if summary["promotion_causes"]:
+        lines += [
+            "",
+            "The last promotion's causes, by the events' cause ids (`evertune events tail --chain ID`): "
+            + " → ".join(summary["promotion_causes"])
+            + ".",
+        ]
     lines += [
         "",
         "## TTFT by phase (client-observed, through the gateway)",

@@ -101,6 +101,12 @@ def test_the_demo_runs_end_to_end_on_the_sim_engine(data_dir: Path, tmp_path: Pa
     for stage in stages:
         assert f"| {stage} | yes |" in text
     assert kinds.count("deploy.promoted") >= 2, kinds  # the first deployment's, then the loop's
+    # and the loop's promotion says, through the events' cause ids, which profile's search chose it:
+    # the demo's own profile (a root) or a drift's (in this short run the search on the demo's
+    # profile is still rolling out when the drift comes, 2026-12-07)
+    causes = summary["promotion_causes"]
+    assert causes[-3:] == ["profile.ready", "search.completed", "deploy.promoted"], causes
+    assert causes[0] in ("drift.detected", "profile.ready"), causes
     phases = [row["label"] for row in summary["phases"]]
     assert phases[0] == "before the shift" and phases[-1].startswith("after the promotion"), phases
 

@@ -219,3 +219,36 @@ def test_the_report_says_how_the_load_was_sized(tmp_path: Path) -> None:
     text = write_report(run, tmp_path / "r").read_text()
     assert f"- {run.sizing.line()}" in text
     assert summarize(run)["load_sizing"]["calls_per_s"] == run.sizing.calls_per_s
+
+
+def _event(t_s: float, kind: str, *, id: str, cause_id: str = "") -> DemoEvent:
+    return DemoEvent(t_s=t_s, kind=kind, endpoint="voice-demo", line=kind, id=id, cause_id=cause_id)
+
+
+def test_the_promotions_causes_are_followed_back_to_the_drift() -> None:
+    events = [
+        _event(1.0, "deploy.promoted", id="p0"),  # the first deployment's: before the traffic
+        _event(21.0, "drift.detected", id="d"),
+        _event(22.0, "sla.breach", id="b"),  # an event of another chain
+        _event(23.0, "profile.ready", id="r", cause_id="d"),
+        _event(30.0, "search.completed", id="s", cause_id="r"),
+        _event(31.0, "deploy.started", id="st", cause_id="s"),
+        _event(35.0, "deploy.promoted", id="p", cause_id="s"),
+    ]
+    summary = summarize(_run(events))
+    assert summary["promotion_causes"] == [
+        "drift.detected",
+        "profile.ready",
+        "search.completed",
+        "deploy.promoted",
+    ]
+    assert {"kind": "profile.ready", "id": "r", "cause_id": "d"}.items() <= summary["events"][3].items()
+
+
+def test_a_cause_the_demo_did_not_see_ends_the_chain() -> None:
+    events = [
+        _event(30.0, "search.completed", id="s", cause_id="unseen"),
+        _event(35.0, "deploy.promoted", id="p", cause_id="s"),
+    ]
+    assert summarize(_run(events))["promotion_causes"] == ["search.completed", "deploy.promoted"]
+    assert summarize(_run([]))["promotion_causes"] == []
