@@ -29,7 +29,7 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from evertune.domain.engines import EngineSpec, HardwareProfile, server_command
 from evertune.domain.engines.vllm import BASE_ENV
@@ -146,23 +146,29 @@ class KubernetesTarget(BaseModel):
         except ValueError as err:
             raise ValueError(f"not a CIDR: {err}") from None
 
-    @model_validator(mode="after")
-    def _peers(self) -> KubernetesTarget:
-        for i, peer in enumerate(self.ingress_peers):
+    @field_validator("ingress_peers")
+    @classmethod
+    def _peers(cls, peers: tuple[dict[str, Any], ...], info: ValidationInfo) -> tuple[dict[str, Any], ...]:
+        """A field's own check (not the model's), so a bad value is named by its setting."""
+        for i, peer in enumerate(peers):
             if not peer or not set(peer) <= _PEER_FIELDS:
                 raise ValueError(f"ingress_peers[{i}]: one or more of {', '.join(sorted(_PEER_FIELDS))}")
+        if not peers:
+            return peers
+        namespace = info.data.get("namespace", cls.model_fields["namespace"].default)
         probe: Manifest = {
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
-            "metadata": {"name": "ingress-peers", "namespace": self.namespace},
-            "spec": {"podSelector": {}, "ingress": [{"from": list(self.ingress_peers)}]},
+            "metadata": {"name": "ingress-peers", "namespace": namespace},
+            "spec": {"podSelector": {}, "ingress": [{"from": list(peers)}]},
         }
+        version = info.data.get("kubernetes_version", cls.model_fields["kubernetes_version"].default)
         try:
-            validate_manifest(probe, kubernetes_version=self.kubernetes_version)
+            validate_manifest(probe, kubernetes_version=version)
         except InvalidManifest as err:
             message = str(err).removeprefix("NetworkPolicy ingress-peers: ")
             raise ValueError(message.replace("spec/ingress/0/from/", "ingress_peers/")) from None
-        return self
+        return peers
 
 
 def _label_key_ok(key: str) -> bool:

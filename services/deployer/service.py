@@ -119,16 +119,16 @@ class DeployerService(GrpcService):
 
         backend: ServingBackend
         if settings.backend == "kubernetes":
-            kubeconfig, context = settings.kubernetes_kubeconfig, settings.kubernetes_context
+            kubeconfig, context = settings.kubernetes.kubeconfig, settings.kubernetes.context
 
             async def api_client() -> Any:
                 return await api_client_from_config(kubeconfig, context)
 
             backend = KubernetesBackend(
                 target=settings.kubernetes_target(),
-                hardware_classes=settings.kubernetes_hardware_classes,
+                hardware_classes=list(settings.kubernetes.hardware_classes),
                 api_client=api_client,
-                dry_run_dir=settings.kubernetes_dry_run_dir,
+                dry_run_dir=settings.kubernetes.dry_run_dir,
             )
         else:
             backend = LocalBackend(

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, Self
 
 import structlog
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from evertune.deployer.kubernetes import DEFAULT_CALLER_LABELS, KubernetesTarget
+from evertune.deployer.kubernetes import KubernetesTarget
 from evertune.deployer.rollout_policy import RolloutPolicy
 from evertune.infra.runtime.auth import LOOPBACK_HOSTS
 from evertune.infra.runtime.tls import check_tls_settings
@@ -21,54 +20,98 @@ log = structlog.get_logger("evertune.deployer.settings")
 
 
 ENV_PREFIX: Final = "EVERTUNE_DEPLOYER_"
-#: Settings of the previous release renamed into the nested `rollout` (old flat name -> field of
-#: `RolloutPolicy`): the old environment variables and keywords work, with a warning, for one
-#: release more.
-RENAMED_ROLLOUT: Final = {
-    "rollout_steps": "steps",
-    "rollout_step_duration_s": "step_duration_s",
-    "rollout_max_holds": "max_holds",
-    "rollout_failure_limit": "failures_tolerated",
-    "canary_min_requests": "min_requests",
-    "canary_tail_min_requests": "tail_min_requests",
-    "canary_max_ttft_regression": "max_ttft_regression",
-    "canary_ttft_slack_ms": "ttft_slack_ms",
-    "canary_max_itl_regression": "max_itl_regression",
-    "canary_itl_slack_ms": "itl_slack_ms",
-    "canary_max_error_share_increase": "max_error_share_increase",
-    "canary_p_value": "p_value",
+#: Settings of the previous release renamed into a nested group (old flat name -> (group, field)):
+#: the old environment variables (`EVERTUNE_DEPLOYER_<OLD>`) and keywords work, with a warning
+#: naming the new one (`EVERTUNE_DEPLOYER_<GROUP>__<FIELD>`), for one release more.
+RENAMED: Final[dict[str, tuple[str, str]]] = {
+    # the rollout policy (`rollout_policy.RolloutPolicy`)
+    "rollout_steps": ("rollout", "steps"),
+    "rollout_step_duration_s": ("rollout", "step_duration_s"),
+    "rollout_max_holds": ("rollout", "max_holds"),
+    "rollout_failure_limit": ("rollout", "failures_tolerated"),
+    "canary_min_requests": ("rollout", "min_requests"),
+    "canary_tail_min_requests": ("rollout", "tail_min_requests"),
+    "canary_max_ttft_regression": ("rollout", "max_ttft_regression"),
+    "canary_ttft_slack_ms": ("rollout", "ttft_slack_ms"),
+    "canary_max_itl_regression": ("rollout", "max_itl_regression"),
+    "canary_itl_slack_ms": ("rollout", "itl_slack_ms"),
+    "canary_max_error_share_increase": ("rollout", "max_error_share_increase"),
+    "canary_p_value": ("rollout", "p_value"),
+    # the kubernetes backend (`KubernetesSettings`)
+    "kubernetes_kubeconfig": ("kubernetes", "kubeconfig"),
+    "kubernetes_context": ("kubernetes", "context"),
+    "kubernetes_dry_run_dir": ("kubernetes", "dry_run_dir"),
+    "kubernetes_hardware_classes": ("kubernetes", "hardware_classes"),
+    "kubernetes_namespace": ("kubernetes", "namespace"),
+    "kubernetes_image": ("kubernetes", "image"),
+    "kubernetes_gateway_name": ("kubernetes", "gateway_name"),
+    "kubernetes_gateway_namespace": ("kubernetes", "gateway_namespace"),
+    "kubernetes_hostname": ("kubernetes", "hostname"),
+    "kubernetes_version": ("kubernetes", "kubernetes_version"),
+    "kubernetes_accelerator_resource": ("kubernetes", "accelerator_resource"),
+    "kubernetes_model_volume_claim": ("kubernetes", "model_volume_claim"),
+    "kubernetes_model_mount_path": ("kubernetes", "model_mount_path"),
+    "kubernetes_termination_grace_s": ("kubernetes", "termination_grace_s"),
+    "kubernetes_startup_timeout_s": ("kubernetes", "startup_timeout_s"),
+    "kubernetes_cpu_cores": ("kubernetes", "cpu_cores"),
+    "kubernetes_cpu_memory_gib": ("kubernetes", "cpu_memory_gib"),
+    "kubernetes_run_as_user": ("kubernetes", "run_as_user"),
+    "kubernetes_allow_hub_downloads": ("kubernetes", "allow_hub_downloads"),
+    "kubernetes_caller_labels": ("kubernetes", "caller_labels"),
+    "kubernetes_caller_namespace": ("kubernetes", "caller_namespace"),
+    "kubernetes_ingress_peers": ("kubernetes", "ingress_peers"),
+    "kubernetes_allow_dns": ("kubernetes", "allow_dns"),
+    "kubernetes_egress_cidrs": ("kubernetes", "egress_cidrs"),
 }
 
 
 def renamed_variable(old: str) -> str:
     """The environment variable that replaces the previous release's `EVERTUNE_DEPLOYER_<OLD>`."""
-    return f"{ENV_PREFIX}ROLLOUT__{RENAMED_ROLLOUT[old].upper()}"
+    group, field = RENAMED[old]
+    return f"{ENV_PREFIX}{group}__{field}".upper()
 
 
 def _warn_renamed(old: str, new: str) -> None:
     log.warning("deprecated setting: renamed, the old name goes in the next release", old=old, new=new)
 
 
-class RenamedRolloutVariables(PydanticBaseSettingsSource):
-    """The previous release's `EVERTUNE_DEPLOYER_ROLLOUT_*` / `_CANARY_*` variables, read into
-    `rollout` under the new ones (a new variable set too wins), each with a warning."""
+class RenamedVariables(EnvSettingsSource):
+    """The previous release's flat variables (`RENAMED`), read as if set under their new nested
+    names (a new variable set too wins), each with a warning. An empty one counts as unset (it
+    meant "none" for the optional ones)."""
 
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ reads the variables itself
-
-    def __call__(self) -> dict[str, Any]:
+    def _load_env_vars(self) -> Mapping[str, str | None]:
         env = {k.upper(): v for k, v in os.environ.items()}
-        nested: dict[str, Any] = {}
-        for old, new in RENAMED_ROLLOUT.items():
+        renamed: dict[str, str | None] = {}
+        for old in RENAMED:
             raw = env.get(f"{ENV_PREFIX}{old.upper()}")
-            if raw is None:
+            if not raw:
                 continue
             _warn_renamed(f"{ENV_PREFIX}{old.upper()}", renamed_variable(old))
-            try:
-                nested[new] = json.loads(raw)  # "[1000, 10000]", "30", "0.01"
-            except ValueError:
-                nested[new] = raw  # left for the field's own check to refuse, by name
-        return {"rollout": nested} if nested else {}
+            new = renamed_variable(old)
+            renamed[new if self.case_sensitive else new.lower()] = raw
+        return renamed
+
+
+class KubernetesSettings(KubernetesTarget):
+    """The kubernetes backend's settings, `EVERTUNE_DEPLOYER_KUBERNETES__<FIELD>`: where deployments
+    run (`KubernetesTarget`, whose defaults and bounds these are) and how the deployer reaches the
+    cluster."""
+
+    #: Kubeconfig file; none: the in-cluster service account (or ~/.kube/config outside a pod).
+    kubeconfig: Path | None = None
+    #: Kubeconfig context (none: its current context).
+    context: str | None = None
+    #: Write manifests into this folder instead of applying them (no cluster needed).
+    dry_run_dir: Path | None = None
+    #: Hardware classes the cluster serves (JSON list); each must be a known hardware profile.
+    hardware_classes: tuple[str, ...] = ("h200",)
+
+    def target(self) -> KubernetesTarget:
+        """The `KubernetesTarget` part (already checked)."""
+        return KubernetesTarget.model_construct(
+            **{name: getattr(self, name) for name in KubernetesTarget.model_fields}
+        )
 
 
 class DeployerSettings(BaseSettings):
@@ -139,117 +182,32 @@ class DeployerSettings(BaseSettings):
     #: A search.completed older than this (seconds) is not rolled out (a replayed backlog).
     search_max_age_s: float = Field(default=3600.0, gt=0)
 
-    # -- the kubernetes backend (KubernetesTarget's fields) ------------------------------------
-    #: Kubeconfig file; none: the in-cluster service account (or ~/.kube/config outside a pod).
-    kubernetes_kubeconfig: Path | None = None
-    #: Kubeconfig context (none: its current context).
-    kubernetes_context: str | None = None
-    #: Write manifests into this folder instead of applying them (no cluster needed).
-    kubernetes_dry_run_dir: Path | None = None
-    #: Hardware classes the cluster serves (JSON list); each must be a known hardware profile.
-    kubernetes_hardware_classes: list[str] = Field(default_factory=lambda: ["h200"])
-    #: Namespace of every object the deployer applies.
-    kubernetes_namespace: str = Field(
-        default="evertune", pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=63
-    )
-    #: vLLM OpenAI-server container image.
-    kubernetes_image: str = "vllm/vllm-openai:v0.32.0"
-    #: Gateway (Gateway API) the HTTPRoutes attach to, and its namespace (none: the namespace above).
-    kubernetes_gateway_name: str = "evertune"
-    kubernetes_gateway_namespace: str | None = None
-    #: Host name the HTTPRoutes answer for (none: every host of the Gateway's listener).
-    kubernetes_hostname: str | None = None
-    #: Kubernetes version whose schemas manifests are validated against.
-    kubernetes_version: str = "1.33"
-    #: Extended resource of one accelerator.
-    kubernetes_accelerator_resource: str = "nvidia.com/gpu"
-    #: PersistentVolumeClaim with the model weights (mounted read-only), and where.
-    kubernetes_model_volume_claim: str | None = None
-    kubernetes_model_mount_path: str = "/models"
-    #: Seconds a pod gets to finish its streams when told to stop.
-    kubernetes_termination_grace_s: int = Field(default=120, ge=1)
-    #: Seconds a pod may take to load the model.
-    kubernetes_startup_timeout_s: int = Field(default=1800, ge=10)
-    #: CPU cores and memory (GiB) per replica on a CPU hardware class.
-    kubernetes_cpu_cores: int = Field(default=8, ge=1)
-    kubernetes_cpu_memory_gib: int = Field(default=32, ge=1)
-    #: User id the vLLM pods run as, non-root (empty: the image's own user).
-    kubernetes_run_as_user: int | None = Field(default=None, ge=1)
-    #: Let pods download hub models (the hub's offline mode is set otherwise).
-    kubernetes_allow_hub_downloads: bool = False
-    #: Pods that may connect to engines, JSON list of label sets (one per caller); default: the
-    #: gateway, deployer and profiler as labelled in infra/kubernetes/base/services/.
-    kubernetes_caller_labels: list[dict[str, str]] = Field(
-        default_factory=lambda: [dict(labels) for labels in DEFAULT_CALLER_LABELS]
-    )
-    #: Namespace those callers run in (empty: the engines' namespace).
-    kubernetes_caller_namespace: str | None = None
-    #: Further NetworkPolicy peers allowed in, JSON list in Kubernetes' form (Gateway API proxies,
-    #: the cluster's Prometheus).
-    kubernetes_ingress_peers: list[dict[str, Any]] = Field(default_factory=list)
-    #: Let engine pods query the cluster DNS (kube-dns in kube-system, UDP and TCP 53).
-    kubernetes_allow_dns: bool = False
-    #: Networks engine pods may connect to, JSON list of CIDRs (none: no egress at all).
-    kubernetes_egress_cidrs: list[str] = Field(default_factory=list)
+    # -- the kubernetes backend --------------------------------------------------------------
+    #: Field by field `EVERTUNE_DEPLOYER_KUBERNETES__<FIELD>` (`KubernetesSettings`: the
+    #: `KubernetesTarget` and the cluster's connection; JSON for lists and label sets).
+    kubernetes: KubernetesSettings = KubernetesSettings()
 
     @model_validator(mode="before")
     @classmethod
     def _renamed_keywords(cls, data: Any) -> Any:
-        """The previous release's flat keywords (`rollout_steps=`, `canary_p_value=`...) go to
-        `rollout`, with a warning naming the new form."""
-        if not isinstance(data, dict) or not RENAMED_ROLLOUT.keys() & data.keys():
+        """The previous release's flat keywords (`rollout_steps=`, `kubernetes_namespace=`...) go to
+        their nested group, with a warning naming the new form."""
+        if not isinstance(data, dict) or not RENAMED.keys() & data.keys():
             return data
-        rollout = data.get("rollout") or {}
-        nested = dict(rollout.model_dump() if isinstance(rollout, RolloutPolicy) else rollout)
         flat = dict(data)
-        for old, new in RENAMED_ROLLOUT.items():
-            if old in flat:
-                _warn_renamed(old, f"rollout={{{new!r}: ...}}")
-                nested[new] = flat.pop(old)
-        return {**flat, "rollout": nested}
-
-    @field_validator(
-        "kubernetes_caller_labels",
-        "kubernetes_caller_namespace",
-        "kubernetes_ingress_peers",
-        "kubernetes_egress_cidrs",
-    )
-    @classmethod
-    def _network_policy(cls, value: Any, info: ValidationInfo) -> Any:
-        """Checked as KubernetesTarget checks it, so a bad value names its own variable."""
-        field = (info.field_name or "").removeprefix("kubernetes_")
-        try:
-            KubernetesTarget.model_validate(
-                {field: tuple(value) if isinstance(value, list) else value or None}
-            )
-        except ValidationError as err:
-            raise ValueError(str(err.errors()[0]["msg"]).removeprefix("Value error, ")) from None
-        return value
+        for old, (group, field) in RENAMED.items():
+            if old not in flat:
+                continue
+            _warn_renamed(old, f"{group}={{{field!r}: ...}}")
+            nested = flat.get(group) or {}
+            nested = dict(nested.model_dump() if isinstance(nested, BaseModel) else nested)
+            nested[field] = flat.pop(old)
+            flat[group] = nested
+        return flat
 
     def kubernetes_target(self) -> KubernetesTarget:
         """Where the kubernetes backend puts deployments."""
-        return KubernetesTarget(
-            namespace=self.kubernetes_namespace,
-            image=self.kubernetes_image,
-            gateway_name=self.kubernetes_gateway_name,
-            gateway_namespace=self.kubernetes_gateway_namespace,
-            hostname=self.kubernetes_hostname,
-            kubernetes_version=self.kubernetes_version,
-            accelerator_resource=self.kubernetes_accelerator_resource,
-            model_volume_claim=self.kubernetes_model_volume_claim,
-            model_mount_path=self.kubernetes_model_mount_path,
-            termination_grace_s=self.kubernetes_termination_grace_s,
-            startup_timeout_s=self.kubernetes_startup_timeout_s,
-            cpu_cores=self.kubernetes_cpu_cores,
-            cpu_memory_gib=self.kubernetes_cpu_memory_gib,
-            run_as_user=self.kubernetes_run_as_user,
-            allow_hub_downloads=self.kubernetes_allow_hub_downloads,
-            caller_labels=tuple(self.kubernetes_caller_labels),
-            caller_namespace=self.kubernetes_caller_namespace or None,
-            ingress_peers=tuple(self.kubernetes_ingress_peers),
-            allow_dns=self.kubernetes_allow_dns,
-            egress_cidrs=tuple(self.kubernetes_egress_cidrs),
-        )
+        return self.kubernetes.target()
 
     @classmethod
     def settings_customise_sources(
@@ -264,7 +222,7 @@ class DeployerSettings(BaseSettings):
         return (
             init_settings,
             env_settings,
-            RenamedRolloutVariables(settings_cls),
+            RenamedVariables(settings_cls),
             dotenv_settings,
             file_secret_settings,
         )

@@ -55,9 +55,7 @@ async def test_dry_run_through_the_api(nc: Client, tmp_path: Path) -> None:
         nc,
         tmp_path,
         backend="kubernetes",
-        kubernetes_dry_run_dir=out,
-        kubernetes_hardware_classes=["h200"],
-        kubernetes_namespace="serving",
+        kubernetes={"dry_run_dir": out, "hardware_classes": ["h200"], "namespace": "serving"},
     )
     try:
         name = new_name()

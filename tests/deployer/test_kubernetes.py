@@ -424,23 +424,28 @@ def test_network_settings_are_checked(setting: str, value: Any, expected: str) -
 
 
 def test_deployer_settings_make_the_network_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_CALLER_NAMESPACE", "evertune")
-    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_ALLOW_DNS", "true")
-    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_EGRESS_CIDRS", '["10.0.0.0/8"]')
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES__CALLER_NAMESPACE", "evertune")
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES__ALLOW_DNS", "true")
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES__EGRESS_CIDRS", '["10.0.0.0/8"]')
     monkeypatch.setenv(
-        "EVERTUNE_DEPLOYER_KUBERNETES_INGRESS_PEERS",
+        "EVERTUNE_DEPLOYER_KUBERNETES__INGRESS_PEERS",
         '[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}}}]',
     )
     target = load_settings(DeployerSettings).kubernetes_target()
     assert target.caller_labels == DEFAULT_CALLER_LABELS
     assert target.caller_namespace == "evertune" and target.allow_dns
     assert target.egress_cidrs == ("10.0.0.0/8",) and len(target.ingress_peers) == 1
-    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_CALLER_LABELS", "[{}]")
-    with pytest.raises(SettingsError, match=r"KUBERNETES_CALLER_LABELS: .*each caller needs"):
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES__CALLER_LABELS", "[{}]")
+    with pytest.raises(
+        SettingsError,
+        match=r"^invalid setting EVERTUNE_DEPLOYER_KUBERNETES__CALLER_LABELS: .*each caller needs",
+    ):
         load_settings(DeployerSettings)
-    monkeypatch.delenv("EVERTUNE_DEPLOYER_KUBERNETES_CALLER_LABELS")
-    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES_EGRESS_CIDRS", '["nowhere"]')
-    with pytest.raises(SettingsError, match=r"KUBERNETES_EGRESS_CIDRS: .*not a CIDR"):
+    monkeypatch.delenv("EVERTUNE_DEPLOYER_KUBERNETES__CALLER_LABELS")
+    monkeypatch.setenv("EVERTUNE_DEPLOYER_KUBERNETES__EGRESS_CIDRS", '["nowhere"]')
+    with pytest.raises(
+        SettingsError, match=r"^invalid setting EVERTUNE_DEPLOYER_KUBERNETES__EGRESS_CIDRS: .*not a CIDR"
+    ):
         load_settings(DeployerSettings)
 
 

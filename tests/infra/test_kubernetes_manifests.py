@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 from pydantic_settings import BaseSettings
 
 from evertune.apps.services import SERVICE_NAMES
@@ -493,6 +493,19 @@ def check_references(objects: list[Manifest]) -> list[str]:
     return found
 
 
+def _nested_variables(classes: list[type[BaseSettings]]) -> set[str]:
+    """The variables of nested settings (`EVERTUNE_DEPLOYER_KUBERNETES__NAMESPACE`): each field of a
+    model-typed field, joined by the class's `env_nested_delimiter`."""
+    names = set()
+    for cls in classes:
+        delimiter = cls.model_config.get("env_nested_delimiter")
+        for field, info in cls.model_fields.items():
+            model = info.annotation
+            if delimiter and isinstance(model, type) and issubclass(model, BaseModel):
+                names |= {f"{_prefix(cls)}{field}{delimiter}{sub}".upper() for sub in model.model_fields}
+    return names
+
+
 def check_settings(objects: list[Manifest]) -> list[str]:
     """What each service's settings classes need is set, from where it must come, and valid.
 
@@ -518,6 +531,7 @@ def check_settings(objects: list[Manifest]) -> list[str]:
         fields = {
             f"{_prefix(cls)}{field}".upper(): (cls, field) for cls in classes for field in cls.model_fields
         }
+        nested = _nested_variables(classes)
         for variable, (cls, field) in fields.items():
             set_here = variable in env and env[variable].value is not None
             if cls.model_fields[field].is_required() and not set_here:
@@ -544,7 +558,7 @@ def check_settings(objects: list[Manifest]) -> list[str]:
         for variable, value in env.items():
             if value.value is None:
                 found.append(f"{where}: {variable}'s source is missing")
-            if variable.startswith("EVERTUNE_") and variable not in fields:
+            if variable.startswith("EVERTUNE_") and variable not in fields and variable not in nested:
                 landing = any(variable == f"{code.prefix}{f}".upper() for f in LANDING)
                 if not landing:
                     found.append(f"{where}: {variable} is read by no settings field of {name}")
@@ -782,7 +796,7 @@ def check_deployer_scope(objects: list[Manifest]) -> list[str]:
         return ["no deployer"]
     workload, container = deployer
     namespace = workload["metadata"].get("namespace")
-    target = environment(objects, container).get("EVERTUNE_DEPLOYER_KUBERNETES_NAMESPACE")
+    target = environment(objects, container).get("EVERTUNE_DEPLOYER_KUBERNETES__NAMESPACE")
     if target is None or target.value != namespace:
         found.append(f"the deployer applies to namespace {target and target.value}, it runs in {namespace}")
     account = workload["spec"]["template"]["spec"].get("serviceAccountName")
@@ -1001,7 +1015,7 @@ def _nats_replicas_one(objects: list[Manifest]) -> None:
 def _deployer_elsewhere(objects: list[Manifest]) -> None:
     config = find(objects, "ConfigMap", "evertune-deployer")
     assert config is not None
-    config["data"]["EVERTUNE_DEPLOYER_KUBERNETES_NAMESPACE"] = "default"
+    config["data"]["EVERTUNE_DEPLOYER_KUBERNETES__NAMESPACE"] = "default"
 
 
 def _role_without_routes(objects: list[Manifest]) -> None:
