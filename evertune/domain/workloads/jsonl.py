@@ -176,25 +176,8 @@ def plan_records(
     and user (earlier utterances) messages, then the new text as a user message. completions: the
     same pieces joined by spaces. Tags `prefix_group` and `prefix_chars` mark the prefix.
     """
-    prefixes: dict[tuple[str, int], str] = {}
-    streams: dict[str, _Stream] = {}
     plan: list[PlannedRequest] = []
-    for record in sorted(records, key=lambda record: record.at_s):
-        prefix = ""
-        if record.prefix_tokens > 0:
-            key = (record.prefix_group, record.prefix_tokens)
-            if key not in prefixes:
-                prefixes[key] = make_text(key[1], derive(seed, "prefix", key[0], key[1]))
-            prefix = prefixes[key]
-        if record.conversation_id:
-            if record.conversation_id not in streams:
-                streams[record.conversation_id] = _Stream(
-                    make_text, derive(seed, "conversation", record.conversation_id)
-                )
-            stream = streams[record.conversation_id]
-        else:
-            stream = _Stream(make_text, derive(seed, "request", record.request_id))
-        pieces = stream.take(history=record.history_tokens, new=record.new_tokens)
+    for record, prefix, pieces in prompt_parts(records, make_text=make_text, seed=seed):
         tags = dict(record.tags)
         if prefix:
             tags[PREFIX_GROUP] = record.prefix_group
@@ -227,6 +210,31 @@ def plan_records(
             )
         )
     return plan
+
+
+def prompt_parts(
+    records: Iterable[TraceRecord], *, make_text: MakeText, seed: int = 0
+) -> Iterator[tuple[TraceRecord, str, list[Piece]]]:
+    """Each record (by `at_s`) with the text of its prompt in parts: the shared prefix ("" for none)
+    and the conversation's pieces after it (see the module doc for when they repeat)."""
+    prefixes: dict[tuple[str, int], str] = {}
+    streams: dict[str, _Stream] = {}
+    for record in sorted(records, key=lambda record: record.at_s):
+        prefix = ""
+        if record.prefix_tokens > 0:
+            key = (record.prefix_group, record.prefix_tokens)
+            if key not in prefixes:
+                prefixes[key] = make_text(key[1], derive(seed, "prefix", key[0], key[1]))
+            prefix = prefixes[key]
+        if record.conversation_id:
+            if record.conversation_id not in streams:
+                streams[record.conversation_id] = _Stream(
+                    make_text, derive(seed, "conversation", record.conversation_id)
+                )
+            stream = streams[record.conversation_id]
+        else:
+            stream = _Stream(make_text, derive(seed, "request", record.request_id))
+        yield record, prefix, stream.take(history=record.history_tokens, new=record.new_tokens)
 
 
 def records_of_plan(
@@ -365,7 +373,7 @@ def _string(data: dict[str, object], name: str, *, default: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class _Piece:
+class Piece:
     """A stretch of a conversation's text."""
 
     role: Literal["user", "assistant"]  #: user: a turn's new text; assistant: what came between turns
@@ -379,9 +387,9 @@ class _Stream:
     def __init__(self, make_text: MakeText, rng: random.Random) -> None:
         self._make_text = make_text
         self._rng = rng
-        self._pieces: list[_Piece] = []
+        self._pieces: list[Piece] = []
 
-    def take(self, *, history: int, new: int) -> list[_Piece]:
+    def take(self, *, history: int, new: int) -> list[Piece]:
         """The pieces of a prompt with `history` tokens of the conversation and then `new` new ones."""
         end = self._boundary(history)
         if end is None:  # the history ends inside text already made: it cannot be cut; start afresh
@@ -411,5 +419,5 @@ class _Stream:
         self._pieces.append(self._fresh("assistant", tokens - total))
         return len(self._pieces)
 
-    def _fresh(self, role: Literal["user", "assistant"], tokens: int) -> _Piece:
-        return _Piece(role=role, tokens=tokens, text=self._make_text(tokens, self._rng) if tokens > 0 else "")
+    def _fresh(self, role: Literal["user", "assistant"], tokens: int) -> Piece:
+        return Piece(role=role, tokens=tokens, text=self._make_text(tokens, self._rng) if tokens > 0 else "")
