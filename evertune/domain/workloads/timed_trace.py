@@ -158,21 +158,27 @@ def _parse(lines: Iterable[str], *, block_tokens: int) -> Iterator[TimedTraceRow
             raise WorkloadError(
                 f"timed trace line {number}: timestamp must be a number >= 0, not {timestamp!r}"
             )
-        lengths = [data.get("input_length"), data.get("output_length")]
-        for name, value in zip(("input_length", "output_length"), lengths, strict=True):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise WorkloadError(
-                    f"timed trace line {number}: {name} must be an integer >= 1, not {value!r}"
-                )
+        input_length = _count(data, "input_length", number)
+        output_length = _count(data, "output_length", number)
         ids = data.get("hash_ids")
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise WorkloadError(f"timed trace line {number}: hash_ids must be a list of integers")
-        blocks = math.ceil(lengths[0] / block_tokens)
+        blocks = math.ceil(input_length / block_tokens)
         if len(ids) != blocks:
             raise WorkloadError(
-                f"timed trace line {number}: {len(ids)} hash ids for {lengths[0]} input tokens "
+                f"timed trace line {number}: {len(ids)} hash ids for {input_length} input tokens "
                 f"({blocks} blocks of {block_tokens})"
             )
         yield TimedTraceRow(
-            timestamp=float(timestamp), input_length=lengths[0], output_length=lengths[1], hash_ids=tuple(ids)
+            timestamp=float(timestamp),
+            input_length=input_length,
+            output_length=output_length,
+            hash_ids=tuple(ids),
         )
+
+
+def _count(data: dict[str, object], name: str, number: int) -> int:
+    value = data.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkloadError(f"timed trace line {number}: {name} must be an integer >= 1, not {value!r}")
+    return value

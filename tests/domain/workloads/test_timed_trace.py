@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,12 +67,16 @@ def test_requests_share_leading_hash_ids_exactly_where_the_replay_shares_tokens(
     assert sharing > pairs // 10
 
 
+def _agent_turn(**fields: Any) -> TraceRecord:
+    """A chat request that starts with agent's 40-token prompt."""
+    return TraceRecord(api="chat", max_tokens=8, prefix_group="agent", prefix_tokens=40, **fields)
+
+
 def test_an_agents_prompt_and_a_calls_earlier_turns_are_the_shared_blocks() -> None:
-    base = {"api": "chat", "max_tokens": 8, "prefix_group": "agent", "prefix_tokens": 40}
-    first = TraceRecord(
-        at_s=0.0, request_id="t0", prompt_tokens=50, conversation_id="c", turn=0, new_tokens=10, **base
+    first = _agent_turn(
+        at_s=0.0, request_id="t0", prompt_tokens=50, conversation_id="c", turn=0, new_tokens=10
     )
-    second = TraceRecord(  # the first turn, a 6-token answer, then 10 new tokens
+    second = _agent_turn(  # the first turn, a 6-token answer, then 10 new tokens
         at_s=2.0,
         request_id="t1",
         prompt_tokens=66,
@@ -79,9 +84,8 @@ def test_an_agents_prompt_and_a_calls_earlier_turns_are_the_shared_blocks() -> N
         turn=1,
         history_tokens=16,
         new_tokens=10,
-        **base,
     )
-    other = TraceRecord(at_s=3.0, request_id="x", prompt_tokens=45, new_tokens=5, **base)  # no call
+    other = _agent_turn(at_s=3.0, request_id="x", prompt_tokens=45, new_tokens=5)  # no call
     a, b, c = timed_trace_rows([first, second, other])
     assert [len(r.hash_ids) for r in (a, b, c)] == [4, 5, 3]  # ceil(50/16), ceil(66/16), ceil(45/16)
     assert a.hash_ids[:3] == b.hash_ids[:3]  # 48 tokens: the prompt (40) and the first turn's start
