@@ -156,13 +156,15 @@ def fixed_params(grid: PeerGrid) -> dict[str, ParamValue]:
 
 def bench_args(*, trace_path: Path, requests: int, slo: Slo) -> dict[str, ParamValue]:
     """`vllm bench serve`'s arguments for the common workload, the same for every peer: the
-    timed_trace file replayed at its own timestamps, greedy, with TTFT percentiles and the goodput
-    at the SLO's TTFT target."""
+    timed_trace file of `requests` lines replayed at its own timestamps, greedy, with TTFT
+    percentiles and the goodput at the SLO's TTFT target. `requests` must be the file's line count:
+    vLLM's client stops at `--num-prompts` (1000 by default), and vllm-optimizer counts every
+    request short of it as failed (a 35-line trace at 100 failed 65%, 2026-12-07)."""
     return {
         "dataset-name": "timed_trace",
         "dataset-path": str(trace_path),
         "timed-trace-chunk-hash-size": BLOCK_TOKENS,
-        "num-prompts": requests,  # vLLM's client stops at 1000 by default
+        "num-prompts": requests,
         "goodput": f"ttft:{slo.ttft_ms:g}",
         "metric-percentiles": "50,90,99",
         "percentile-metrics": "ttft,tpot,itl,e2el",
