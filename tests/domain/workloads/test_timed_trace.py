@@ -93,26 +93,21 @@ def test_an_agents_prompt_and_a_calls_earlier_turns_are_the_shared_blocks() -> N
     assert c.hash_ids[:2] == a.hash_ids[:2] and c.hash_ids[2] != a.hash_ids[2]  # 32 of 40 prefix tokens
 
 
-def test_template_tokens_are_the_requests_own_and_the_same_records_give_the_same_file(tmp_path: Path) -> None:
-    record = TraceRecord(
-        at_s=1.0,
-        request_id="r",
-        api="chat",
-        max_tokens=8,
-        prompt_tokens=40,
-        prefix_group="g",
-        prefix_tokens=32,
-    )
-    again = TraceRecord(
-        at_s=2.0,
-        request_id="s",
-        api="chat",
-        max_tokens=8,
-        prompt_tokens=40,
-        prefix_group="g",
-        prefix_tokens=32,
-    )
-    r, s = timed_trace_rows([record, again])
+def test_template_tokens_are_the_requests_own_and_the_same_records_give_the_same_file() -> None:
+    # two requests of the same 32-token prefix, each with 8 tokens of chat template
+    records = [
+        TraceRecord(
+            at_s=float(i),
+            request_id=name,
+            api="chat",
+            max_tokens=8,
+            prompt_tokens=40,
+            prefix_group="g",
+            prefix_tokens=32,
+        )
+        for i, name in enumerate(("r", "s"))
+    ]
+    r, s = timed_trace_rows(records)
     assert r.hash_ids[:2] == s.hash_ids[:2] and r.hash_ids[2] != s.hash_ids[2]  # 8 template tokens each
     assert r.hash_ids == (0, 1, 2)  # numbered in order of first use
     assert timed_trace_rows(_voice_records()) == timed_trace_rows(_voice_records())
