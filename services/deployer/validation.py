@@ -457,11 +457,6 @@ def endpoint_spec_proto(spec: EndpointDef) -> endpoint_pb2.EndpointSpec:
     )
 
 
-def stored_endpoint_def(spec: endpoint_pb2.EndpointSpec) -> EndpointDef:
-    """The domain form of a spec the deployer stored itself (validated when it was written)."""
-    return endpoint_def(spec)
-
-
 # --------------------------------------------------------------------------------------------
 # Requests
 # --------------------------------------------------------------------------------------------

@@ -343,8 +343,3 @@ class DriftDetector:
                 live_window_s=self.live_span_s(now),
             )
         ]
-
-    @property
-    def live_window_requests(self) -> int:
-        """Requests in the live length window (at most `window_requests`)."""
-        return self._prompt.count

@@ -120,12 +120,18 @@ def peer_grid(specs: Sequence[tuple[str, EngineSpec]], *, hardware: HardwareProf
         serve_params.append(flags_as_params(args.argv))
         keys.append(key)
         envs.append(args.env)
-    shared = dict(envs[0]) if envs else {}
-    for i in reversed(range(len(envs))):  # a variable the candidates disagree on: the sweep can't
-        if envs[i] != shared:
-            left_out[keys[i]] = f"its environment {envs[i]} differs from the others' {shared}"
-            del serve_params[i], keys[i]
-    return PeerGrid(serve_params=serve_params, keys=keys, env=shared, left_out=left_out)
+    # the sweep sets one environment for every server: a candidate whose variables differ is out
+    shared = envs[0] if envs else {}
+    for key, env in zip(keys, envs, strict=True):
+        if env != shared:
+            left_out[key] = f"its environment {env} differs from the others' {shared}"
+    kept = [i for i, env in enumerate(envs) if env == shared]
+    return PeerGrid(
+        serve_params=[serve_params[i] for i in kept],
+        keys=[keys[i] for i in kept],
+        env=dict(shared),
+        left_out=left_out,
+    )
 
 
 def optimizer_space(grid: PeerGrid) -> dict[str, dict[str, list[ParamValue]]]:
@@ -194,7 +200,7 @@ def optimizer_config(
         constraints.append(
             {"metric": "time_to_first_token_ms", "statistic": "p50", "max": f"{slo.ttft_p50_ms:g} ms"}
         )
-    server = {name.replace("_", "-"): value for name, value in fixed_params(grid).items()}
+    server = {flag.replace("_", "-"): value for flag, value in fixed_params(grid).items()}
     return {
         "schema_version": 1,
         "experiment": {"name": name, "output_dir": str(output_dir), "seed": seed},

@@ -17,7 +17,6 @@ from typing import Any
 
 from nats.js import JetStreamContext
 
-from evertune.infra.bus.batching import BatchSpec
 from evertune.infra.bus.consumer import ConsumerSpec, DurableConsumer, Handler
 from evertune.infra.events import SUBJECT_PREFIX, EventKind
 
@@ -57,17 +56,6 @@ class Consumes:
             handler=handler,
             durable=spec.durable,
             consumer=spec,
-        )
-
-    @classmethod
-    def batching_of(cls, spec: BatchSpec, handler: str) -> Consumes:
-        """A `BatchingConsumer` reading as `spec` says (`handler`: its `BatchHandler`)."""
-        return cls(
-            Delivery.BATCHING,
-            source=spec.stream,
-            subject=spec.filter_subject,
-            handler=handler,
-            durable=spec.durable,
         )
 
     @property
