@@ -234,9 +234,9 @@ class ServerLife:
 
 
 def parse_server_log(text: str) -> list[tuple[int, float]]:
-    """The shim's log lines ("PID START"), in order; a torn last line is skipped."""
+    """The shim's log lines ("PID START\n"), in order; a last line not yet ended is skipped."""
     found = []
-    for line in text.splitlines():
+    for line in text.split("\n")[:-1]:
         parts = line.split()
         if len(parts) == 2 and parts[0].isdigit():
             try:
