@@ -16,6 +16,8 @@ SERVICES = ("gateway", "profiler", "sla_monitor", "searcher", "runner", "deploye
 FORBIDDEN = {
     "evertune/infra": ("evertune.domain", "evertune.apps", *(f"evertune.{s}" for s in SERVICES)),
     "evertune/domain": ("evertune.apps", *(f"evertune.{s}" for s in SERVICES)),
+    # the client library stays light: grpcio, protobuf and the wire types, no engine or store code
+    "evertune/client": ("evertune.domain", "evertune.apps", *(f"evertune.{s}" for s in SERVICES)),
     "services": ("evertune.apps",),
 }
 

@@ -7,12 +7,11 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypeAlias, cast
 
-import grpc
-
+from evertune.client import Connection
 from evertune.errors import EvertuneError, SettingsError
 from evertune.infra.data_dir import read_runtime
 from evertune.infra.logging import configure_logging
@@ -112,7 +111,7 @@ TLS_FLAGS: dict[str, str] = {
 
 
 def add_tls_flags(parser: argparse.ArgumentParser) -> None:
-    """`--tls-ca`, `--tls-cert`, `--tls-key` (see `grpc_channel`)."""
+    """`--tls-ca`, `--tls-cert`, `--tls-key` (see `grpc_connection`)."""
     helps = {
         "tls_ca": "speak TLS, trusting this CA's PEM",
         "tls_cert": "client certificate (PEM) for mutual TLS",
@@ -123,35 +122,21 @@ def add_tls_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, type=Path, default=None, help=f"{helps[dest]} (default ${variable})")
 
 
-def grpc_channel(
-    args: argparse.Namespace,
-    address: str,
-    interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-) -> grpc.aio.Channel:
-    """The one channel the gRPC commands open: plaintext, or TLS when a CA or a client certificate
-    is given (flag, else its variable: `TLS_FLAGS`); TLS without a CA trusts the system's roots. A
-    client certificate and key come together; an unreadable file is a one-line error."""
+def grpc_connection(args: argparse.Namespace, address: str) -> Connection:
+    """The client connection the gRPC commands use: `address`, the bearer token (`--token`, else
+    $EVERTUNE_TOKEN; none: no credentials), and TLS when a CA or a client certificate is given (each
+    flag, else its variable: `TLS_FLAGS`; TLS without a CA trusts the system's roots). A client
+    certificate and key come together; an unreadable file is a one-line error when the channel opens."""
     files: dict[str, Path | None] = {}
     for dest, variable in TLS_FLAGS.items():
         given = getattr(args, dest, None) or os.environ.get(variable, "")
         files[dest] = Path(given).expanduser() if given else None
-    ca, cert, key = files["tls_ca"], files["tls_cert"], files["tls_key"]
-    if (cert is None) != (key is None):
+    if (files["tls_cert"] is None) != (files["tls_key"] is None):
         raise SettingsError("set both --tls-cert and --tls-key (or $EVERTUNE_TLS_CERT_FILE and _KEY_FILE)")
-    if ca is None and cert is None:
-        return grpc.aio.insecure_channel(address, interceptors=interceptors)
-
-    def read(path: Path | None, flag: str) -> bytes | None:
-        if path is None:
-            return None
-        try:
-            return path.read_bytes()
-        except OSError as err:
-            raise SettingsError(f"cannot read {flag} {path}: {err.strerror}") from None
-
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=read(ca, "--tls-ca"),
-        private_key=read(key, "--tls-key"),
-        certificate_chain=read(cert, "--tls-cert"),
+    return Connection(
+        address=address,
+        token=getattr(args, "token", None) or os.environ.get("EVERTUNE_TOKEN", ""),
+        tls_ca=files["tls_ca"],
+        tls_cert=files["tls_cert"],
+        tls_key=files["tls_key"],
     )
-    return grpc.aio.secure_channel(address, credentials, interceptors=interceptors)

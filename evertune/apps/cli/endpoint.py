@@ -5,7 +5,7 @@ Where the deployer is: `--address`, else `EVERTUNE_DEPLOYER_ADDRESS`, else the a
 `--token`, else `EVERTUNE_TOKEN` (none: no credentials, for a deployer with auth off). `--tls-ca
 FILE` (else `EVERTUNE_TLS_CA_FILE`) speaks TLS, trusting that CA (or self-signed certificate);
 `--tls-cert`/`--tls-key` (else `EVERTUNE_TLS_CERT_FILE`/`_KEY_FILE`) present a client certificate
-to a deployer with mutual TLS (`common.grpc_channel`).
+to a deployer with mutual TLS (`common.grpc_connection`, on `evertune.client.EndpointClient`).
 """
 
 from __future__ import annotations
@@ -13,23 +13,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from rich.console import Group, RenderableType
 from rich.table import Table
 
-from evertune.apps.cli.common import OBJECTIVES, Commands, add_tls_flags, grpc_address, grpc_channel
+from evertune.apps.cli.common import OBJECTIVES, Commands, add_tls_flags, grpc_address, grpc_connection
 from evertune.apps.cli.console import out_console, table
-from evertune.errors import EvertuneError, InvalidArgument
+from evertune.client import EndpointClient
+from evertune.errors import InvalidArgument
 from evertune.v1 import endpoint_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
-from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 _POLICIES = {
@@ -37,10 +34,6 @@ _POLICIES = {
     "advisory": endpoint_pb2.SEARCH_POLICY_ADVISORY,
     "off": endpoint_pb2.SEARCH_POLICY_OFF,
 }
-
-
-class RemoteError(EvertuneError):
-    """The deployer refused a call; the message is its status and one-line detail."""
 
 
 def _rollout_flags(parser: argparse.ArgumentParser, *, new: str) -> None:
@@ -324,12 +317,7 @@ def deployment_table(deployments: Sequence[endpoint_pb2.Deployment]) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one of the commands; prints the result, raises RemoteError when the deployer refuses."""
-    metadata: tuple[tuple[str, str], ...] = ()
-    token = args.token or os.environ.get("EVERTUNE_TOKEN", "")
-    if token:
-        metadata = (("authorization", f"Bearer {token}"),)
-
+    """Run one of the commands; prints the result, raises RpcError when the deployer refuses."""
     out = out_console()
 
     def show(messages: Sequence[Any], render: Callable[[Any], RenderableType]) -> None:
@@ -340,62 +328,37 @@ def run(args: argparse.Namespace) -> int:
         elif messages:
             out.print(render(messages))
 
-    async def call(stub: pb_grpc.EndpointServiceStub) -> None:
+    async def call(client: EndpointClient) -> None:
         if args.command == "endpoints":
-            await _endpoints(stub, args, metadata, show)
+            await _endpoints(client, args, show)
         elif args.command == "deployments":
-            reply = await stub.ListDeployments(
-                pb.ListDeploymentsRequest(endpoint=args.endpoint, include_stopped=args.all),
-                metadata=metadata,
-                timeout=30,
-            )
-            show(list(reply.deployments), deployment_table)
+            show(await client.deployments(args.endpoint, include_stopped=args.all), deployment_table)
         elif args.deploy_command == "promote":
-            request = pb.PromoteRequest(
-                endpoint=args.endpoint, request_id=args.request_id or uuid.uuid4().hex, reason=args.reason
-            )
-            if args.trial:
-                request.trial_id = args.trial
-            else:
-                request.engine_config.CopyFrom(engine_config(args.knob, engine=args.engine))
-            reply = await stub.Promote(request, metadata=metadata, timeout=30)
-            show([reply.deployment], deployment_table)
-        else:
-            back = pb.RollbackRequest(
-                endpoint=args.endpoint,
-                request_id=args.request_id or uuid.uuid4().hex,
-                to_deployment_id=args.to,
+            deployment = await client.promote(
+                args.endpoint,
+                trial_id=args.trial or "",
+                engine_config=None if args.trial else engine_config(args.knob, engine=args.engine),
                 reason=args.reason,
+                request_id=args.request_id or "",
             )
-            show([(await stub.Rollback(back, metadata=metadata, timeout=30)).deployment], deployment_table)
+            show([deployment], deployment_table)
+        else:
+            deployment = await client.rollback(
+                args.endpoint, to_deployment_id=args.to, reason=args.reason, request_id=args.request_id or ""
+            )
+            show([deployment], deployment_table)
 
     async def main() -> None:
-        address = _address(args)
-        channel = grpc_channel(args, address)
-        try:
-            await _remote(call(pb_grpc.EndpointServiceStub(channel)), address)  # type: ignore[no-untyped-call]
-        finally:
-            await channel.close()
+        async with EndpointClient(grpc_connection(args, _address(args))) as client:
+            await call(client)
 
     asyncio.run(main())
     return 0
 
 
-async def _remote(work: Awaitable[None], address: str) -> None:
-    try:
-        await work
-    except grpc.aio.AioRpcError as err:
-        code = err.code().name if err.code() else "UNKNOWN"
-        detail = err.details() or ""
-        if err.code() == grpc.StatusCode.UNAVAILABLE:
-            detail = f"cannot reach the deployer at {address}: {detail}"
-        raise RemoteError(f"{code}: {detail}") from None
-
-
 async def _endpoints(
-    stub: pb_grpc.EndpointServiceStub,
+    client: EndpointClient,
     args: argparse.Namespace,
-    metadata: tuple[tuple[str, str], ...],
     show: Callable[[Sequence[Any], Callable[[Any], RenderableType]], None],
 ) -> None:
     command = args.endpoints_command
@@ -412,29 +375,12 @@ async def _endpoints(
         rollout, paths = rollout_policy(args)
         if paths:
             spec.rollout.CopyFrom(rollout)
-        request = pb.CreateEndpointRequest(request_id=args.request_id or uuid.uuid4().hex, spec=spec)
-        reply = await stub.CreateEndpoint(request, metadata=metadata, timeout=30)
-        show([reply.endpoint], endpoint_table)
+        show([await client.create(spec, request_id=args.request_id or "")], endpoint_table)
     elif command == "list":
-        token = ""
-        listed: list[endpoint_pb2.Endpoint] = []
-        while True:
-            page = await stub.ListEndpoints(
-                pb.ListEndpointsRequest(tenant=args.tenant, page_token=token), metadata=metadata, timeout=30
-            )
-            listed.extend(page.endpoints)
-            token = page.next_page_token
-            if not token:
-                break
-        show(listed, endpoint_table)
+        show(await client.list(tenant=args.tenant), endpoint_table)
     elif command == "get":
-        reply = await stub.GetEndpoint(pb.GetEndpointRequest(name=args.name), metadata=metadata, timeout=30)
-        show([reply.endpoint], _detail)
+        show([await client.get(args.name)], _detail)
     elif command == "update":
-        updated = await stub.UpdateEndpoint(update_request(args), metadata=metadata, timeout=30)
-        show([updated.endpoint], endpoint_table)
+        show([await client.update(update_request(args))], endpoint_table)
     else:
-        reply = await stub.DeleteEndpoint(
-            pb.DeleteEndpointRequest(name=args.name), metadata=metadata, timeout=30
-        )
-        show([reply.endpoint], endpoint_table)
+        show([await client.delete(args.name)], endpoint_table)

@@ -6,7 +6,8 @@ the search by default, printing a line per trial as it ends (`--no-wait` returns
 `trials` lists a search's finished trials (ListTrials, every page), one line each: the config's
 difference from the baseline trial's, the figures, the gates, passed or not. The bearer token:
 `--token`, else `EVERTUNE_TOKEN` (none: no credentials, for a searcher with auth off). TLS and
-mutual TLS: `--tls-ca`, `--tls-cert`, `--tls-key`, as the endpoint commands (`common.grpc_channel`).
+mutual TLS: `--tls-ca`, `--tls-cert`, `--tls-key`, as the endpoint commands
+(`common.grpc_connection`). The calls go through `evertune.client.SearchClient`.
 """
 
 from __future__ import annotations
@@ -15,26 +16,18 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import uuid
 from pathlib import Path
 from typing import Any
 
-import grpc
 from google.protobuf.json_format import MessageToDict
 
-from evertune.apps.cli.common import OBJECTIVES, Commands, add_tls_flags, grpc_address, grpc_channel
-from evertune.errors import EvertuneError
-from evertune.infra.runtime.auth import BearerToken
+from evertune.apps.cli.common import OBJECTIVES, Commands, add_tls_flags, grpc_address, grpc_connection
+from evertune.client import SearchClient
 from evertune.v1 import events_pb2, jobs_pb2
 from evertune.v1 import search_service_pb2 as pb
-from evertune.v1 import search_service_pb2_grpc as pb_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:50052"
-
-
-class RemoteError(EvertuneError):
-    """The searcher refused a call; the message is its status and one-line detail."""
 
 
 def add_commands(commands: Commands) -> None:
@@ -187,12 +180,12 @@ def trial_line(trial: pb.Trial, baseline: Any | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one of the commands; raises RemoteError when the searcher refuses."""
+    """Run one of the commands; raises RpcError when the searcher refuses."""
 
     def show(search: pb.Search) -> None:
         print(json.dumps(MessageToDict(search)) if args.json else describe(search))
 
-    async def call(stub: pb_grpc.SearchServiceStub) -> int:
+    async def call(client: SearchClient) -> int:
         command = args.search_command
         if command == "start":
             request = pb.StartSearchRequest(
@@ -205,13 +198,13 @@ def run(args: argparse.Namespace) -> int:
                 request.objective = OBJECTIVES[args.objective]
             if args.profile is not None:
                 request.profile_id = args.profile
-            search = (await stub.StartSearch(request)).search
+            search = await client.start(request)
             if args.no_wait:
                 show(search)
                 return 0
             if not args.json:
                 print(f"{search.id}: searching {search.endpoint} ...", flush=True)
-            async for event in stub.WatchSearch(pb.WatchSearchRequest(search_id=search.id, replay=True)):
+            async for event in client.watch(search.id):
                 if args.json:
                     continue
                 if event.kind == "search.started":
@@ -221,22 +214,13 @@ def run(args: argparse.Namespace) -> int:
                     )
                 elif event.kind == "trial.completed":
                     print(_trial_line(event), flush=True)
-            show((await stub.GetSearch(pb.GetSearchRequest(search_id=search.id))).search)
+            show(await client.get(search.id))
             return 0
         if command == "show":
-            show((await stub.GetSearch(pb.GetSearchRequest(search_id=args.search_id))).search)
+            show(await client.get(args.search_id))
             return 0
         if command == "trials":
-            trials: list[pb.Trial] = []
-            token = ""
-            while True:
-                page = await stub.ListTrials(
-                    pb.ListTrialsRequest(search_id=args.search_id, page_token=token, page_size=1000)
-                )
-                trials.extend(page.trials)
-                token = page.next_page_token
-                if not token:
-                    break
+            trials = await client.trials(args.search_id)
             if args.json:
                 print(
                     json.dumps([MessageToDict(t, always_print_fields_with_no_presence=True) for t in trials])
@@ -249,30 +233,18 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{args.search_id}: no finished trials yet")
             return 0
         if command == "cancel":
-            show(
-                (
-                    await stub.CancelSearch(
-                        pb.CancelSearchRequest(search_id=args.search_id, reason=args.reason)
-                    )
-                ).search
-            )
+            show(await client.cancel(args.search_id, reason=args.reason))
             return 0
-        page = await stub.ListSearches(pb.ListSearchesRequest(endpoint=args.endpoint))
+        searches = await client.list(endpoint=args.endpoint)
         if args.json:
-            print(json.dumps([MessageToDict(s) for s in page.searches]))
+            print(json.dumps([MessageToDict(s) for s in searches]))
         else:
-            for search in page.searches:
+            for search in searches:
                 print(describe(search).splitlines()[0])
         return 0
 
     async def main() -> int:
-        token = args.token or os.environ.get("EVERTUNE_TOKEN", "")
-        interceptors = [BearerToken(token)] if token else None
-        async with grpc_channel(args, _address(args), interceptors) as channel:
-            stub = pb_grpc.SearchServiceStub(channel)  # type: ignore[no-untyped-call]
-            try:
-                return await call(stub)
-            except grpc.aio.AioRpcError as err:
-                raise RemoteError(f"{err.code().name}: {err.details()}") from None
+        async with SearchClient(grpc_connection(args, _address(args))) as client:
+            return await call(client)
 
     return asyncio.run(main())

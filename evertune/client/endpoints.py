@@ -1,0 +1,143 @@
+"""The deployer's EndpointService: endpoints, their deployments, promotions and roll backs."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+
+from evertune.client.connection import Connection, unary
+from evertune.client.errors import rpc_error
+from evertune.v1 import endpoint_pb2, events_pb2
+from evertune.v1 import endpoint_service_pb2 as pb
+from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
+
+Reply = TypeVar("Reply")
+SERVICE = "deployer"
+
+
+class EndpointClient:
+    """A client of one deployer; use it as an async context manager (it owns its channel)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection  #: where the deployer is and how to talk to it
+        self._channel = connection.open_channel()
+        self._stub: Any = pb_grpc.EndpointServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    async def __aenter__(self) -> EndpointClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def _call(self, method: str, request: Any) -> Any:
+        rpc: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
+        return await unary(
+            self.connection,
+            service=SERVICE,
+            method=method,
+            call=lambda timeout: rpc(request, timeout=timeout),
+        )
+
+    async def create(self, spec: endpoint_pb2.EndpointSpec, *, request_id: str = "") -> endpoint_pb2.Endpoint:
+        """Create an endpoint (retried safely: the request id makes a second try answer the first's)."""
+        request = pb.CreateEndpointRequest(request_id=request_id or uuid.uuid4().hex, spec=spec)
+        reply: pb.CreateEndpointResponse = await self._call("CreateEndpoint", request)
+        return reply.endpoint
+
+    async def get(self, name: str) -> endpoint_pb2.Endpoint:
+        reply: pb.GetEndpointResponse = await self._call("GetEndpoint", pb.GetEndpointRequest(name=name))
+        return reply.endpoint
+
+    async def list(self, *, tenant: str = "") -> builtins.list[endpoint_pb2.Endpoint]:
+        """Every endpoint the caller may see (of `tenant`, for an operator's token), all pages."""
+        found: builtins.list[endpoint_pb2.Endpoint] = []
+        token = ""
+        while True:
+            page: pb.ListEndpointsResponse = await self._call(
+                "ListEndpoints", pb.ListEndpointsRequest(tenant=tenant, page_token=token)
+            )
+            found.extend(page.endpoints)
+            token = page.next_page_token
+            if not token:
+                return found
+
+    async def update(self, request: pb.UpdateEndpointRequest) -> endpoint_pb2.Endpoint:
+        """Change the fields `request.update_mask` names (tried once)."""
+        reply: pb.UpdateEndpointResponse = await self._call("UpdateEndpoint", request)
+        return reply.endpoint
+
+    async def delete(self, name: str, *, expected_revision: int = 0) -> endpoint_pb2.Endpoint:
+        """Delete an endpoint (tried once)."""
+        request = pb.DeleteEndpointRequest(name=name, expected_revision=expected_revision)
+        reply: pb.DeleteEndpointResponse = await self._call("DeleteEndpoint", request)
+        return reply.endpoint
+
+    async def deployments(
+        self, endpoint: str, *, include_stopped: bool = False
+    ) -> builtins.list[endpoint_pb2.Deployment]:
+        """An endpoint's deployments (the stopped ones too with `include_stopped`), all pages."""
+        found: builtins.list[endpoint_pb2.Deployment] = []
+        token = ""
+        while True:
+            page: pb.ListDeploymentsResponse = await self._call(
+                "ListDeployments",
+                pb.ListDeploymentsRequest(
+                    endpoint=endpoint, include_stopped=include_stopped, page_token=token
+                ),
+            )
+            found.extend(page.deployments)
+            token = page.next_page_token
+            if not token:
+                return found
+
+    async def promote(
+        self,
+        endpoint: str,
+        *,
+        trial_id: str = "",
+        engine_config: endpoint_pb2.EngineConfig | None = None,
+        reason: str = "",
+        request_id: str = "",
+    ) -> endpoint_pb2.Deployment:
+        """Roll out a trial's configuration (`trial_id`) or a given one (`engine_config`)."""
+        request = pb.PromoteRequest(
+            endpoint=endpoint, request_id=request_id or uuid.uuid4().hex, reason=reason
+        )
+        if trial_id:
+            request.trial_id = trial_id
+        elif engine_config is not None:
+            request.engine_config.CopyFrom(engine_config)
+        reply: pb.PromoteResponse = await self._call("Promote", request)
+        return reply.deployment
+
+    async def rollback(
+        self, endpoint: str, *, to_deployment_id: str = "", reason: str = "", request_id: str = ""
+    ) -> endpoint_pb2.Deployment:
+        """Roll back to the previous deployment, or to `to_deployment_id`."""
+        request = pb.RollbackRequest(
+            endpoint=endpoint,
+            request_id=request_id or uuid.uuid4().hex,
+            to_deployment_id=to_deployment_id,
+            reason=reason,
+        )
+        reply: pb.RollbackResponse = await self._call("Rollback", request)
+        return reply.deployment
+
+    async def watch_events(self, request: pb.WatchEventsRequest) -> AsyncIterator[events_pb2.Event]:
+        """The endpoint events `request` selects, as the deployer streams them (not retried: a
+        watcher that reconnects resumes from the last event's time with `since`)."""
+        try:
+            async for event in self._stub.WatchEvents(request):
+                yield event
+        except grpc.aio.AioRpcError as err:
+            raise rpc_error(err, address=self.connection.address, service=SERVICE) from None

@@ -1,0 +1,102 @@
+"""The searcher's SearchService: start, follow, list and cancel searches, and read their trials."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from evertune.client.connection import Connection, unary
+from evertune.client.errors import rpc_error
+from evertune.v1 import events_pb2
+from evertune.v1 import search_service_pb2 as pb
+from evertune.v1 import search_service_pb2_grpc as pb_grpc
+
+SERVICE = "searcher"
+
+
+class SearchClient:
+    """A client of one searcher; use it as an async context manager (it owns its channel)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection  #: where the searcher is and how to talk to it
+        self._channel = connection.open_channel()
+        self._stub: Any = pb_grpc.SearchServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    async def __aenter__(self) -> SearchClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def _call(self, method: str, request: Any) -> Any:
+        rpc: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
+        return await unary(
+            self.connection,
+            service=SERVICE,
+            method=method,
+            call=lambda timeout: rpc(request, timeout=timeout),
+        )
+
+    async def start(self, request: pb.StartSearchRequest) -> pb.Search:
+        """Start a search (a request id is set when `request` has none, so a retry starts one)."""
+        if not request.request_id:
+            request.request_id = uuid.uuid4().hex
+        reply: pb.StartSearchResponse = await self._call("StartSearch", request)
+        return reply.search
+
+    async def get(self, search_id: str) -> pb.Search:
+        reply: pb.GetSearchResponse = await self._call("GetSearch", pb.GetSearchRequest(search_id=search_id))
+        return reply.search
+
+    async def list(self, *, endpoint: str = "") -> builtins.list[pb.Search]:
+        """The searches of `endpoint` ("" = every endpoint the caller may see), all pages."""
+        found: builtins.list[pb.Search] = []
+        token = ""
+        while True:
+            page: pb.ListSearchesResponse = await self._call(
+                "ListSearches", pb.ListSearchesRequest(endpoint=endpoint, page_token=token)
+            )
+            found.extend(page.searches)
+            token = page.next_page_token
+            if not token:
+                return found
+
+    async def cancel(self, search_id: str, *, reason: str = "") -> pb.Search:
+        """Cancel a search (tried once)."""
+        reply: pb.CancelSearchResponse = await self._call(
+            "CancelSearch", pb.CancelSearchRequest(search_id=search_id, reason=reason)
+        )
+        return reply.search
+
+    async def trials(self, search_id: str) -> builtins.list[pb.Trial]:
+        """A search's finished trials, all pages."""
+        found: builtins.list[pb.Trial] = []
+        token = ""
+        while True:
+            page: pb.ListTrialsResponse = await self._call(
+                "ListTrials", pb.ListTrialsRequest(search_id=search_id, page_token=token, page_size=1000)
+            )
+            found.extend(page.trials)
+            token = page.next_page_token
+            if not token:
+                return found
+
+    async def watch(self, search_id: str, *, replay: bool = True) -> AsyncIterator[events_pb2.Event]:
+        """A search's events as they happen (its past ones first with `replay`), until it ends."""
+        try:
+            async for event in self._stub.WatchSearch(
+                pb.WatchSearchRequest(search_id=search_id, replay=replay)
+            ):
+                yield event
+        except grpc.aio.AioRpcError as err:
+            raise rpc_error(err, address=self.connection.address, service=SERVICE) from None
