@@ -120,11 +120,11 @@ def _claims_better(
     """Whether the peer's own p50 of its pick is below its own p50 of vLLM's defaults."""
     if pick is None:
         return None
-    base = next((t for t in trials if t.ok and _same(t.params, defaults, names)), None)
+    base = next((t for t in trials if t.ok and same_params(t.params, defaults, names)), None)
     chosen = trials[pick]
     if base is None or base.p50_ttft_ms is None or chosen.p50_ttft_ms is None:
         return None
-    if _same(chosen.params, defaults, names):
+    if same_params(chosen.params, defaults, names):
         return False
     return chosen.p50_ttft_ms < base.p50_ttft_ms
 
@@ -199,7 +199,8 @@ def _norm(value: object) -> str:
     return str(value).lower()
 
 
-def _same(params: Mapping[str, object], other: Mapping[str, object], names: Sequence[str]) -> bool:
+def same_params(params: Mapping[str, object], other: Mapping[str, object], names: Sequence[str]) -> bool:
+    """The two parameter sets agree on `names` (values compared as lower-case text)."""
     return all(_norm(params.get(name)) == _norm(other.get(name)) for name in names)
 
 
@@ -207,7 +208,7 @@ def match_key(grid: PeerGrid, params: Mapping[str, object], *, names: Sequence[s
     """evertune's config key of the candidate serving `params` (compared on `names`, the flags that
     vary), or None when it is not one of evertune's candidates."""
     for key, candidate in zip(grid.keys, grid.serve_params, strict=True):
-        if _same(candidate, params, names):
+        if same_params(candidate, params, names):
             return key
     return None
 

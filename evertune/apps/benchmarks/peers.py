@@ -61,6 +61,7 @@ from evertune.apps.benchmarks.peer_results import (
     ServerLife,
     match_key,
     optimizer_outcome,
+    same_params,
     seconds_until,
     sweep_order,
     sweep_outcome,
@@ -419,6 +420,7 @@ async def _sweep_arm(
         outcome,
         grid,
         names=names,
+        served=params,
         extra={"combinations": len(params), "of": len(grid.serve_params), "repeats": repeats},
     )
 
@@ -431,15 +433,22 @@ def _peer_arm(
     *,
     names: Sequence[str],
     extra: Figures,
+    served: Sequence[Mapping[str, Any]] | None = None,
 ) -> Arm:
-    """A peer's run as an arm: its pick matched to evertune's candidates, its servers' engine time."""
+    """A peer's run as an arm: its pick matched to evertune's candidates, its servers' engine time.
+    The pick's server is the pick's index among the peer's trials, or, given `served` (the
+    parameters of each server in the order started), the first that served the pick's."""
     now = time.time()
     lives: list[ServerLife] = process.lives
     pick_key = None
     to_pick = None
     if outcome is not None and outcome.pick is not None:
-        pick_key = match_key(grid, outcome.trials[outcome.pick].params, names=names)
-        to_pick = seconds_until(lives, outcome.pick, now=now)
+        chosen = outcome.trials[outcome.pick].params
+        pick_key = match_key(grid, chosen, names=names)
+        index = outcome.pick
+        if served is not None:
+            index = next((i for i, p in enumerate(served) if same_params(p, chosen, names)), len(lives))
+        to_pick = seconds_until(lives, index, now=now)
     tail = process.log.read_text(errors="replace").splitlines()[-5:] if process.log.exists() else []
     return Arm(
         name=name,
