@@ -10,10 +10,11 @@ a delete or a cancel is tried once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from types import TracebackType
+from typing import Any, Self, TypeVar
 
 import grpc
 
@@ -91,3 +92,43 @@ async def unary(
                 raise rpc_error(err, address=connection.address, service=service) from None
         await asyncio.sleep(FIRST_BACKOFF_S * 2**attempt)
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+class ServiceClient:
+    """What a service's client shares: its channel (opened here, closed on exit of `async with`),
+    its stub, and unary calls made with the connection's deadline and retry rule."""
+
+    service = ""  #: the service's name in errors ("deployer", "searcher")
+
+    def __init__(self, connection: Connection, *, stub: Callable[[grpc.aio.Channel], Any]) -> None:
+        self.connection = connection  #: where the service is and how to talk to it
+        self._channel = connection.open_channel()
+        self._stub = stub(self._channel)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def _call(self, method: str, request: Any) -> Any:
+        rpc: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
+        return await unary(
+            self.connection,
+            service=self.service,
+            method=method,
+            call=lambda timeout: rpc(request, timeout=timeout),
+        )
+
+    async def _stream(self, method: str, request: Any) -> AsyncIterator[Any]:
+        """A server stream's messages (not retried: a watcher that reconnects resumes itself)."""
+        try:
+            async for message in getattr(self._stub, method)(request):
+                yield message
+        except grpc.aio.AioRpcError as err:
+            raise rpc_error(err, address=self.connection.address, service=self.service) from None

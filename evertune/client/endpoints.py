@@ -4,49 +4,24 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from types import TracebackType
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import TypeVar
 
-import grpc
-
-from evertune.client.connection import Connection, unary
-from evertune.client.errors import rpc_error
+from evertune.client.connection import Connection, ServiceClient
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import endpoint_service_pb2 as pb
 from evertune.v1 import endpoint_service_pb2_grpc as pb_grpc
 
 Reply = TypeVar("Reply")
-SERVICE = "deployer"
 
 
-class EndpointClient:
+class EndpointClient(ServiceClient):
     """A client of one deployer; use it as an async context manager (it owns its channel)."""
 
+    service = "deployer"
+
     def __init__(self, connection: Connection) -> None:
-        self.connection = connection  #: where the deployer is and how to talk to it
-        self._channel = connection.open_channel()
-        self._stub: Any = pb_grpc.EndpointServiceStub(self._channel)  # type: ignore[no-untyped-call]
-
-    async def __aenter__(self) -> EndpointClient:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._channel.close()
-
-    async def _call(self, method: str, request: Any) -> Any:
-        rpc: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
-        return await unary(
-            self.connection,
-            service=SERVICE,
-            method=method,
-            call=lambda timeout: rpc(request, timeout=timeout),
-        )
+        super().__init__(connection, stub=pb_grpc.EndpointServiceStub)
 
     async def create(self, spec: endpoint_pb2.EndpointSpec, *, request_id: str = "") -> endpoint_pb2.Endpoint:
         """Create an endpoint (retried safely: the request id makes a second try answer the first's)."""
@@ -136,8 +111,5 @@ class EndpointClient:
     async def watch_events(self, request: pb.WatchEventsRequest) -> AsyncIterator[events_pb2.Event]:
         """The endpoint events `request` selects, as the deployer streams them (not retried: a
         watcher that reconnects resumes from the last event's time with `since`)."""
-        try:
-            async for event in self._stub.WatchEvents(request):
-                yield event
-        except grpc.aio.AioRpcError as err:
-            raise rpc_error(err, address=self.connection.address, service=SERVICE) from None
+        async for event in self._stream("WatchEvents", request):
+            yield event

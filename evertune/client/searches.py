@@ -4,48 +4,21 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from types import TracebackType
-from typing import Any
+from collections.abc import AsyncIterator
 
-import grpc
-
-from evertune.client.connection import Connection, unary
-from evertune.client.errors import rpc_error
+from evertune.client.connection import Connection, ServiceClient
 from evertune.v1 import events_pb2
 from evertune.v1 import search_service_pb2 as pb
 from evertune.v1 import search_service_pb2_grpc as pb_grpc
 
-SERVICE = "searcher"
 
-
-class SearchClient:
+class SearchClient(ServiceClient):
     """A client of one searcher; use it as an async context manager (it owns its channel)."""
 
+    service = "searcher"
+
     def __init__(self, connection: Connection) -> None:
-        self.connection = connection  #: where the searcher is and how to talk to it
-        self._channel = connection.open_channel()
-        self._stub: Any = pb_grpc.SearchServiceStub(self._channel)  # type: ignore[no-untyped-call]
-
-    async def __aenter__(self) -> SearchClient:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._channel.close()
-
-    async def _call(self, method: str, request: Any) -> Any:
-        rpc: Callable[..., Awaitable[Any]] = getattr(self._stub, method)
-        return await unary(
-            self.connection,
-            service=SERVICE,
-            method=method,
-            call=lambda timeout: rpc(request, timeout=timeout),
-        )
+        super().__init__(connection, stub=pb_grpc.SearchServiceStub)
 
     async def start(self, request: pb.StartSearchRequest) -> pb.Search:
         """Start a search (a request id is set when `request` has none, so a retry starts one)."""
@@ -93,10 +66,7 @@ class SearchClient:
 
     async def watch(self, search_id: str, *, replay: bool = True) -> AsyncIterator[events_pb2.Event]:
         """A search's events as they happen (its past ones first with `replay`), until it ends."""
-        try:
-            async for event in self._stub.WatchSearch(
-                pb.WatchSearchRequest(search_id=search_id, replay=replay)
-            ):
-                yield event
-        except grpc.aio.AioRpcError as err:
-            raise rpc_error(err, address=self.connection.address, service=SERVICE) from None
+        async for event in self._stream(
+            "WatchSearch", pb.WatchSearchRequest(search_id=search_id, replay=replay)
+        ):
+            yield event
