@@ -86,7 +86,7 @@ from evertune.apps.benchmarks.search import (
     trial_order,
     write_voice_trace,
 )
-from evertune.apps.benchmarks.search_grid import GridPoint, rounded
+from evertune.apps.benchmarks.search_grid import GridPoint, grid_key, rounded
 from evertune.domain.engines import EngineSpec, get_profile
 from evertune.domain.engines.fingerprint import detect as detect_hardware
 from evertune.domain.engines.vllm import VllmEngine
@@ -130,8 +130,11 @@ async def run(quick: bool) -> Figures:
     hardware = get_profile(HARDWARE_CLASS)
     defaults = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
     space = eager_space(base=defaults, hardware=hardware, limits=setup.limits)
-    grid = peer_grid([(c.key, c.spec) for c in space], hardware=hardware)
-    by_key = {c.key: c for c in space}
+    # every arm's pick is named by its grid cell (`grid_key`): a search from another start builds
+    # its space around that start, and its candidates' own keys differ (dtype unset vs bfloat16)
+    by_key = judge_cells(space)
+    cells = list(by_key.values())
+    grid = peer_grid([(c.key, c.spec) for c in cells], hardware=hardware)
     with tempfile.TemporaryDirectory(prefix="evertune-bench-peers-") as tmp_name:
         tmp = Path(tmp_name)
         trace, sha, plan = await asyncio.to_thread(write_voice_trace, tmp, model_dir)
@@ -167,14 +170,18 @@ async def run(quick: bool) -> Figures:
                     result,
                     trials,
                     start=start,
-                    defaults=space[0],
+                    defaults=cells[0],
+                    cell_of={c.key: grid_key(c.spec) for c, _ in plan_.candidates},
                     gate_rps=gate_rps,
                     wall_s=time.monotonic() - arm_started,
                 )
             )
         budget_s = max(arm.engine_s for arm in arms)
         trial_s = sum(arm.engine_s for arm in arms) / max(1, sum(arm.engine_starts for arm in arms))
-        peer_trace, requests = _peer_trace(trace, tmp, gate_rps=gate_rps, duration_s=setup.duration_s)
+        answer_tokens = _answer_tokens(trials)
+        peer_trace, requests = _peer_trace(
+            trace, tmp, gate_rps=gate_rps, duration_s=setup.duration_s, answer_tokens=answer_tokens
+        )
         env = peer_environment(
             engine_environment(settings, defaults, tmp),
             bin_dir=bin_dir,
@@ -187,18 +194,20 @@ async def run(quick: bool) -> Figures:
             await _optimizer_arm(
                 grid, bin_dir=bin_dir, env=env, tmp=tmp, model_dir=model_dir, bench=bench, setup=setup,
                 trials=max(1, int(budget_s / trial_s) - 1), repeats=repeats, budget_s=budget_s,
-                defaults_key=space[0].key,
+                defaults_key=cells[0].key,
             )
         )  # fmt: skip
         arms.append(
             await _sweep_arm(
                 grid, bin_dir=bin_dir, env=env, tmp=tmp, model_dir=model_dir, bench=bench, setup=setup,
                 combinations=max(1, int(budget_s / trial_s)), repeats=repeats, budget_s=budget_s,
-                defaults_key=space[0].key,
+                defaults_key=cells[0].key,
             )
         )  # fmt: skip
-        judged, aa = await _judge(trials, arms, by_key=by_key, defaults=space[0], gate_rps=gate_rps)
-    figures = report(arms, judged, aa, by_key=by_key, defaults=space[0])
+        kept = data_dir / "bench" / f"peers-arms-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+        await asyncio.to_thread(_keep, kept, arms)  # what the arms cost, kept should the judge fail
+        judged, aa = await _judge(trials, arms, by_key=by_key, defaults=cells[0], gate_rps=gate_rps)
+    figures = report(arms, judged, aa, by_key=by_key, defaults=cells[0])
     chart_path = data_dir / "bench" / f"peers-{datetime.now(UTC):%Y%m%dT%H%M%S}.png"
     await asyncio.to_thread(draw_chart, arms, judged, path=chart_path)
     return {
@@ -218,6 +227,7 @@ async def run(quick: bool) -> Figures:
         "gate_rps": gate_rps,
         "trial_s": setup.duration_s,
         "trace_requests": requests,
+        "answer_tokens": answer_tokens,
         "knee_rps_defaults": sizing.rps,
         "slo": describe_slo(setup.slo),
         "space_size": len(space),
@@ -225,10 +235,22 @@ async def run(quick: bool) -> Figures:
         "optimizer_tune": optimizer_space(grid),
         "bench_args": bench,
         "chart": str(chart_path),
+        "arms_file": str(kept),
         "judge_repeats": JUDGE_REPEATS,
         "budget_trials": setup.budget,
         "wall_s": round(time.monotonic() - started, 1),
     }
+
+
+def _keep(path: Path, arms: Sequence[Arm]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([dataclasses.asdict(arm) for arm in arms], indent=1, default=str))
+
+
+def judge_cells(space: Sequence[Candidate]) -> dict[str, Candidate]:
+    """The space's candidates keyed, and named, by their grid cell (`grid_key`), in order: the
+    names every arm's pick is given, whatever space its search built."""
+    return {grid_key(c.spec): dataclasses.replace(c, key=grid_key(c.spec)) for c in space}
 
 
 def engine_environment(settings: RunnerSettings, spec: EngineSpec, tmp: Path) -> dict[str, str]:
@@ -263,15 +285,19 @@ def _evertune_arm(
     *,
     start: EngineSpec,
     defaults: Candidate,
+    cell_of: Mapping[str, str],
     gate_rps: float,
     wall_s: float,
 ) -> Arm:
-    """A search as an arm: its pick the winner (the start without one), its engine time its trials'."""
+    """A search as an arm: its pick the winner (the start without one), its engine time its trials'.
+    `cell_of`: the grid cell of each candidate key of the search's space."""
     real = result.progress.trials
-    pick = result.winner.key if result.winner else next((t.candidate_key for t in real), None)
+    pick = grid_key(result.winner.spec if result.winner else start)
     spent = [trials.wall_s.get(t.trial_id, 0.0) for t in real]
-    to_pick = next((sum(spent[: i + 1]) for i, t in enumerate(real) if t.candidate_key == pick), None)
-    own = _own_p50(real, gate_rps=gate_rps)
+    to_pick = next(
+        (sum(spent[: i + 1]) for i, t in enumerate(real) if cell_of[t.candidate_key] == pick), None
+    )
+    own = {cell_of[key]: p50 for key, p50 in _own_p50(real, gate_rps=gate_rps).items()}
     defaults_key = defaults.key
     claims: bool | None = False
     if result.winner is not None:
@@ -308,14 +334,26 @@ def _own_p50(real: Sequence[TrialResult], *, gate_rps: float) -> dict[str, float
     return {key: statistics.median(values) for key, values in seen.items()}
 
 
-def _peer_trace(trace: Path, tmp: Path, *, gate_rps: float, duration_s: float) -> tuple[Path, int]:
+def _answer_tokens(trials: LocalTrials) -> int | None:
+    """The mean length of the model's answers over the trials' measured replays (None: none)."""
+    tokens = sum(t for t, _ in trials.answers.values())
+    completed = sum(n for _, n in trials.answers.values())
+    return max(1, round(tokens / completed)) if completed else None
+
+
+def _peer_trace(
+    trace: Path, tmp: Path, *, gate_rps: float, duration_s: float, answer_tokens: int | None
+) -> tuple[Path, int]:
     """The window of the trace a trial replays at `gate_rps` for `duration_s`, as vLLM's timed_trace
-    (the runner's cut: records whose send time at the rate falls inside the window)."""
+    (the runner's cut: records whose send time at the rate falls inside the window), each answer
+    `answer_tokens` long (vLLM's replay runs every answer to its length)."""
     records, _ = read_jsonl(trace)
     multiplier = gate_rps / plan_rps(records)
     reached = [r for r in records if r.at_s / multiplier < duration_s]
     path = tmp / "voice.timed_trace.jsonl"
-    count = write_timed_trace(path, timed_trace_rows(reached, multiplier=multiplier))
+    count = write_timed_trace(
+        path, timed_trace_rows(reached, multiplier=multiplier, answer_tokens=answer_tokens)
+    )
     return path, count
 
 
@@ -505,7 +543,9 @@ async def _judge(
         trials, cells, template=template, repeats=JUDGE_REPEATS, reference_trial_id=REFERENCE_TRIAL
     )
     points = {c.key: _judged(c, results[c.key], base=defaults.spec, gate_rps=gate_rps) for c in cells}
-    return points, points.pop(twin.key)
+    aa = points.pop(twin.key)
+    assert all(a.pick_key in points for a in arms if a.pick_key is not None), "every pick is judged"
+    return points, aa
 
 
 def _judged(

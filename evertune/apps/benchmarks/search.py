@@ -267,6 +267,8 @@ class LocalTrials:
         #: what each trial's engine (replicas) did over its replays, by trial id
         self.engine_work: dict[str, list[MetricsDelta]] = {}
         self.stage = "warm-up"  #: what the trials are for now (the progress shown says it)
+        #: (output tokens, completed requests) of each trial's measured replays, by trial id
+        self.answers: dict[str, tuple[float, int]] = {}
 
     async def reference(self, trial_id: str) -> Reference | None:
         return self.references.get(trial_id)
@@ -283,6 +285,11 @@ class LocalTrials:
             outcome = await self.runner.run(job, progress=trial_step(f"{self.stage}: {order.trial_id}"))
             self.wall_s[order.trial_id] = time.monotonic() - started
             self.engine_work[order.trial_id] = outcome.engine_work
+            pooled = [rate.pooled for rate in outcome.rates]
+            self.answers[order.trial_id] = (
+                sum(p.output_tokens_per_s * p.duration_s for p in pooled),
+                sum(p.completed for p in pooled),
+            )
             if outcome.golden is not None and outcome.spec is not None and outcome.status == "ok":
                 self.references[order.trial_id] = Reference(
                     trial_id=order.trial_id,

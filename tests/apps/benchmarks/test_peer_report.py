@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from evertune.apps.benchmarks.peer_report import Arm, report
+from evertune.apps.benchmarks.peers import judge_cells
 from evertune.apps.benchmarks.search import GRID, eager_space
 from evertune.apps.benchmarks.search_grid import GridPoint, grid_key
 from evertune.domain.engines import EngineSpec, get_profile
@@ -16,11 +17,11 @@ SPACE = eager_space(
     hardware=get_profile("cpu"),
     limits=GRID,
 )
-BY_KEY = {c.key: c for c in SPACE}
-DEFAULTS = SPACE[0]
+BY_KEY = judge_cells(SPACE)
+DEFAULTS = next(iter(BY_KEY.values()))
 BLOCKS = next(
     c
-    for c in SPACE
+    for c in BY_KEY.values()
     if c.spec.block_size == 32
     and c.spec.dtype is None
     and c.spec.max_num_batched_tokens is None
@@ -28,7 +29,7 @@ BLOCKS = next(
 )
 FP32 = next(
     c
-    for c in SPACE
+    for c in BY_KEY.values()
     if c.spec.dtype == "float32"
     and c.spec.block_size is None
     and c.spec.max_num_batched_tokens is None

@@ -124,6 +124,18 @@ def test_timestamps_are_the_runners_send_times_at_the_multiplier() -> None:
         timed_trace_rows(records, multiplier=0.0)
 
 
+def test_answers_run_to_their_measured_length_never_past_their_cap() -> None:
+    records = _voice_records()
+    cap = max(r.max_tokens for r in records)
+    rows = timed_trace_rows(records, answer_tokens=24)
+    assert [row.output_length for row in rows] == [
+        min(24, r.max_tokens) for r in sorted(records, key=lambda r: r.at_s)
+    ]
+    assert max(row.output_length for row in timed_trace_rows(records, answer_tokens=cap + 100)) == cap
+    with pytest.raises(WorkloadError, match="at least 1 token"):
+        timed_trace_rows(records, answer_tokens=0)
+
+
 def test_rows_round_trip_through_a_file(tmp_path: Path) -> None:
     rows = timed_trace_rows(_voice_records(), multiplier=1.5)
     path = tmp_path / "trace.jsonl"
