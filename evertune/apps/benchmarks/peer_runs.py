@@ -52,7 +52,7 @@ class ServerWatch:
         for pid, started in parse_server_log(text)[len(self.lives) :]:
             self.lives.append(ServerLife(pid=pid, started=started))
         self.lives = [
-            life if life.ended is not None or _alive(life.pid) else ServerLife(life.pid, life.started, now)
+            life if life.ended is not None or alive(life.pid) else ServerLife(life.pid, life.started, now)
             for life in self.lives
         ]
         return self.lives
@@ -61,7 +61,7 @@ class ServerWatch:
         return [life.pid for life in self.lives if life.ended is None]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

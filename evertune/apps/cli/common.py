@@ -126,13 +126,21 @@ def grpc_connection(args: argparse.Namespace, address: str) -> Connection:
     """The client connection the gRPC commands use: `address`, the bearer token (`--token`, else
     $EVERTUNE_TOKEN; none: no credentials), and TLS when a CA or a client certificate is given (each
     flag, else its variable: `TLS_FLAGS`; TLS without a CA trusts the system's roots). A client
-    certificate and key come together; an unreadable file is a one-line error when the channel opens."""
+    certificate and key come together; an unreadable file is a one-line error naming its flag."""
     files: dict[str, Path | None] = {}
     for dest, variable in TLS_FLAGS.items():
         given = getattr(args, dest, None) or os.environ.get(variable, "")
         files[dest] = Path(given).expanduser() if given else None
     if (files["tls_cert"] is None) != (files["tls_key"] is None):
         raise SettingsError("set both --tls-cert and --tls-key (or $EVERTUNE_TLS_CERT_FILE and _KEY_FILE)")
+    for dest, path in files.items():
+        if path is not None:  # said here, by the flag's name, rather than when the channel opens
+            try:
+                path.read_bytes()
+            except OSError as err:
+                raise SettingsError(
+                    f"cannot read --{dest.replace('_', '-')} {path}: {err.strerror}"
+                ) from None
     return Connection(
         address=address,
         token=getattr(args, "token", None) or os.environ.get("EVERTUNE_TOKEN", ""),

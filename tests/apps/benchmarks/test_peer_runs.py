@@ -7,9 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
-from evertune.apps.benchmarks.peer_runs import peer_environment, run_peer
+from evertune.apps.benchmarks.peer_runs import alive, peer_environment, run_peer
 from evertune.apps.benchmarks.vllm_cli import CLIENT_CORES, SERVE_CORES, SERVERS_LOG
 
 SERVER = (
@@ -57,8 +55,7 @@ async def test_a_peer_past_its_cap_is_stopped_with_its_servers(tmp_path: Path) -
     assert done.stopped_at_cap and done.returncode != 0
     [life] = done.lives
     assert life.ended is not None and life.seconds(0) < 30
-    with pytest.raises(ProcessLookupError):
-        os.kill(life.pid, 0)
+    assert not alive(life.pid)  # gone, or a zombie nobody reaps (a container's init may not)
 
 
 def test_the_peers_environment_splits_the_cores_as_the_runner_does(tmp_path: Path) -> None:
