@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from evertune.errors import BusUnavailable
+from evertune.infra.child_guard import guarded
 from evertune.infra.repository import INFRA
 
 #: The configuration every cluster node starts from (its variables: `ClusterNode.variables`).
 CLUSTER_CONFIG = INFRA / "nats" / "cluster.conf"
-
-_PR_SET_PDEATHSIG = 1
 
 
 def find_binary() -> Path:
@@ -48,12 +45,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it when the parent dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux's libc: no such guard there
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -121,14 +112,12 @@ class EmbeddedNats:
         for _ in range(attempts):
             self.port = self._wanted_port or free_port()
             self._proc = await asyncio.create_subprocess_exec(
-                str(binary),
-                *self._arguments(),
+                *guarded([str(binary), *self._arguments()]),
                 env=self._environment(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
             if await self._wait_ready(ready_timeout_s):
                 return

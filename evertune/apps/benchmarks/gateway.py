@@ -49,6 +49,7 @@ from evertune.apps.benchmarks.scratch import ScratchBus, scratch_bus
 from evertune.domain.model import ensure_model
 from evertune.domain.percentiles import percentile
 from evertune.infra.bus import Bucket
+from evertune.infra.child_guard import guarded
 from evertune.infra.nats_server import free_port
 from evertune.infra.settings import SharedSettings
 from evertune.v1 import endpoint_pb2, telemetry_pb2
@@ -122,15 +123,10 @@ async def _gateway(
     }
     with (folder / "log").open("wb") as log:
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "evertune",
-            "run",
-            "gateway",
+            *guarded([sys.executable, "-m", "evertune", "run", "gateway"], cpu_cores=cores, env=env),
             env=env,
             stdout=log,
             stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=lambda: os.sched_setaffinity(0, cores),
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + READY_TIMEOUT_S

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import re
 import shutil
@@ -23,7 +22,7 @@ import signal
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, ClassVar, Self
@@ -34,13 +33,13 @@ from evertune.domain.engines.config import EngineSpec
 from evertune.domain.engines.errors import EngineNotRunning, EngineStartFailed
 from evertune.domain.engines.hardware import HardwareProfile
 from evertune.domain.engines.metrics import EngineMetrics, fetch_metrics
+from evertune.infra.child_guard import guarded
 from evertune.infra.nats_server import free_port
 
 #: Lines of the engine log an `EngineStartFailed` carries.
 TAIL_LINES = 30
 _POLL_INTERVAL_S = 0.25
 _HEALTH_TIMEOUT_S = 2.0
-_PR_SET_PDEATHSIG = 1
 #: Lines of the log searched for the cause of a failed start (the root cause of an engine-core
 #: failure sits above the API server's own traceback, often 100+ lines before the end).
 CAUSE_SEARCH_LINES = 600
@@ -54,23 +53,6 @@ _WRAPPERS = ("See root cause above", "Engine core initialization failed", "Engin
 _PREFIX = re.compile(
     r"^(\(\w+ pid=\d+\)\s*)?((DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:]+ \[[^\]]*\]\s*)?"
 )
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it when the parent dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux's libc: no such guard there
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _before_exec(cpu_cores: Sequence[int]) -> Callable[[], None]:
-    """What the child runs before exec: die with the parent; keep to `cpu_cores` when given."""
-
-    def run() -> None:
-        _die_with_parent()
-        if cpu_cores:
-            os.sched_setaffinity(0, cpu_cores)
-
-    return run
 
 
 def start_failure_cause(lines: list[str]) -> str:
@@ -264,13 +246,12 @@ class ProcessEngine(ServedInBlock):
         self.startup_s = None
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *argv,
+                *guarded(argv, cpu_cores=self.cpu_cores, env=env),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_before_exec(self.cpu_cores),
             )
         except OSError as err:
             self._close_log()
