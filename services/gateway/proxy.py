@@ -430,8 +430,6 @@ class Proxy:
             failure = "upstream_timeout"
         except aiohttp.ClientError:
             failure = "upstream_disconnect"
-        if obs.error_class == "upstream_stream_error":  # the upstream's own error event went by
-            obs.status = 502
         if failure:
             await self._fail_stream(response, obs, failure)
         obs.ended = time.perf_counter()
@@ -471,8 +469,10 @@ class Proxy:
             info = read_payload(payload)
             if info.usage is not None:
                 apply_usage(obs, info.usage)
-            if info.error:
-                obs.error_class = obs.error_class or "upstream_stream_error"
+            if info.error and not obs.error_class:
+                # the upstream's own error event: a 502 from here on, even should the client leave
+                # at once and the handler be cancelled before the stream's end
+                obs.error_class, obs.status = "upstream_stream_error", 502
             if info.content:
                 content += 1
             if info.usage_only and not wants_usage:
