@@ -125,6 +125,17 @@ class ServiceClient:
             call=lambda timeout: rpc(request, timeout=timeout),
         )
 
+    async def _pages(self, method: str, request: Any, *, items: str) -> list[Any]:
+        """Every item of a paged list call: the reply's `items` field, page after page, the
+        request's `page_token` moved on until a reply has no `next_page_token`."""
+        found: list[Any] = []
+        while True:
+            page = await self._call(method, request)
+            found.extend(getattr(page, items))
+            if not page.next_page_token:
+                return found
+            request.page_token = page.next_page_token
+
     async def _stream(self, method: str, request: Any) -> AsyncIterator[Any]:
         """A server stream's messages (not retried: a watcher that reconnects resumes itself)."""
         try:

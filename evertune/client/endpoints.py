@@ -35,16 +35,8 @@ class EndpointClient(ServiceClient):
 
     async def list(self, *, tenant: str = "") -> builtins.list[endpoint_pb2.Endpoint]:
         """Every endpoint the caller may see (of `tenant`, for an operator's token), all pages."""
-        found: builtins.list[endpoint_pb2.Endpoint] = []
-        token = ""
-        while True:
-            page: pb.ListEndpointsResponse = await self._call(
-                "ListEndpoints", pb.ListEndpointsRequest(tenant=tenant, page_token=token)
-            )
-            found.extend(page.endpoints)
-            token = page.next_page_token
-            if not token:
-                return found
+        request = pb.ListEndpointsRequest(tenant=tenant)
+        return await self._pages("ListEndpoints", request, items="endpoints")
 
     async def update(self, request: pb.UpdateEndpointRequest) -> endpoint_pb2.Endpoint:
         """Change the fields `request.update_mask` names (tried once)."""
@@ -61,19 +53,8 @@ class EndpointClient(ServiceClient):
         self, endpoint: str, *, include_stopped: bool = False
     ) -> builtins.list[endpoint_pb2.Deployment]:
         """An endpoint's deployments (the stopped ones too with `include_stopped`), all pages."""
-        found: builtins.list[endpoint_pb2.Deployment] = []
-        token = ""
-        while True:
-            page: pb.ListDeploymentsResponse = await self._call(
-                "ListDeployments",
-                pb.ListDeploymentsRequest(
-                    endpoint=endpoint, include_stopped=include_stopped, page_token=token
-                ),
-            )
-            found.extend(page.deployments)
-            token = page.next_page_token
-            if not token:
-                return found
+        request = pb.ListDeploymentsRequest(endpoint=endpoint, include_stopped=include_stopped)
+        return await self._pages("ListDeployments", request, items="deployments")
 
     async def promote(
         self,

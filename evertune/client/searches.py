@@ -33,16 +33,8 @@ class SearchClient(ServiceClient):
 
     async def list(self, *, endpoint: str = "") -> builtins.list[pb.Search]:
         """The searches of `endpoint` ("" = every endpoint the caller may see), all pages."""
-        found: builtins.list[pb.Search] = []
-        token = ""
-        while True:
-            page: pb.ListSearchesResponse = await self._call(
-                "ListSearches", pb.ListSearchesRequest(endpoint=endpoint, page_token=token)
-            )
-            found.extend(page.searches)
-            token = page.next_page_token
-            if not token:
-                return found
+        request = pb.ListSearchesRequest(endpoint=endpoint)
+        return await self._pages("ListSearches", request, items="searches")
 
     async def cancel(self, search_id: str, *, reason: str = "") -> pb.Search:
         """Cancel a search (tried once)."""
@@ -53,16 +45,8 @@ class SearchClient(ServiceClient):
 
     async def trials(self, search_id: str) -> builtins.list[pb.Trial]:
         """A search's finished trials, all pages."""
-        found: builtins.list[pb.Trial] = []
-        token = ""
-        while True:
-            page: pb.ListTrialsResponse = await self._call(
-                "ListTrials", pb.ListTrialsRequest(search_id=search_id, page_token=token, page_size=1000)
-            )
-            found.extend(page.trials)
-            token = page.next_page_token
-            if not token:
-                return found
+        request = pb.ListTrialsRequest(search_id=search_id, page_size=1000)
+        return await self._pages("ListTrials", request, items="trials")
 
     async def watch(self, search_id: str, *, replay: bool = True) -> AsyncIterator[events_pb2.Event]:
         """A search's events as they happen (its past ones first with `replay`), until it ends."""
