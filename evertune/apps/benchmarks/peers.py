@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -71,20 +72,16 @@ from evertune.apps.benchmarks.peer_runs import PeerProcess, peer_environment, pe
 from evertune.apps.benchmarks.search import (
     GRID,
     HARDWARE_CLASS,
-    Knees,
     LocalTrials,
     Setup,
     eager_space,
     grid_point,
-    job_template,
     measure_interleaved,
     search_plan,
     search_prior,
     setup_of,
-    sized,
-    trace_plans,
     trial_order,
-    write_voice_trace,
+    voice_rig,
 )
 from evertune.apps.benchmarks.search_grid import GridPoint, grid_key, rounded
 from evertune.domain.engines import EngineSpec, get_profile
@@ -94,11 +91,11 @@ from evertune.domain.engines.vllm import installed_version as installed_vllm_ver
 from evertune.domain.model import ensure_model
 from evertune.domain.perfmodel.calibration import default_data_dir
 from evertune.domain.replay import plan_rps
-from evertune.domain.slo import describe_slo
+from evertune.domain.slo import Slo, describe_slo
 from evertune.domain.workloads.jsonl import read_jsonl
 from evertune.domain.workloads.timed_trace import timed_trace_rows, write_timed_trace
 from evertune.errors import FailedPrecondition
-from evertune.infra.settings import load_settings
+from evertune.infra.nats_server import free_port
 from evertune.runner.settings import RunnerSettings
 from evertune.runner.trial_runner import default_engine_factory, engine_cores
 from evertune.searcher.model import ThreadedModel
@@ -137,20 +134,9 @@ async def run(quick: bool) -> Figures:
     grid = peer_grid([(c.key, c.spec) for c in cells], hardware=hardware)
     with tempfile.TemporaryDirectory(prefix="evertune-bench-peers-") as tmp_name:
         tmp = Path(tmp_name)
-        trace, sha, plan = await asyncio.to_thread(write_voice_trace, tmp, model_dir)
-        settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=tmp / "logs")
-        knees = Knees(
-            settings,
-            setup=setup,
-            plan_at=trace_plans(trace, sha=sha, model_dir=model_dir, duration_s=setup.knee_probe_s),
-        )
-        step("sizing: the knee of vLLM's defaults")
-        sizing = await knees.measure(defaults, low_rps=1.0, high_rps=2.0, max_runs=setup.knee_max_runs + 1)
-        setup = sized(setup, knee_rps=sizing.rps)
-        slo = setup.slo.to_proto()
-        gate_rps = round(setup.peak_rps * setup.headroom, 6)
-        template = job_template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
-        trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
+        rig = await voice_rig(setup, defaults=defaults, model_dir=model_dir, folder=tmp)
+        setup, trace, plan, settings, sizing = rig.setup, rig.trace, rig.plan, rig.settings, rig.sizing
+        trials, gate_rps = rig.trials, rig.gate_rps
         mistuned, probe = await _mistuned_start(trials, space, gate_rps=gate_rps)
         prior = await search_prior(
             setup, plan=plan, model_dir=model_dir, data_dir=data_dir, space=space, base=defaults
@@ -189,21 +175,13 @@ async def run(quick: bool) -> Figures:
             engine_cores=engine_cores(settings),
         )
         bench = bench_args(trace_path=peer_trace, requests=requests, slo=setup.slo)
-        repeats = 1 if quick else 2
-        arms.append(
-            await _optimizer_arm(
-                grid, bin_dir=bin_dir, env=env, tmp=tmp, model_dir=model_dir, bench=bench, setup=setup,
-                trials=max(1, int(budget_s / trial_s) - 1), repeats=repeats, budget_s=budget_s,
-                defaults_key=cells[0].key,
-            )
+        peer_run = PeerRun(
+            grid=grid, bin_dir=bin_dir, env=env, folder=tmp, model_dir=model_dir, bench=bench,
+            slo=setup.slo, repeats=1 if quick else 2, budget_s=budget_s,
+            defaults=grid.serve_params[grid.keys.index(cells[0].key)],
         )  # fmt: skip
-        arms.append(
-            await _sweep_arm(
-                grid, bin_dir=bin_dir, env=env, tmp=tmp, model_dir=model_dir, bench=bench, setup=setup,
-                combinations=max(1, int(budget_s / trial_s)), repeats=repeats, budget_s=budget_s,
-                defaults_key=cells[0].key,
-            )
-        )  # fmt: skip
+        arms.append(await _optimizer_arm(peer_run, trials=max(1, int(budget_s / trial_s) - 1)))
+        arms.append(await _sweep_arm(peer_run, combinations=max(1, int(budget_s / trial_s))))
         kept = data_dir / "bench" / f"peers-arms-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
         await asyncio.to_thread(_keep, kept, arms)  # what the arms cost, kept should the judge fail
         judged, aa = await _judge(trials, arms, by_key=by_key, defaults=cells[0], gate_rps=gate_rps)
@@ -357,43 +335,49 @@ def _peer_trace(
     return path, count
 
 
-async def _optimizer_arm(
-    grid: PeerGrid,
-    *,
-    bin_dir: Path,
-    env: dict[str, str],
-    tmp: Path,
-    model_dir: Path,
-    bench: dict[str, Any],
-    setup: Setup,
-    trials: int,
-    repeats: int,
-    budget_s: float,
-    defaults_key: str,
-) -> Arm:
+@dataclass(frozen=True)
+class PeerRun:
+    """What both peers' runs share."""
+
+    grid: PeerGrid  #: evertune's space as the peers' flags
+    bin_dir: Path  #: the peers' environment's bin folder (`.venv-peers/bin`)
+    env: dict[str, str]  #: their environment: the `vllm` shim, the engine's variables, the core split
+    folder: Path  #: where their configurations, outputs and logs go
+    model_dir: Path  #: the model every server serves
+    bench: dict[str, Any]  #: `vllm bench serve`'s arguments: the trace, its requests, the percentiles
+    slo: Slo  #: the SLO a pick must meet
+    repeats: int  #: runs of each configuration
+    budget_s: float  #: the engine seconds each peer is given (stopped past CAP_OVER_BUDGET times it)
+    defaults: Mapping[str, Any]  #: vLLM's defaults as the peers' serve parameters
+
+    async def peer(self, argv: list[str], *, name: str, env: Mapping[str, str] | None = None) -> PeerProcess:
+        """Run one peer to its end or its cap, its log at `<folder>/<name>.log`."""
+        return await run_peer(
+            argv, env={**self.env, **(env or {})}, cwd=self.folder, servers_log=self.folder / "servers.log",
+            log=self.folder / f"{name}.log", cap_s=self.budget_s * CAP_OVER_BUDGET,
+        )  # fmt: skip
+
+
+async def _optimizer_arm(run: PeerRun, *, trials: int) -> Arm:
     """vllm-optimizer's TPE run: `trials` trials after its baseline, its servers capped."""
-    defaults = grid.serve_params[grid.keys.index(defaults_key)]
-    out = tmp / "optimizer"
+    out = run.folder / "optimizer"
     config = optimizer_config(
-        grid, name="peers", output_dir=out, model_dir=model_dir, port=_free_port(), bench=bench,
-        slo=setup.slo, trials=trials, repeats=repeats, seed=1,
+        run.grid, name="peers", output_dir=out, model_dir=run.model_dir, port=free_port(), bench=run.bench,
+        slo=run.slo, trials=trials, repeats=run.repeats, seed=1,
     )  # fmt: skip
-    path = tmp / "optimizer.json"
+    path = run.folder / "optimizer.json"
     path.write_text(json.dumps(config, indent=1))
     step(f"vllm-optimizer: TPE, {trials} trials after its baseline")
-    process = await run_peer(
-        [str(bin_dir / "vllm-opt"), "--config", str(path)], env=env, cwd=tmp,
-        servers_log=tmp / "servers.log", log=tmp / "optimizer.log", cap_s=budget_s * CAP_OVER_BUDGET,
-    )  # fmt: skip
-    names = varying_names(grid)
-    outcome = await asyncio.to_thread(_read_optimizer, out, names=names, defaults=defaults)
+    process = await run.peer([str(run.bin_dir / "vllm-opt"), "--config", str(path)], name="optimizer")
+    names = varying_names(run.grid)
+    outcome = await asyncio.to_thread(_read_optimizer, out, names=names, defaults=run.defaults)
     return _peer_arm(
         "vllm-optimizer",
         process,
         outcome,
-        grid,
+        run.grid,
         names=names,
-        extra={"trials": trials, "repeats": repeats, "config": config},
+        extra={"trials": trials, "repeats": run.repeats, "config": config},
     )
 
 
@@ -410,48 +394,32 @@ def _read_optimizer(out: Path, *, names: Sequence[str], defaults: Mapping[str, A
     return optimizer_outcome(result, selected=selected, defaults=defaults, names=names)
 
 
-async def _sweep_arm(
-    grid: PeerGrid,
-    *,
-    bin_dir: Path,
-    env: dict[str, str],
-    tmp: Path,
-    model_dir: Path,
-    bench: dict[str, Any],
-    setup: Setup,
-    combinations: int,
-    repeats: int,
-    budget_s: float,
-    defaults_key: str,
-) -> Arm:
+async def _sweep_arm(run: PeerRun, *, combinations: int) -> Arm:
     """`vllm bench sweep serve` over the first `combinations` of the grid in a person's order."""
-    defaults = grid.serve_params[grid.keys.index(defaults_key)]
-    order = sweep_order(grid, defaults=defaults)[:combinations]
+    grid, tmp = run.grid, run.folder
+    order = sweep_order(grid, defaults=run.defaults)[:combinations]
     params = [grid.serve_params[i] for i in order]
     (tmp / "sweep-params.json").write_text(json.dumps(params))
-    port = _free_port()
-    model = str(model_dir)
-    bench_flags = params_as_flags({k.replace("-", "_"): v for k, v in bench.items()})
+    port = free_port()
+    model = str(run.model_dir)
+    bench_flags = params_as_flags({k.replace("-", "_"): v for k, v in run.bench.items()})
     argv = [
-        str(bin_dir / "vllm"), "bench", "sweep", "serve",
+        str(run.bin_dir / "vllm"), "bench", "sweep", "serve",
         "--serve-cmd", f"vllm serve {model} --host 127.0.0.1 --port {port}",
         "--bench-cmd", " ".join(["vllm", "bench", "serve", "--backend", "vllm", "--model", model,
                                  "--host", "127.0.0.1", "--port", str(port), *bench_flags]),
         "--serve-params", str(tmp / "sweep-params.json"),
-        "--num-runs", str(repeats), "--continue-on-error",
+        "--num-runs", str(run.repeats), "--continue-on-error",
         "-o", str(tmp / "sweep"), "-e", "peers",
     ]  # fmt: skip
     step(f"vllm bench sweep serve: {len(params)} of {len(grid.serve_params)} combinations")
-    process = await run_peer(
-        argv, env={**env, **grid.env}, cwd=tmp, servers_log=tmp / "servers.log", log=tmp / "sweep.log",
-        cap_s=budget_s * CAP_OVER_BUDGET,
-    )  # fmt: skip
+    process = await run.peer(argv, name="sweep", env=grid.env)
     names = varying_names(grid)
     runs = [
         json.loads(p.read_text())
         for p in sorted((tmp / "sweep" / "peers").glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
     ]
-    outcome = sweep_outcome(runs, names=names, defaults=defaults, slo=setup.slo)
+    outcome = sweep_outcome(runs, names=names, defaults=run.defaults, slo=run.slo)
     return _peer_arm(
         "vllm-sweep",
         process,
@@ -459,7 +427,7 @@ async def _sweep_arm(
         grid,
         names=names,
         served=params,
-        extra={"combinations": len(params), "of": len(grid.serve_params), "repeats": repeats},
+        extra={"combinations": len(params), "of": len(grid.serve_params), "repeats": run.repeats},
     )
 
 
@@ -563,14 +531,6 @@ def _judged(
             *(f"correctness: {g.detail}" for r in failed for g in r.gates if g.name == "correctness"),
         ),
     )
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _peer_versions(bin_dir: Path) -> dict[str, str]:

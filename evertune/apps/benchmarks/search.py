@@ -365,18 +365,9 @@ async def run(quick: bool) -> Figures:
     defaults = EngineSpec(model=str(model_dir), enforce_eager=True, kv_cache_space_gib=2)
     space = eager_space(base=defaults, hardware=hardware, limits=setup.limits)
     with tempfile.TemporaryDirectory(prefix="evertune-bench-search-") as tmp:
-        trace, sha, plan = await asyncio.to_thread(write_voice_trace, Path(tmp), model_dir)
-        settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=Path(tmp) / "logs")
-        plan_at = trace_plans(trace, sha=sha, model_dir=model_dir, duration_s=setup.knee_probe_s)
-        knees = Knees(settings, setup=setup, plan_at=plan_at)
-        step("sizing: the knee of vLLM's defaults")
-        # from 1 request/s, doubling or halving until bracketed: one probe more than a knee below
-        sizing = await knees.measure(defaults, low_rps=1.0, high_rps=2.0, max_runs=setup.knee_max_runs + 1)
-        setup = sized(setup, knee_rps=sizing.rps)
-        slo = setup.slo.to_proto()  # the grid scores with this SLO too
-        gate_rps = round(setup.peak_rps * setup.headroom, 6)
-        template = job_template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo)
-        trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
+        rig = await voice_rig(setup, defaults=defaults, model_dir=model_dir, folder=Path(tmp))
+        setup, sha, plan, knees, sizing = rig.setup, rig.trace_sha256, rig.plan, rig.knees, rig.sizing
+        trials, gate_rps = rig.trials, rig.gate_rps
         cache_id = grid_id(setup, space, trace_sha256=sha, hardware=hardware_fp)
         cache = data_dir / "bench" / f"search-grid-{cache_id}.json"
         grid, grid_cached, grid_s = await _grid(
@@ -634,6 +625,47 @@ def p50_plan(
         unpriced=tuple(unpriced_keys(space, base=space[0])),
         reference_trial_id=reference_trial_id,
     )
+
+
+@dataclass(frozen=True)
+class Rig:
+    """What a benchmark on the voice conversations measures with, sized at the knee of vLLM's
+    defaults (`bench search`, `bench stack` and `bench peers` share it)."""
+
+    setup: Setup  #: the setup sized to that knee: peak and gate rates, the SLO
+    trace: Path  #: the voice trace every trial replays
+    trace_sha256: str  #: its digest, as jobs carry it
+    plan: list[Any]  #: the planned conversations the trace was written from
+    settings: RunnerSettings  #: how the trials' engines start (cores, logs)
+    knees: Knees  #: knee measurements on engines of the trials' making
+    sizing: Knee  #: the knee of vLLM's defaults the setup was sized from
+    gate_rps: float  #: the gates' rate: the peak times the headroom
+    trials: LocalTrials  #: evertune's trials on this trace, SLO and rate
+
+
+async def voice_rig(
+    setup: Setup, *, defaults: EngineSpec, model_dir: Path, folder: Path, search_id: str = "bench-search"
+) -> Rig:
+    """Write the voice trace into `folder`, measure the knee of `defaults` (from 1 request/s,
+    doubling or halving until bracketed: one probe more than a knee below), size `setup` to it,
+    and make the trials that replay the trace at that size."""
+    trace, sha, plan = await asyncio.to_thread(write_voice_trace, folder, model_dir)
+    settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=folder / "logs")
+    plan_at = trace_plans(trace, sha=sha, model_dir=model_dir, duration_s=setup.knee_probe_s)
+    knees = Knees(settings, setup=setup, plan_at=plan_at)
+    step("sizing: the knee of vLLM's defaults")
+    sizing = await knees.measure(defaults, low_rps=1.0, high_rps=2.0, max_runs=setup.knee_max_runs + 1)
+    setup = sized(setup, knee_rps=sizing.rps)
+    slo = setup.slo.to_proto()
+    gate_rps = round(setup.peak_rps * setup.headroom, 6)
+    template = dataclasses.replace(
+        job_template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo), search_id=search_id
+    )
+    trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
+    return Rig(
+        setup=setup, trace=trace, trace_sha256=sha, plan=plan, settings=settings, knees=knees,
+        sizing=sizing, gate_rps=gate_rps, trials=trials,
+    )  # fmt: skip
 
 
 def job_template(setup: Setup, *, trace_uri: str, trace_sha256: str, slo: endpoint_pb2.Slo) -> JobTemplate:

@@ -42,23 +42,18 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from evertune.apps.benchmarks import Figures, step
+from evertune.apps.benchmarks import Figures
 from evertune.apps.benchmarks.search import (
-    HARDWARE_CLASS,
-    Knees,
     LocalTrials,
     Setup,
     grid_point,
-    job_template,
     measure_interleaved,
     mistuned_start,
     p50_plan,
     search_prior,
     setup_of,
-    sized,
-    trace_plans,
     trial_order,
-    write_voice_trace,
+    voice_rig,
 )
 from evertune.apps.benchmarks.search_grid import GridPoint, grid_key, grid_summary, rounded
 from evertune.apps.benchmarks.stack_grid import (
@@ -82,8 +77,6 @@ from evertune.domain.perfmodel.calibration import default_data_dir
 from evertune.domain.slo import Slo, describe_slo
 from evertune.errors import FailedPrecondition
 from evertune.infra.llama_cpp_build import current_key, current_pin, llama_cpp_bin_dir
-from evertune.infra.settings import load_settings
-from evertune.runner.settings import RunnerSettings
 from evertune.searcher.model import SearchModel, ThreadedModel
 from evertune.searcher.noise import DEFAULT_MIN_FLOOR
 from evertune.searcher.orchestrate import SearchResult, TrialExecutor, TrialResult, run_search
@@ -130,22 +123,11 @@ async def run(quick: bool) -> Figures:
     cells = stack_cells(defaults, quick=quick)
     by_key = {grid_key(c.spec): c for c in cells}
     with tempfile.TemporaryDirectory(prefix="evertune-bench-stack-") as tmp:
-        trace, sha, plan = await asyncio.to_thread(write_voice_trace, Path(tmp), model_dir)
-        settings = load_settings(RunnerSettings, hardware=HARDWARE_CLASS, log_dir=Path(tmp) / "logs")
-        knees = Knees(
-            settings,
-            setup=setup,
-            plan_at=trace_plans(trace, sha=sha, model_dir=model_dir, duration_s=setup.knee_probe_s),
+        rig = await voice_rig(
+            setup, defaults=defaults, model_dir=model_dir, folder=Path(tmp), search_id="bench-stack"
         )
-        step("sizing: the knee of vLLM's defaults")
-        sizing = await knees.measure(defaults, low_rps=1.0, high_rps=2.0, max_runs=setup.knee_max_runs + 1)
-        setup = sized(setup, knee_rps=sizing.rps)
-        slo = setup.slo.to_proto()
-        gate_rps = round(setup.peak_rps * setup.headroom, 6)
-        template = dataclasses.replace(
-            job_template(setup, trace_uri=trace.as_uri(), trace_sha256=sha, slo=slo), search_id="bench-stack"
-        )
-        trials = LocalTrials(settings, model_dir=model_dir, template=template, slo=slo, gate_rps=gate_rps)
+        setup, sha, plan, sizing = rig.setup, rig.trace_sha256, rig.plan, rig.sizing
+        trials, gate_rps = rig.trials, rig.gate_rps
         reference = await _reference(trials, defaults)
         cache_id = grid_id(setup, cells, trace_sha256=sha, hardware=hardware_fp)
         cache = data_dir / "bench" / f"stack-grid-{cache_id}.json"
