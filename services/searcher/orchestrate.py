@@ -126,6 +126,9 @@ class SearchPlan:
     #: only measured through `must_try`, until a measured trial of their class prices them
     #: (`Prediction.unpriced` False after a re-calibration)
     unpriced: tuple[str, ...] = ()
+    #: the `must_try` keys that stand for a class the model cannot price; round 0 measures each
+    #: class through its twin with the model's best knobs (`SuccessiveHalving`)
+    representatives: tuple[str, ...] = ()
     #: key of the candidate that stands for the engine's defaults (`space.defaults_seat_key`; None:
     #: not in the space); round 0 measures it first when the model cannot tell its best from it
     #: (`SuccessiveHalving`)
@@ -216,6 +219,7 @@ async def run_search(
         noise=plan.noise,
         must_try=plan.must_try,
         unpriced=plan.unpriced,
+        representatives=plan.representatives,
         defaults_seat=plan.defaults_seat,
     )
     reference = plan.reference_trial_id

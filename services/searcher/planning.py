@@ -177,6 +177,8 @@ def plan_search(request: PlanRequest, *, settings: SearcherSettings, limits: Spa
         noise=noise_rule(settings, objective=s.objective, simulated=first.startswith("sim-")),
         must_try=must_try_keys(space, hardware=s.hardware[first]),
         unpriced=tuple(unpriced_keys(space, base=baseline)),
+        # vLLM's defaults are measured as they are, even where they stand for their class too
+        representatives=tuple(k for k in unpriced_representatives(space, base=baseline) if k != defaults),
         defaults_seat=defaults_seat_key(space, base=baseline, hardware=s.hardware[first]),
     )
     template = JobTemplate(

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -388,6 +388,15 @@ def unpriced_representatives(candidates: Sequence[Candidate], *, base: Candidate
         if alike:
             keys.append((exact or alike)[0].key)
     return keys
+
+
+def class_twin(candidates: Iterable[Candidate], *, knobs: Candidate, of_class: Candidate) -> Candidate | None:
+    """The candidate with `knobs`' priced knobs in `of_class`'s unpriced class (dtype, execution
+    mode, engine and weights), or None when the space holds no such twin."""
+    wanted, priced = unpriced_class(of_class.spec), _priced(knobs.spec)
+    return next(
+        (c for c in candidates if unpriced_class(c.spec) == wanted and _priced(c.spec) == priced), None
+    )
 
 
 def _priced(spec: EngineSpec) -> EngineSpec:

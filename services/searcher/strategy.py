@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from evertune.searcher.noise import DEFAULT_CONFIDENCE, DEFAULT_MIN_FLOOR, Comparison, Verdict, compare
-from evertune.searcher.space import Candidate
+from evertune.searcher.space import Candidate, class_twin
 
 
 class Objective(Enum):
@@ -133,6 +133,7 @@ class SuccessiveHalving:
         noise: NoiseRule = NO_CONFIRMATION,
         must_try: Sequence[str] = (),
         unpriced: Collection[str] = (),
+        representatives: Collection[str] = (),
         defaults_seat: str | None = None,
     ) -> None:
         """`must_try`: candidate keys the first round measures whatever their prediction (knobs the
@@ -141,6 +142,12 @@ class SuccessiveHalving:
         `unpriced`: candidate keys the model's predictions say nothing about (another dtype or
         execution mode: it predicts them as their twins with the live configuration's); they are
         not ranked, so only `must_try` measures them, until `rerank` says they are priced.
+        `representatives`: the `must_try` keys that stand for such a class (`space.unpriced_
+        representatives`: the baseline's knobs in another dtype or mode). Round 0 measures each
+        class through its twin with the model's best candidate's knobs instead, when the space holds
+        one, so a class wins or loses with the knob gains the model predicts (from fp32, bf16 with
+        the baseline's knobs won its trial, and bf16 with the 32-token blocks that had measured
+        faster in fp32 never ran: `bench peers`, 2026-12-07).
         `defaults_seat`: the key of the candidate that stands for the engine's defaults
         (`space.defaults_seat_key`: the defaults, or their twin in the live configuration's dtype
         when they run another). When the model predicts its best within the smallest gain a
@@ -169,6 +176,8 @@ class SuccessiveHalving:
         ranked = self._ranked()
         forced = [self._by_key[k] for k in dict.fromkeys(must_try) if k in self._by_key]
         best = [c for c in ranked if c not in forced][:1]
+        if best:
+            forced = self._with_knobs(forced, knobs=best[0], representatives=representatives)
         # The model's best comes first, then the forced candidates in their order, even past the
         # halving's size (the round's room in the budget cuts from the end): a first round of one
         # would otherwise measure only a forced knob and never what the model found. The engine's
@@ -183,6 +192,17 @@ class SuccessiveHalving:
         self._confirm_fidelity = 1  #: the fidelity the leader and the baseline are compared at
         self._halving_done = False
         self.done = False
+
+    def _with_knobs(
+        self, forced: list[Candidate], *, knobs: Candidate, representatives: Collection[str]
+    ) -> list[Candidate]:
+        """`forced` with each class representative swapped for its class's twin with `knobs`
+        (kept when the class has none), each candidate once, in order."""
+        swapped = [self._twin(c, knobs=knobs) if c.key in representatives else c for c in forced]
+        return list({c.key: c for c in swapped}.values())
+
+    def _twin(self, representative: Candidate, *, knobs: Candidate) -> Candidate:
+        return class_twin(self._by_key.values(), knobs=knobs, of_class=representative) or representative
 
     @property
     def tie_share(self) -> float:

@@ -176,3 +176,15 @@ def test_the_plan_template_and_context_take_the_settings_and_the_request(
 
 def test_the_seed_is_the_search_ids_and_differs_between_searches() -> None:
     assert trial_seed("search-abc") == trial_seed("search-abc") != trial_seed("search-abd")
+
+
+def test_vllms_defaults_are_measured_as_they_are_never_swapped_for_their_classs_twin() -> None:
+    """From fp32 with vLLM's other defaults, the defaults are bf16's representative too; round 0
+    measures them as they are, and only the other representatives carry the model's best knobs."""
+    fp32 = DEFAULTS.model_copy(update={"dtype": "float32"})
+    plan = plan_search(_request(fp32, ("cpu",)), settings=SearcherSettings(), limits=UNPRICED).plan
+    space = [c for c, _ in plan.candidates]
+    defaults = defaults_key(space, base=plan.baseline, hardware=get_profile("cpu"))
+    assert defaults is not None and defaults in plan.must_try
+    assert defaults not in plan.representatives
+    assert plan.representatives and set(plan.representatives) < set(plan.must_try)

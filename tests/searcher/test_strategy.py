@@ -426,3 +426,37 @@ def test_for_an_fp32_endpoint_the_defaults_twin_in_fp32_takes_the_seat_the_defau
     assert first_round(None) == [best.key]
     predicted[twin.key] = -200.0  # predicted well apart: the model's best keeps the seat
     assert first_round(twin.key) == [best.key]
+
+
+def _cell(dtype: str, block_size: int) -> Candidate:
+    spec = EngineSpec(model="/m", dtype=dtype, block_size=block_size)
+    return Candidate(spec=spec, key=config_key(spec), lossy=dtype != "float32", devices=0)
+
+
+def test_an_unpriced_class_is_measured_with_the_models_best_knobs() -> None:
+    """From fp32 with 7 trials (4 kept for confirmation), round 0 holds the baseline, the model's
+    best and one trial of bf16: bf16 with the knobs the model predicts best, so a dtype that wins
+    its trial wins with them (bf16 with the baseline's 128-token blocks, its representative, is
+    what would run otherwise). Without the twin in the space the representative runs, and a forced
+    key that is no representative (vLLM's defaults) is measured as it is."""
+    base, fp32_32 = _cell("float32", 128), _cell("float32", 32)
+    bf16_128, bf16_32 = _cell("bfloat16", 128), _cell("bfloat16", 32)
+    unpriced = (bf16_128.key, bf16_32.key)
+    predicted = {fp32_32.key: -236.0, bf16_128.key: -374.0, bf16_32.key: -236.0}
+
+    def first_round(space: list[Candidate], representatives: tuple[str, ...] = (bf16_128.key,)) -> list[str]:
+        search = SuccessiveHalving(
+            baseline=base,
+            predicted=predicted,
+            candidates=[base, *space],
+            budget=7,
+            noise=NoiseRule(confirm_pairs=2, min_pairs=3, lower_is_better=True),
+            must_try=[bf16_128.key],
+            unpriced=unpriced,
+            representatives=representatives,
+        )
+        return [r.candidate.key for r in search.next_round()]
+
+    assert first_round([fp32_32, bf16_128, bf16_32]) == [base.key, fp32_32.key, bf16_32.key]
+    assert first_round([fp32_32, bf16_128]) == [base.key, fp32_32.key, bf16_128.key]
+    assert first_round([fp32_32, bf16_128, bf16_32], ()) == [base.key, fp32_32.key, bf16_128.key]

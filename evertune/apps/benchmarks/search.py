@@ -623,6 +623,7 @@ def p50_plan(
         noise=NOISE,
         must_try=tuple(unpriced_representatives(space, base=space[0])),
         unpriced=tuple(unpriced_keys(space, base=space[0])),
+        representatives=tuple(unpriced_representatives(space, base=space[0])),
         reference_trial_id=reference_trial_id,
     )
 
