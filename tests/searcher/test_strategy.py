@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from typing import Literal
 
 import pytest
 
@@ -428,7 +429,7 @@ def test_for_an_fp32_endpoint_the_defaults_twin_in_fp32_takes_the_seat_the_defau
     assert first_round(twin.key) == [best.key]
 
 
-def _cell(dtype: str, block_size: int) -> Candidate:
+def _cell(dtype: Literal["bfloat16", "float32"], block_size: int) -> Candidate:
     spec = EngineSpec(model="/m", dtype=dtype, block_size=block_size)
     return Candidate(spec=spec, key=config_key(spec), lossy=dtype != "float32", devices=0)
 
