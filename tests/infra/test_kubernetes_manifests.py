@@ -1279,13 +1279,21 @@ def test_image_definition(production: list[Manifest]) -> None:
     assert copied <= {line.removeprefix("!") for line in ignored if line.startswith("!")}
 
 
-def test_services_load_without_the_engine_extra() -> None:
-    """The image leaves out vLLM (and with it transformers and triton): every service still imports."""
+@pytest.mark.parametrize(
+    "missing",
+    [
+        {"vllm", "transformers", "triton"},  # the image: no engine extra
+        {"vllm", "transformers", "triton", "gguf", "torch", "safetensors"},  # `pip install evertune`
+    ],
+)
+def test_services_load_without_the_engine_extra(missing: set[str]) -> None:
+    """The image leaves out vLLM (and with it transformers and triton), a plain install torch too:
+    every service still imports."""
     script = (
         "import importlib.abc, sys\n"
         "class Block(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path, target=None):\n"
-        "        if name.split('.')[0] in {'vllm', 'transformers', 'triton'}:\n"
+        f"        if name.split('.')[0] in {sorted(missing)!r}:\n"
         "            raise ImportError(f'not in the image: {name}')\n"
         "sys.meta_path.insert(0, Block())\n"
         "import evertune.apps.cli\n"
