@@ -25,10 +25,14 @@ PORTS = (
 
 
 def main(data_dir: Path) -> None:
+    import importlib.util
+
     import evertune
 
     where = Path(evertune.__file__).resolve()
     assert "site-packages" in where.parts, f"evertune imported from {where}, not the installed wheel"
+    missing = [name for name in ("torch", "vllm") if importlib.util.find_spec(name) is None]
+    assert missing == ["torch", "vllm"], f"a plain install should have neither torch nor vLLM: {missing}"
     cli = str(Path(sys.executable).parent / "evertune")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVERTUNE_")}
     env.update({f"EVERTUNE_{name}": "0" for name in PORTS}, EVERTUNE_LOG_LEVEL="warning")
