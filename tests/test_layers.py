@@ -60,6 +60,7 @@ PROCESS_ENTRY_POINTS = {
     "evertune/domain/perfmodel/server.py": "the sim engine's server, which `SimEngine` starts",
     "evertune/infra/protogen.py": "`make proto`: regenerates the gRPC stubs",
     "evertune/infra/llama_cpp_build.py": "`make engines`: builds llama.cpp",
+    "evertune/infra/child_guard.py": "the guard every child process starts through (its exec)",
 }
 
 
