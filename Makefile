@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 #: pytest worker processes (pytest-xdist); 0 runs the suite in one process
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test test-fast lint proto clean prometheus model-packages engines bench-peers-install
+.PHONY: install demo test test-fast lint proto clean prometheus model-packages engines bench-peers-install wheel-check
 
 install: $(STAMP) prometheus model-packages
 
@@ -89,6 +89,11 @@ demo: $(STAMP) model-packages
 test: $(STAMP) prometheus model-packages engines lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/kernels $(PYTEST_ARGS)
 	$(PY) -m pytest -q tests/kernels $(PYTEST_ARGS)
+
+# evertune without its checkout: the sdist and the wheel built, the wheel installed into a fresh
+# environment outside the checkout and run there (up, status, an endpoint, a request, list).
+wheel-check: $(STAMP)
+	.ci/wheel-check
 
 # The tests that start no NATS, store or engine, less the few of seconds (markers `pure` and `slow`,
 # set at collection: tests/purity.py), without lint: under a minute on 2 cores while you work.

@@ -15,7 +15,7 @@ from google.protobuf.descriptor import (
 )
 
 from evertune.errors import InvalidArgument
-from evertune.infra import protogen, repository
+from evertune.infra import protogen
 from evertune.infra.events import (
     PAYLOAD_ONEOF,
     PAYLOAD_TYPES,
@@ -37,8 +37,9 @@ from evertune.v1 import (
     search_service_pb2_grpc,
     telemetry_pb2,
 )
+from tests import checkout
 
-STUB_DIR = repository.ROOT / protogen.PACKAGE_DIR
+STUB_DIR = checkout.ROOT / protogen.PACKAGE_DIR
 
 
 # --- generated stubs ------------------------------------------------------------------------

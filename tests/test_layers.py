@@ -9,7 +9,7 @@ import ast
 
 import pytest
 
-from evertune.infra import repository
+from tests import checkout
 
 SERVICES = ("gateway", "profiler", "sla_monitor", "searcher", "runner", "deployer")
 #: For each layer: the packages its modules must never import.
@@ -36,10 +36,10 @@ def imported_modules(source: str) -> set[str]:
 
 def violations(layer: str) -> list[str]:
     out = []
-    for path in sorted((repository.ROOT / layer).rglob("*.py")):
+    for path in sorted((checkout.ROOT / layer).rglob("*.py")):
         for module in sorted(imported_modules(path.read_text())):
             if any(module == bad or module.startswith(bad + ".") for bad in FORBIDDEN[layer]):
-                out.append(f"{path.relative_to(repository.ROOT)} imports {module}")
+                out.append(f"{path.relative_to(checkout.ROOT)} imports {module}")
     return out
 
 
@@ -50,7 +50,7 @@ def test_imported_modules_sees_every_form() -> None:
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_layer_imports_nothing_above_it(layer: str) -> None:
-    assert (repository.ROOT / layer).is_dir()
+    assert (checkout.ROOT / layer).is_dir()
     assert violations(layer) == []
 
 
@@ -93,8 +93,8 @@ def command_line_uses(source: str) -> set[str]:
 def command_line_modules() -> list[str]:
     out = []
     for layer in ("evertune/domain", "evertune/infra"):
-        for path in sorted((repository.ROOT / layer).rglob("*.py")):
-            name = str(path.relative_to(repository.ROOT))
+        for path in sorted((checkout.ROOT / layer).rglob("*.py")):
+            name = str(path.relative_to(checkout.ROOT))
             uses = command_line_uses(path.read_text())
             if uses and name not in PROCESS_ENTRY_POINTS:
                 out.append(f"{name}: {', '.join(sorted(uses))} (a command belongs in evertune/apps/cli)")
@@ -115,5 +115,5 @@ def test_domain_and_infra_hold_no_command_line() -> None:
 def test_each_process_entry_point_is_one() -> None:
     """The allowed ones still exist and run as `python -m` (else they leave the list)."""
     for name in PROCESS_ENTRY_POINTS:
-        source = (repository.ROOT / name).read_text()
+        source = (checkout.ROOT / name).read_text()
         assert 'if __name__ == "__main__":' in source, name

@@ -39,10 +39,9 @@ from pathlib import Path
 
 from evertune.errors import FailedPrecondition
 from evertune.infra.file_hash import sha256_of
-from evertune.infra.repository import ROOT
 
-#: The pinned sdist (one `name==version --hash=sha256:...` line, comments allowed).
-PINS = ROOT / "evertune" / "domain" / "engines" / "llama_cpp_sources.txt"
+#: The pinned sdist (one `name==version --hash=sha256:...` line, comments allowed; package data).
+PINS = Path(__file__).resolve().parents[1] / "domain" / "engines" / "llama_cpp_sources.txt"
 #: The programs built and installed; also the only cmake targets built.
 BINARIES: tuple[str, ...] = ("llama-server", "llama-quantize")
 #: Where llama.cpp sits inside the sdist's top folder.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from evertune.errors import BusUnavailable
 from evertune.infra.child_guard import guarded
-from evertune.infra.repository import INFRA
+from evertune.infra.package_data import INFRA
 
 #: The configuration every cluster node starts from (its variables: `ClusterNode.variables`).
 CLUSTER_CONFIG = INFRA / "nats" / "cluster.conf"

@@ -20,10 +20,13 @@ from importlib import resources
 from pathlib import Path
 
 from evertune.errors import EvertuneError
-from evertune.infra.repository import ROOT
+from evertune.infra.package_data import PROTO
 
-#: Include root of the contracts: files are proto/evertune/v1/*.proto.
-PROTO_ROOT = ROOT / "proto"
+#: Include root of the contracts: files are proto/evertune/v1/*.proto (package data).
+PROTO_ROOT = PROTO
+#: Where the stubs are written: the folder that holds the `evertune` package (a checkout's root
+#: in an editable install).
+ROOT = Path(__file__).resolve().parents[2]
 #: Package folder of the contracts, relative to both the include root and the output root.
 PACKAGE_DIR = Path("evertune") / "v1"
 #: Endings of generated files; anything else in evertune/v1/ (such as __init__.py) is left alone.

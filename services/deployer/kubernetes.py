@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from evertune.domain.engines import EngineSpec, HardwareProfile, server_command
 from evertune.domain.engines.vllm import BASE_ENV
 from evertune.errors import InvalidArgument, Unavailable
-from evertune.infra.repository import INFRA
+from evertune.infra.package_data import INFRA
 
 Manifest = dict[str, Any]
 

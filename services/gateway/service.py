@@ -180,7 +180,7 @@ class GatewayService(Service):
         return [self.publisher.spool.path, self.publisher.spool.draining]
 
     def _chat_formats(self, data_dir: Path) -> ChatFormats:
-        folder = self.settings.tokenizer_dir or ensure_model(data_dir.expanduser())
+        folder = self.settings.tokenizer_dir or ensure_model(data_dir.expanduser(), weights=False)
         return ChatFormats(ChatFormat.of_folder(folder))
 
     async def _watch_routes(self, js: JetStreamContext, nc: Client) -> None:

@@ -536,7 +536,7 @@ class SearchSupervisor:
             return Path(model)
         if self.settings.model_dir is not None:
             return self.settings.model_dir
-        return ensure_model(self.data_dir)
+        return ensure_model(self.data_dir, weights=False)  # the shape and the tokenizer
 
     async def _progress(self, record: SearchRecord, state: SearchProgress, setup: SearchSetup) -> None:
         search = record.search

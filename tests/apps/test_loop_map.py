@@ -14,12 +14,12 @@ import pytest
 
 from evertune.apps import loop_map
 from evertune.apps.services import SERVICE_NAMES
-from evertune.infra import repository
 from evertune.infra.bus.wiring import Consumes, Delivery, Wiring, handler_of
 from evertune.infra.events import EventKind
 from evertune.infra.runtime import Service
+from tests import checkout
 
-PAGE = repository.ROOT / "docs" / "loop.md"
+PAGE = checkout.ROOT / "docs" / "loop.md"
 #: Every table the store's migrations create.
 TABLES = ("requests", "profiles", "trials", "searches")
 
@@ -31,7 +31,7 @@ def _wiring(service: str) -> Wiring:
 
 def _sources(service: str) -> list[Path]:
     """The service's modules, its wiring aside (it names what it consumes)."""
-    folder = repository.ROOT / "services" / service
+    folder = checkout.ROOT / "services" / service
     return [p for p in sorted(folder.rglob("*.py")) if p.name != "wiring.py"]
 
 
@@ -211,7 +211,7 @@ def test_handler_of_follows_attribute_paths() -> None:
         handler_of(Outer(), "value")
 
 
-CONTRACTS = repository.ROOT / "docs" / "contracts.md"
+CONTRACTS = checkout.ROOT / "docs" / "contracts.md"
 
 
 def contracts_table(header: str) -> dict[str, list[str]]:

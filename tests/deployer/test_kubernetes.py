@@ -36,8 +36,8 @@ from evertune.deployer.settings import DeployerSettings
 from evertune.domain.engines import EngineSpec, get_profile
 from evertune.domain.engines.hardware import cpu_profile
 from evertune.errors import InvalidArgument, SettingsError
-from evertune.infra.repository import INFRA
 from evertune.infra.settings import load_settings
+from tests.checkout import INFRA
 from tests.deployer.helpers import gpu_rendered
 from tests.deployer.netpol import Pod, applies_to, egress_allowed, ingress_allowed
 

@@ -27,11 +27,11 @@ from google import protobuf
 from pydantic import SecretStr
 
 from evertune.domain.model import ensure_model
-from evertune.infra import repository
+from tests import checkout
 from tests.reliability.helpers import wait_rows
 from tests.reliability.loop import running_loop
 
-REPO = repository.ROOT
+REPO = checkout.ROOT
 TOKEN = "proto-client-token-0123456789"
 
 CLIENT = r"""

@@ -42,9 +42,9 @@ from evertune.apps.services import SERVICE_NAMES
 from evertune.deployer.kubernetes import InvalidManifest, KubernetesTarget, validate_manifest
 from evertune.errors import SettingsError
 from evertune.infra.nats_auth import USERS, cluster_authorization, write_cluster_credentials
-from evertune.infra.repository import INFRA, ROOT
 from evertune.infra.runtime import Service
 from evertune.infra.settings import SharedSettings, load_settings
+from tests.checkout import INFRA, ROOT
 
 Manifest = dict[str, Any]
 Check = Callable[[list[Manifest]], list[str]]
@@ -1266,7 +1266,7 @@ def test_image_definition(production: list[Manifest]) -> None:
         pod_security = workload["spec"]["template"]["spec"]["securityContext"]
         assert pod_security["runAsUser"] == int(args["UID"]), name
     installs = " ".join(a for op, a in steps if op == "RUN" and "pip install" in a)
-    assert re.search(r"pip install -e \.(\s|$)", installs), "the project is installed editable, no extras"
+    assert re.search(r"pip install \.(\s|$)", installs), "the project is installed from its source, no extras"
     assert "engine" in _pyproject()["project"]["optional-dependencies"]
     assert not re.search(r"pip install[^&]*\.\[[^]]*engine", installs), "the image installs the engine extra"
     assert args["TORCH_VERSION"] in {"2.13.0"}  # the Makefile's torch
@@ -1279,13 +1279,21 @@ def test_image_definition(production: list[Manifest]) -> None:
     assert copied <= {line.removeprefix("!") for line in ignored if line.startswith("!")}
 
 
-def test_services_load_without_the_engine_extra() -> None:
-    """The image leaves out vLLM (and with it transformers and triton): every service still imports."""
+@pytest.mark.parametrize(
+    "missing",
+    [
+        {"vllm", "transformers", "triton"},  # the image: no engine extra
+        {"vllm", "transformers", "triton", "gguf", "torch", "safetensors"},  # `pip install evertune`
+    ],
+)
+def test_services_load_without_the_engine_extra(missing: set[str]) -> None:
+    """The image leaves out vLLM (and with it transformers and triton), a plain install torch too:
+    every service still imports."""
     script = (
         "import importlib.abc, sys\n"
         "class Block(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path, target=None):\n"
-        "        if name.split('.')[0] in {'vllm', 'transformers', 'triton'}:\n"
+        f"        if name.split('.')[0] in {sorted(missing)!r}:\n"
         "            raise ImportError(f'not in the image: {name}')\n"
         "sys.meta_path.insert(0, Block())\n"
         "import evertune.apps.cli\n"

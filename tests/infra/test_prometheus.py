@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from evertune.infra.repository import INFRA, ROOT
 from tests.apps.cli.helpers import cli_env, run_cli, wait_up_ready
+from tests.checkout import INFRA, ROOT
 from tests.infra.promql_names import (
     PromqlSyntaxError,
     family,

@@ -16,11 +16,11 @@ import torch
 from structlog.testing import capture_logs
 
 from evertune.domain.engines.vllm_args import EVERTUNE_KERNELS_PLUGIN
-from evertune.infra import repository
 from evertune.kernels import vllm_plugin
 from evertune.kernels.vllm_plugin import PLUGIN_NAME, decide
+from tests import checkout
 
-ROOT = repository.ROOT
+ROOT = checkout.ROOT
 
 
 @pytest.mark.parametrize(

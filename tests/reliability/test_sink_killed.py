@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 from nats.js import JetStreamContext
 
-from evertune.infra import repository
 from evertune.infra.bus import publish
 from evertune.infra.nats_server import EmbeddedNats
+from tests import checkout
 from tests.profiler.helpers import batch
 
 pytestmark = pytest.mark.reliability
 
 FIRST = 8  #: batches published before the crash (taken and inserted by the first process)
 RECORDS = 50  #: records per batch
-REPO = repository.ROOT  #: where `python -m tests.reliability...` runs
+REPO = checkout.ROOT  #: where `python -m tests.reliability...` runs
 
 
 async def _sink_process(mode: str, *args: str) -> tuple[int, list[dict[str, Any]]]:

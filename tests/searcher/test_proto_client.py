@@ -24,14 +24,14 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evertune.apps.cli import main
-from evertune.infra import repository
 from evertune.infra.store import Store, migrate
 from evertune.v1 import endpoint_pb2, events_pb2
 from evertune.v1 import search_service_pb2 as pb
+from tests import checkout
 
 from .stack import make_endpoint, make_searcher, running, sim_runner, store_profile
 
-REPO = repository.ROOT
+REPO = checkout.ROOT
 CLIENT = Path(__file__).with_name("proto_client.py")
 
 

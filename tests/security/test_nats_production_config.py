@@ -44,8 +44,8 @@ from evertune.infra.nats_auth import (
     write_cluster_credentials,
 )
 from evertune.infra.nats_server import find_binary, free_port
-from evertune.infra.repository import INFRA
 from evertune.infra.settings import NatsAuth, SharedSettings, load_settings
+from tests.checkout import INFRA
 from tests.tls import self_signed
 
 SCRIPT = INFRA / "nats" / "tls-certificates.sh"

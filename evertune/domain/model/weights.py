@@ -24,12 +24,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
-from safetensors.torch import save_file
+from typing import TYPE_CHECKING, Any, Literal
 
 from evertune.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    import torch
 
 #: The model sizes `make_model` knows: random weights made here ("tiny", "small") and real models
 #: made from a package (`packaged.PACKAGED`).
@@ -123,6 +123,8 @@ def random_weights(shape: ModelShape, seed: int, blocked: Sequence[int]) -> dict
 
     N(0, INIT_STD) for matrices, ones for norms, then the constant channel (see the module doc).
     """
+    import torch  # here, not at import: a service that only tokenizes runs without torch
+
     generator = torch.Generator(device="cpu").manual_seed(seed)
     weights: dict[str, torch.Tensor] = {}
     for name, dims in tensor_shapes(shape).items():
@@ -145,6 +147,8 @@ def random_weights(shape: ModelShape, seed: int, blocked: Sequence[int]) -> dict
 
 def write_weights(path: Path, shape: ModelShape, seed: int, blocked: Sequence[int]) -> None:
     """`model.safetensors` with the random weights of `shape` from `seed`, never generating `blocked`."""
+    from safetensors.torch import save_file
+
     save_file(random_weights(shape, seed, blocked), str(path), metadata={"format": "pt"})
     path.chmod(0o644)
 

@@ -15,7 +15,7 @@ from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConf
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from evertune.errors import SettingsError
-from evertune.infra.repository import INFRA
+from evertune.infra.package_data import INFRA
 
 DEFAULT_DEFINITIONS = INFRA / "nats" / "jetstream.toml"
 

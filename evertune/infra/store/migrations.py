@@ -21,13 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from evertune.errors import FailedPrecondition
-from evertune.infra.repository import INFRA
+from evertune.infra.package_data import INFRA
 
 from .client import Store
 
 __all__ = ["MIGRATIONS_DIR", "Migration", "MigrationError", "load_migrations", "migrate", "split_statements"]
 
-#: The migrations shipped with evertune (`<repository>/infra/clickhouse`).
+#: The migrations shipped with evertune (package data: the repository's `infra/clickhouse`).
 MIGRATIONS_DIR = INFRA / "clickhouse"
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")

@@ -28,9 +28,9 @@ from structlog._config import BoundLoggerLazyProxy
 
 from evertune.apps.cli import main
 from evertune.infra import logging as evertune_logging
-from evertune.infra import repository
+from tests import checkout
 
-REPO = repository.ROOT
+REPO = checkout.ROOT
 
 
 def cli_env(**extra: str) -> dict[str, str]:

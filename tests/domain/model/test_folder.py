@@ -119,3 +119,19 @@ def test_default_dir_and_ensure(tmp_path: Path) -> None:
     made = ensure_model(tmp_path, size="tiny", seed=4)
     assert made == default_model_dir(tmp_path, "tiny", 4)
     assert ensure_model(tmp_path, size="tiny", seed=4) == made
+
+
+def test_a_folder_without_weights_gets_them_in_place_when_asked(tiny_model: Path, tmp_path: Path) -> None:
+    """What only tokenizes makes the folder without its weights (no torch); the first maker that
+    needs them adds them where the folder is, the same bytes as a folder made whole."""
+    light = ensure_model(tmp_path, size="tiny", weights=False)
+    lacking = sorted([*(n for n in MODEL_FILES if n != "model.safetensors"), MARKER])
+    assert sorted(p.name for p in light.iterdir()) == lacking
+    info = read_info(light)
+    assert info is not None and "model.safetensors" not in info.files
+    assert load_tokenizer(light).get_vocab_size() == load_tokenizer(tiny_model).get_vocab_size()
+    inode = light.stat().st_ino
+    assert ensure_model(tmp_path, size="tiny") == light and light.stat().st_ino == inode
+    assert _hashes(light) == _hashes(tiny_model)
+    assert ensure_model(tmp_path, size="tiny", weights=False) == light  # whole: kept as it is
+    assert _hashes(light) == _hashes(tiny_model)
