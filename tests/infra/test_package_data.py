@@ -72,3 +72,15 @@ def test_pyproject_ships_every_file_of_the_data_packages_and_no_made_secret(tmp_
         tool["exclude-package-data"]["evertune.definitions"],
     )
     assert shipped == {"nats/jetstream.toml", "kubernetes/overlays/production/secrets/gateway.env.example"}
+
+
+def test_pyproject_lists_every_package() -> None:
+    """Every folder with an `__init__.py` is a listed package (a wheel lacked the personas)."""
+    tool = tomllib.loads((checkout.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for package, folder in tool["package-dir"].items():
+        for init in (checkout.ROOT / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(checkout.ROOT / folder).parts
+            if not any(part.startswith((".", "__")) for part in relative):
+                found.add(".".join((package, *relative)))
+    assert sorted(found - set(tool["packages"])) == []
